@@ -1,0 +1,19 @@
+"""The one error type a user can cause: it names the field at fault and how to fix it."""
+
+from __future__ import annotations
+
+
+class MoesimError(Exception):
+    """A user-caused problem (bad flag, bad file, impossible configuration).
+
+    The CLI prints it as one line and exits non-zero; it never shows a traceback.
+    """
+
+    def __init__(self, field: str, problem: str, fix: str = "") -> None:
+        self.field = field
+        self.problem = problem
+        self.fix = fix
+        message = f"{field}: {problem}"
+        if fix:
+            message += f" ({fix})"
+        super().__init__(message)

@@ -1,0 +1,56 @@
+"""The unit of work the cost model and engine understand: one device kernel with its FLOPs and bytes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Category = Literal[
+    "attention",  # attention maths and projections' non-weight work
+    "dense_weights",  # attention projections and dense FFN weights
+    "routed_experts",
+    "shared_experts",
+    "kv_cache",
+    "lm_head",
+    "communication",
+    "other",  # norms, router, top-k, alignment, sampling
+]
+CATEGORIES: tuple[str, ...] = (
+    "attention",
+    "dense_weights",
+    "routed_experts",
+    "shared_experts",
+    "kv_cache",
+    "lm_head",
+    "communication",
+    "other",
+    "launch_idle",
+)
+
+
+@dataclass(frozen=True)
+class TensorRead:
+    """A tensor a kernel reads `reads` times; the first read comes from memory, repeats may hit the cache.
+
+    `tensor` names it uniquely within the step (e.g. "L3.experts.w13"), so a later kernel reading the
+    same tensor can find it cached.
+    """
+
+    tensor: str
+    size_bytes: float
+    reads: float = 1.0
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One launch on the device."""
+
+    name: str
+    category: Category
+    flops: float
+    reads: tuple[TensorRead, ...]
+    write_bytes: float = 0.0
+    m_tokens: int = 0  # GEMM rows for the efficiency curve; 0 when not a GEMM
+    dtype: str = "bf16"
+    layer: int = -1
+    stream: int = 0  # kernels on different streams may run side by side
