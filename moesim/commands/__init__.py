@@ -1,0 +1,1 @@
+"""Click command modules, one per area; moesim.cli assembles them into the `moesim` group."""

@@ -1,0 +1,135 @@
+"""`moesim models` and `moesim profiles`: what is bundled, and deriving profiles for hardware you do not have."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from moesim.commands.common import emit_json, handle_errors
+
+
+@click.command("models")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@handle_errors
+def models_command(as_json: bool) -> None:
+    """List the bundled model catalogue with computed parameter counts.
+
+    Example: moesim models --json
+    """
+    from moesim.simulator.catalogue import list_models, load_model
+    from moesim.simulator.model_spec import param_counts
+
+    rows = []
+    for name in list_models():
+        spec = load_model(name)
+        counts = param_counts(spec)
+        rows.append(
+            {
+                "name": name,
+                "layers": spec.n_layers,
+                "hidden": spec.hidden,
+                "experts": spec.n_experts,
+                "top_k": spec.top_k,
+                "shared_experts": spec.n_shared_experts,
+                "expert_width": spec.expert_width,
+                "weight_format": spec.expert_weight_format or spec.weight_format,
+                "total_params": counts.total,
+                "active_params": counts.active,
+                "published_total_params": spec.published_total_params,
+                "published_active_params": spec.published_active_params,
+            }
+        )
+    if as_json:
+        emit_json({"models": rows})
+        return
+    table = Table(title="moesim model catalogue")
+    for column in ("name", "layers", "experts", "top-k", "shared", "expert width", "format", "total", "active"):
+        table.add_column(column, justify="left" if column == "name" else "right")
+    for row in rows:
+        table.add_row(
+            row["name"],
+            str(row["layers"]),
+            str(row["experts"] or "dense"),
+            str(row["top_k"] or "-"),
+            str(row["shared_experts"]),
+            str(row["expert_width"] or "-"),
+            str(row["weight_format"]),
+            f"{row['total_params'] / 1e9:.1f}B",
+            f"{row['active_params'] / 1e9:.2f}B",
+        )
+    Console().print(table)
+
+
+@click.group("profiles", invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_context
+@handle_errors
+def profiles_group(ctx: click.Context, as_json: bool) -> None:
+    """List bundled hardware profiles, or derive one for hardware you do not have.
+
+    Example: moesim profiles --json
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from moesim.simulator.hardware import list_profiles, load_profile
+
+    rows = []
+    for name in list_profiles():
+        profile = load_profile(name)
+        sheet = profile.datasheet
+        rows.append(
+            {
+                "name": name,
+                "device": sheet.device_name,
+                "memory_bandwidth_gbps": sheet.memory_bandwidth_gbps,
+                "memory_capacity_bytes": sheet.memory_capacity_bytes,
+                "last_level_cache_bytes": sheet.last_level_cache_bytes,
+                "peak_dense_tflops": dict(sheet.peak_dense_tflops),
+                "provenance": profile.provenance.kind,
+            }
+        )
+    if as_json:
+        emit_json({"profiles": rows})
+        return
+    table = Table(title="moesim hardware profiles")
+    for column in ("name", "device", "memory GB/s", "memory GB", "LLC MB", "bf16 TFLOP/s", "provenance"):
+        table.add_column(column, justify="left" if column in ("name", "device", "provenance") else "right")
+    for row in rows:
+        peaks = row["peak_dense_tflops"]
+        table.add_row(
+            row["name"],
+            row["device"],
+            f"{row['memory_bandwidth_gbps']:.0f}",
+            f"{row['memory_capacity_bytes'] / 1e9:.0f}",
+            f"{row['last_level_cache_bytes'] / 2**20:.0f}",
+            f"{peaks.get('bf16', max(peaks.values())):.0f}",
+            row["provenance"],
+        )
+    Console().print(table)
+
+
+@profiles_group.command("derive")
+@click.option("--from", "source", required=True, help="A measured profile (name or path) whose efficiencies to transfer.")
+@click.option("--to", "target", required=True, help="Target: a bundled profile name or a TOML file with a [datasheet].")
+@click.option("--name", default=None, help="Name of the derived profile (default: the target's name + '-derived').")
+@click.option("--output", required=True, type=click.Path(dir_okay=False), help="Where to write the derived profile.")
+@handle_errors
+def derive_command(source: str, target: str, name: str | None, output: str) -> None:
+    """Derive a profile for hardware you do not have from one you measured.
+
+    Example: moesim profiles derive --from cpu.toml --to h200 --output h200-from-cpu.toml
+    """
+    from pathlib import Path
+
+    from moesim.simulator.derive import datasheet_from_file, derive_profile
+    from moesim.simulator.hardware import list_profiles, load_profile, save_profile
+
+    measured = load_profile(source)
+    target_sheet = load_profile(target) if target in list_profiles() else datasheet_from_file(target)
+    target_name = name or f"{Path(target).stem}-derived"
+    derived = derive_profile(measured, target_sheet, target_name)
+    save_profile(derived, output)
+    click.echo(f"wrote {output}: {target_name} derived from {measured.name}")
+    for assumption in derived.provenance.assumptions:
+        click.echo(f"  assumption: {assumption}")

@@ -1,0 +1,137 @@
+"""What every command shares: turning user errors into one line, JSON output, and model/hardware options."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from moesim.errors import MoesimError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+USER_ERROR_EXIT_CODE = 2
+
+
+def fail(message: str) -> None:
+    """Print one error line and exit non-zero."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(USER_ERROR_EXIT_CODE)
+
+
+def handle_errors(func: F) -> F:
+    """Run a command so that user-caused problems end in one clear line and a non-zero exit."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except MoesimError as error:
+            fail(str(error))
+        except FileNotFoundError as error:
+            fail(f"{error.filename}: no such file (check the path)")
+        except IsADirectoryError as error:
+            fail(f"{error.filename}: is a directory, expected a file")
+        except PermissionError as error:
+            fail(f"{error.filename}: permission denied")
+        except KeyboardInterrupt:
+            fail("interrupted; nothing half-written was left behind")
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: write them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
+
+
+def emit_json(data: Any) -> None:
+    """Print `data` as JSON on stdout."""
+    click.echo(json.dumps(_finite(data), indent=2, default=_json_default))
+
+
+def parse_int_list(field: str, text: str) -> list[int]:
+    """Parse '1,2,4' (or a range '1-8') into positive integers, naming the flag on error."""
+    values: list[int] = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part[1:]:
+                low, high = part.split("-", 1)
+                values.extend(range(int(low), int(high) + 1))
+            elif part:
+                values.append(int(part))
+    except ValueError:
+        raise MoesimError(field, f"expected integers like 1,2,4 or 1-8, got {text!r}") from None
+    if not values:
+        raise MoesimError(field, "needs at least one value")
+    bad = [value for value in values if value < 1]
+    if bad:
+        raise MoesimError(field, f"values must be ≥ 1, got {bad[0]}")
+    return values
+
+
+def parse_float_list(field: str, text: str) -> list[float]:
+    """Parse '0.5,0.3' into floats, naming the flag on error."""
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise MoesimError(field, f"expected numbers like 0.5,0.3, got {text!r}") from None
+
+
+def model_options(func: F) -> F:
+    """--model / --model-config plus one flag per overridable model field (hypothetical designs)."""
+    from moesim.simulator.catalogue import OVERRIDE_OPTIONS
+
+    for flag, field, kind, help_text in reversed(OVERRIDE_OPTIONS):
+        func = click.option(flag, field, type=kind, default=None, help=help_text)(func)
+    func = click.option(
+        "--model-config",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="A Hugging Face config.json (or a catalogue-style .toml) describing the model.",
+    )(func)
+    func = click.option("--model", "model_name", default=None, help="Catalogue model name (see `moesim models`).")(
+        func
+    )
+    return func
+
+
+def resolve_model(model_name: str | None, model_config: str | None, options: dict[str, Any]) -> Any:
+    """Load the named or imported model and apply any override flags present in `options`."""
+    from moesim.simulator.catalogue import OVERRIDE_OPTIONS, apply_overrides, load_model
+
+    if (model_name is None) == (model_config is None):
+        raise MoesimError("--model", "give exactly one of --model NAME or --model-config PATH")
+    spec = load_model(model_name if model_name is not None else str(model_config))
+    overrides = {field: options[field] for _, field, _, _ in OVERRIDE_OPTIONS if options.get(field) is not None}
+    return apply_overrides(spec, overrides) if overrides else spec
+
+
+def hardware_option(func: F) -> F:
+    """--hardware NAME|PATH."""
+    return click.option(
+        "--hardware",
+        default="h200",
+        show_default=True,
+        help="Hardware profile: a bundled name (see `moesim profiles`) or a path to a profile .toml.",
+    )(func)
