@@ -93,7 +93,7 @@ def profiles_group(ctx: click.Context, as_json: bool) -> None:
         emit_json({"profiles": rows})
         return
     table = Table(title="moesim hardware profiles")
-    for column in ("name", "device", "memory GB/s", "memory GB", "LLC MB", "bf16 TFLOP/s", "provenance"):
+    for column in ("name", "device", "memory GB/s", "memory GiB", "LLC MiB", "bf16 TFLOP/s", "provenance"):
         table.add_column(column, justify="left" if column in ("name", "device", "provenance") else "right")
     for row in rows:
         peaks = row["peak_dense_tflops"]
@@ -101,7 +101,7 @@ def profiles_group(ctx: click.Context, as_json: bool) -> None:
             row["name"],
             row["device"],
             f"{row['memory_bandwidth_gbps']:.0f}",
-            f"{row['memory_capacity_bytes'] / 1e9:.0f}",
+            f"{row['memory_capacity_bytes'] / 2**30:.0f}",
             f"{row['last_level_cache_bytes'] / 2**20:.0f}",
             f"{peaks.get('bf16', max(peaks.values())):.0f}",
             row["provenance"],
@@ -122,13 +122,13 @@ def derive_command(source: str, target: str, name: str | None, output: str) -> N
     """
     from pathlib import Path
 
-    from moesim.simulator.derive import datasheet_from_file, derive_profile
-    from moesim.simulator.hardware import list_profiles, load_profile, save_profile
+    from moesim.simulator.derive import derive_profile, load_derive_target
+    from moesim.simulator.hardware import load_profile, save_profile
 
     measured = load_profile(source)
-    target_sheet = load_profile(target) if target in list_profiles() else datasheet_from_file(target)
+    target_profile = load_derive_target(target)
     target_name = name or f"{Path(target).stem}-derived"
-    derived = derive_profile(measured, target_sheet, target_name)
+    derived = derive_profile(measured, target_profile, target_name, node=target_profile.node)
     save_profile(derived, output)
     click.echo(f"wrote {output}: {target_name} derived from {measured.name}")
     for assumption in derived.provenance.assumptions:

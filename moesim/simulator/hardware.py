@@ -6,10 +6,29 @@ are fitted. Units are in the field names; `_gbps` means 1e9 bytes per second.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+import difflib
+import itertools
+import math
+import os
+import sys
+from dataclasses import dataclass, field, fields
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+import tomli_w
+
+from moesim.atomic import atomic_write_text
+from moesim.errors import MoesimError
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 
 @dataclass(frozen=True)
@@ -23,6 +42,9 @@ class Datasheet:
     peak_dense_tflops: dict[str, float]  # dtype -> dense (non-sparse) peak, e.g. {"bf16": 989, "fp8": 1979}
     compute_units: int = 0  # SMs / CUs / cores
     scale_up_link_gbps: float = 0.0  # per GPU, one direction
+    vendor: str = ""  # "nvidia", "amd", "intel", ...: selects per-vendor defaults in assumptions.py
+    device_kind: Literal["gpu", "cpu"] = "gpu"  # a CPU profile comes from calibration, never a datasheet
+    cache_partitions: int = 1  # halves / dies the last-level cache is split into (A100/H100: 2)
 
 
 @dataclass(frozen=True)
@@ -88,6 +110,11 @@ class HardwareProfile:
     fit_quality: dict[str, dict[str, float]] = field(default_factory=dict)  # parameter -> {r2, rmse, ...}
 
     @property
+    def is_cpu(self) -> bool:
+        """True for a profile of a CPU (calibrated on one), whose "HBM" is DRAM and "launch" is dispatch."""
+        return self.datasheet.device_kind == "cpu" or self.provenance.software.get("device", "") == "cpu"
+
+    @property
     def memory_bandwidth_bytes_per_s(self) -> float:
         """Achieved streaming bandwidth from device memory."""
         return self.datasheet.memory_bandwidth_gbps * 1e9 * self.empirical.memory_bandwidth_fraction
@@ -97,3 +124,398 @@ class HardwareProfile:
         peaks = self.datasheet.peak_dense_tflops
         tflops = peaks.get(dtype, peaks.get("bf16", next(iter(peaks.values()))))
         return tflops * 1e12
+
+
+# --- Profile files ------------------------------------------------------------------------------------------
+#
+# One TOML file per accelerator: [datasheet] (facts), [empirical] (cost-model parameters), [node],
+# [provenance], optional [fit_quality.<param>]. Bundled files live in moesim/hardware_profiles/, measured
+# ones in moesim/hardware_profiles/measured/ (addressed as "measured/<name>").
+
+PROFILE_SUFFIX = ".toml"
+MEASURED_PREFIX = "measured/"
+_PROFILE_KINDS = ("datasheet", "measured", "derived")
+_DEVICE_KINDS = ("gpu", "cpu")
+_BYTES_FIELDS = (
+    "memory_capacity_bytes",
+    "last_level_cache_bytes",
+    "cache_effective_bytes",
+    "half_bandwidth_transfer_bytes",
+)
+
+
+def _bundled_dir() -> Traversable:
+    return resources.files("moesim").joinpath("hardware_profiles")
+
+
+def _plain_number(key: str, value: float) -> float | int:
+    """Byte counts are written as integers when they are whole, so files read as exact sizes."""
+    if key in _BYTES_FIELDS and float(value).is_integer():
+        return int(value)
+    return float(value)
+
+
+def profile_to_dict(p: HardwareProfile) -> dict[str, Any]:
+    """The profile as plain TOML-ready data (the inverse of `profile_from_dict`)."""
+    ds = p.datasheet
+    datasheet: dict[str, Any] = {
+        "device_name": ds.device_name,
+        "vendor": ds.vendor,
+        "device_kind": ds.device_kind,
+        "memory_bandwidth_gbps": float(ds.memory_bandwidth_gbps),
+        "memory_capacity_bytes": _plain_number("memory_capacity_bytes", ds.memory_capacity_bytes),
+        "last_level_cache_bytes": _plain_number("last_level_cache_bytes", ds.last_level_cache_bytes),
+        "cache_partitions": int(ds.cache_partitions),
+        "compute_units": int(ds.compute_units),
+        "scale_up_link_gbps": float(ds.scale_up_link_gbps),
+        "peak_dense_tflops": {k: float(v) for k, v in ds.peak_dense_tflops.items()},
+    }
+    em = p.empirical
+    empirical: dict[str, Any] = {}
+    for f in fields(Empirical):
+        if f.name == "gemm_efficiency":
+            continue
+        empirical[f.name] = _plain_number(f.name, getattr(em, f.name))
+    empirical["gemm_efficiency"] = {
+        "m_tokens": [float(m) for m in em.gemm_efficiency.m_tokens],
+        "efficiency": [float(e) for e in em.gemm_efficiency.efficiency],
+    }
+    node = {
+        "gpus_per_node": int(p.node.gpus_per_node),
+        "scale_up_bandwidth_gbps": float(p.node.scale_up_bandwidth_gbps),
+        "scale_up_latency_us": float(p.node.scale_up_latency_us),
+        "scale_out_bandwidth_gbps": float(p.node.scale_out_bandwidth_gbps),
+        "scale_out_latency_us": float(p.node.scale_out_latency_us),
+    }
+    pv = p.provenance
+    provenance: dict[str, Any] = {
+        "kind": pv.kind,
+        "source": pv.source,
+        "date": pv.date,
+        "assumptions": list(pv.assumptions),
+        "software": dict(pv.software),
+    }
+    out: dict[str, Any] = {
+        "name": p.name,
+        "datasheet": datasheet,
+        "empirical": empirical,
+        "node": node,
+        "provenance": provenance,
+    }
+    if p.fit_quality:
+        out["fit_quality"] = {k: {m: float(v) for m, v in q.items()} for k, q in p.fit_quality.items()}
+    return out
+
+
+class _Reader:
+    """Validates one section of a profile dict, naming the file and the dotted field in every error."""
+
+    def __init__(self, source: str, section: str, data: Any, allowed: tuple[str, ...]) -> None:
+        self.source = source
+        self.section = section
+        if not isinstance(data, dict):
+            raise self.error(section, "must be a table", f"add a [{section}] section")
+        unknown = sorted(set(data) - set(allowed))
+        if unknown:
+            raise self.error(
+                f"{section}.{unknown[0]}", "is not a known field", f"known fields: {', '.join(allowed)}"
+            )
+        self.data: dict[str, Any] = data
+
+    def error(self, dotted: str, problem: str, fix: str = "") -> MoesimError:
+        return MoesimError(f"{self.source}: {dotted}", problem, fix)
+
+    def _get(self, key: str, default: Any) -> Any:
+        if key in self.data:
+            return self.data[key]
+        if default is _REQUIRED:
+            raise self.error(f"{self.section}.{key}", "is missing", "add it to the file")
+        return default
+
+    def number(
+        self,
+        key: str,
+        *,
+        minimum: float = 0.0,
+        strict: bool = True,
+        maximum: float | None = None,
+        default: Any = None,
+    ) -> float:
+        """A finite number > minimum (or >= when not strict), optionally <= maximum."""
+        value = self._get(key, _REQUIRED if default is None else default)
+        return _check_number(value, f"{self.section}.{key}", self, minimum, strict, maximum)
+
+    def integer(self, key: str, *, minimum: int, default: Any = None) -> int:
+        dotted = f"{self.section}.{key}"
+        value = self._get(key, _REQUIRED if default is None else default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.error(dotted, f"must be a whole number, got {value!r}")
+        if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+            raise self.error(dotted, f"must be a whole number, got {value!r}")
+        if value < minimum:
+            raise self.error(dotted, f"must be >= {minimum}, got {value!r}")
+        return int(value)
+
+    def string(
+        self, key: str, *, default: Any = None, choices: tuple[str, ...] = (), nonempty: bool = False
+    ) -> str:
+        dotted = f"{self.section}.{key}"
+        value = self._get(key, _REQUIRED if default is None else default)
+        if not isinstance(value, str):
+            raise self.error(dotted, f"must be a string, got {value!r}")
+        if choices and value not in choices:
+            raise self.error(dotted, f"must be one of {', '.join(choices)}, got {value!r}")
+        if nonempty and not value.strip():
+            raise self.error(dotted, "must not be empty")
+        return value
+
+
+_REQUIRED = object()
+
+
+def _check_number(
+    value: Any, dotted: str, reader: _Reader, minimum: float, strict: bool, maximum: float | None
+) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise reader.error(dotted, f"must be a number, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise reader.error(dotted, f"must be finite, got {value!r}")
+    if strict and not number > minimum:
+        raise reader.error(dotted, f"must be > {minimum:g}, got {value!r}")
+    if not strict and not number >= minimum:
+        raise reader.error(dotted, f"must be >= {minimum:g}, got {value!r}")
+    if maximum is not None and number > maximum:
+        raise reader.error(dotted, f"must be <= {maximum:g}, got {value!r}")
+    return number
+
+
+def _read_datasheet(source: str, data: Any) -> Datasheet:
+    r = _Reader(source, "datasheet", data, tuple(f.name for f in fields(Datasheet)))
+    peaks_raw = r._get("peak_dense_tflops", _REQUIRED)
+    if not isinstance(peaks_raw, dict) or not peaks_raw:
+        raise r.error(
+            "datasheet.peak_dense_tflops",
+            "must be a non-empty table of dtype = dense TFLOP/s",
+            "e.g. [datasheet.peak_dense_tflops] with bf16 = 989.0",
+        )
+    peaks: dict[str, float] = {}
+    for dtype, value in peaks_raw.items():
+        peaks[str(dtype)] = _check_number(value, f"datasheet.peak_dense_tflops.{dtype}", r, 0.0, True, None)
+    device_kind = r.string("device_kind", default="gpu", choices=_DEVICE_KINDS)
+    return Datasheet(
+        device_name=r.string("device_name", nonempty=True),
+        memory_bandwidth_gbps=r.number("memory_bandwidth_gbps"),
+        memory_capacity_bytes=r.number("memory_capacity_bytes"),
+        last_level_cache_bytes=r.number("last_level_cache_bytes"),
+        peak_dense_tflops=peaks,
+        compute_units=r.integer("compute_units", minimum=0, default=0),
+        scale_up_link_gbps=r.number("scale_up_link_gbps", strict=False, default=0.0),
+        vendor=r.string("vendor", default=""),
+        device_kind="cpu" if device_kind == "cpu" else "gpu",
+        cache_partitions=r.integer("cache_partitions", minimum=1, default=1),
+    )
+
+
+def datasheet_from_dict(d: Any, source: str) -> Datasheet:
+    """Validate a [datasheet] table (errors name `source` and the field)."""
+    return _read_datasheet(source, d)
+
+
+def _read_gemm_efficiency(r: _Reader) -> GemmEfficiency:
+    dotted = "empirical.gemm_efficiency"
+    raw = r._get("gemm_efficiency", _REQUIRED)
+    g = _Reader(r.source, dotted, raw, ("m_tokens", "efficiency"))
+    arrays: dict[str, list[float]] = {}
+    for key in ("m_tokens", "efficiency"):
+        values = g._get(key, _REQUIRED)
+        if not isinstance(values, list) or not values:
+            raise g.error(f"{dotted}.{key}", "must be a non-empty array of numbers")
+        arrays[key] = [
+            _check_number(v, f"{dotted}.{key}[{i}]", g, 0.0, True, 1.0 if key == "efficiency" else None)
+            for i, v in enumerate(values)
+        ]
+    m, eff = arrays["m_tokens"], arrays["efficiency"]
+    if len(m) != len(eff):
+        raise g.error(
+            dotted,
+            f"m_tokens has {len(m)} entries but efficiency has {len(eff)}",
+            "give one efficiency per token count",
+        )
+    if any(b <= a for a, b in itertools.pairwise(m)):
+        raise g.error(f"{dotted}.m_tokens", "must be strictly increasing")
+    if m[0] < 1.0:
+        raise g.error(f"{dotted}.m_tokens", f"must start at >= 1 token, got {m[0]!r}")
+    return GemmEfficiency(m_tokens=tuple(m), efficiency=tuple(eff))
+
+
+def _read_empirical(source: str, data: Any) -> Empirical:
+    r = _Reader(source, "empirical", data, tuple(f.name for f in fields(Empirical)))
+    return Empirical(
+        memory_bandwidth_fraction=r.number("memory_bandwidth_fraction", maximum=1.0),
+        cache_bandwidth_gbps=r.number("cache_bandwidth_gbps"),
+        cache_effective_bytes=r.number("cache_effective_bytes", strict=False),
+        half_bandwidth_transfer_bytes=r.number("half_bandwidth_transfer_bytes", strict=False),
+        kernel_fixed_latency_us=r.number("kernel_fixed_latency_us", strict=False),
+        launch_eager_us=r.number("launch_eager_us", strict=False),
+        launch_graph_gap_us=r.number("launch_graph_gap_us", strict=False),
+        graph_launch_us=r.number("graph_launch_us", strict=False),
+        sync_us=r.number("sync_us", strict=False),
+        gemm_efficiency=_read_gemm_efficiency(r),
+        elementwise_bandwidth_fraction=r.number("elementwise_bandwidth_fraction", default=1.0),
+    )
+
+
+def _read_node(source: str, data: Any) -> NodeSpec:
+    r = _Reader(source, "node", data, tuple(f.name for f in fields(NodeSpec)))
+    return NodeSpec(
+        gpus_per_node=r.integer("gpus_per_node", minimum=1),
+        scale_up_bandwidth_gbps=r.number("scale_up_bandwidth_gbps", strict=False),
+        scale_up_latency_us=r.number("scale_up_latency_us", strict=False),
+        scale_out_bandwidth_gbps=r.number("scale_out_bandwidth_gbps", strict=False),
+        scale_out_latency_us=r.number("scale_out_latency_us", strict=False),
+    )
+
+
+def _read_provenance(source: str, data: Any) -> Provenance:
+    r = _Reader(source, "provenance", data, tuple(f.name for f in fields(Provenance)))
+    kind = r.string("kind", choices=_PROFILE_KINDS)
+    software_raw = r._get("software", {})
+    if not isinstance(software_raw, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in software_raw.items()
+    ):
+        raise r.error("provenance.software", 'must be a table of name = "version" strings')
+    assumptions_raw = r._get("assumptions", [])
+    if not isinstance(assumptions_raw, list) or not all(isinstance(a, str) for a in assumptions_raw):
+        raise r.error("provenance.assumptions", "must be an array of strings")
+    return Provenance(
+        kind="datasheet" if kind == "datasheet" else "measured" if kind == "measured" else "derived",
+        source=r.string("source", nonempty=True),
+        date=r.string("date", default=""),
+        software=dict(software_raw),
+        assumptions=tuple(assumptions_raw),
+    )
+
+
+def _read_fit_quality(source: str, data: Any) -> dict[str, dict[str, float]]:
+    if not isinstance(data, dict):
+        raise MoesimError(f"{source}: fit_quality", "must be a table of [fit_quality.<parameter>] tables")
+    out: dict[str, dict[str, float]] = {}
+    for param, metrics in data.items():
+        r = _Reader(
+            source, f"fit_quality.{param}", metrics, tuple(metrics) if isinstance(metrics, dict) else ()
+        )
+        out[param] = {
+            m: _check_number(v, f"fit_quality.{param}.{m}", r, -math.inf, True, None)
+            for m, v in metrics.items()
+        }
+    return out
+
+
+_TOP_LEVEL = ("name", "datasheet", "empirical", "node", "provenance", "fit_quality")
+
+
+def profile_from_dict(d: dict[str, Any], source: str) -> HardwareProfile:
+    """Build and validate a profile from TOML data; `source` (a file name) prefixes every error message."""
+    if not isinstance(d, dict):
+        raise MoesimError(source, "is not a table of profile sections")
+    unknown = sorted(set(d) - set(_TOP_LEVEL))
+    if unknown:
+        raise MoesimError(
+            f"{source}: {unknown[0]}", "is not a known section", f"known sections: {', '.join(_TOP_LEVEL)}"
+        )
+    for section in ("datasheet", "empirical", "node", "provenance"):
+        if section not in d:
+            raise MoesimError(f"{source}: {section}", "section is missing", f"add a [{section}] table")
+    default_name = Path(source).name.removesuffix(PROFILE_SUFFIX)
+    name = d.get("name", default_name)
+    if not isinstance(name, str) or not name.strip():
+        raise MoesimError(f"{source}: name", f"must be a non-empty string, got {name!r}")
+    return HardwareProfile(
+        name=name,
+        datasheet=_read_datasheet(source, d["datasheet"]),
+        empirical=_read_empirical(source, d["empirical"]),
+        provenance=_read_provenance(source, d["provenance"]),
+        node=_read_node(source, d["node"]),
+        fit_quality=_read_fit_quality(source, d.get("fit_quality", {})),
+    )
+
+
+def parse_toml(text: str, source: str) -> dict[str, Any]:
+    """Parse TOML text, turning syntax errors into a MoesimError naming the file."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise MoesimError(
+            source, f"is not valid TOML: {exc}", "fix the syntax or regenerate the file"
+        ) from exc
+
+
+def _bundled_names() -> tuple[list[str], list[str]]:
+    root = _bundled_dir()
+    plain = sorted(
+        e.name.removesuffix(PROFILE_SUFFIX)
+        for e in root.iterdir()
+        if e.is_file() and e.name.endswith(PROFILE_SUFFIX)
+    )
+    measured_dir = root.joinpath("measured")
+    measured = []
+    if measured_dir.is_dir():
+        measured = sorted(
+            MEASURED_PREFIX + e.name.removesuffix(PROFILE_SUFFIX)
+            for e in measured_dir.iterdir()
+            if e.is_file() and e.name.endswith(PROFILE_SUFFIX)
+        )
+    return plain, measured
+
+
+def list_profiles() -> list[str]:
+    """Names of the bundled profiles: datasheet ones first, then `measured/<name>` ones."""
+    plain, measured = _bundled_names()
+    return plain + measured
+
+
+def load_profile(name_or_path: str) -> HardwareProfile:
+    """Load a bundled profile by name (`h200`, `measured/h200`) or any profile file by path."""
+    known = list_profiles()
+    name = name_or_path.strip().lower()
+    if name in known:
+        *subdirs, stem = name.split("/")
+        entry = _bundled_dir().joinpath(*subdirs, stem + PROFILE_SUFFIX)
+        source = name + PROFILE_SUFFIX
+        return profile_from_dict(parse_toml(entry.read_text(encoding="utf-8"), source), source)
+    if name_or_path.endswith(PROFILE_SUFFIX) or "/" in name_or_path or os.sep in name_or_path:
+        path = Path(name_or_path).expanduser()
+        if not path.is_file():
+            raise MoesimError(
+                "hardware",
+                f"profile file {name_or_path} does not exist",
+                "give a path to a .toml profile or a bundled name (see `moesim profiles`)",
+            )
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise MoesimError("hardware", f"cannot read {name_or_path}: {exc}") from exc
+        return profile_from_dict(parse_toml(text, name_or_path), name_or_path)
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    raise MoesimError(
+        "hardware",
+        f"unknown hardware profile {name_or_path!r}",
+        f"{hint}known: {', '.join(known)}; or give a path to a .toml file",
+    )
+
+
+def render_profile(profile: HardwareProfile, header: str = "") -> str:
+    """The profile as TOML text, validated first so an invalid profile is never written."""
+    data = profile_to_dict(profile)
+    profile_from_dict(data, f"profile {profile.name}")
+    text = tomli_w.dumps(data)
+    if header:
+        text = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines()) + "\n" + text
+    return text
+
+
+def save_profile(profile: HardwareProfile, path: str | os.PathLike[str], header: str = "") -> None:
+    """Write the profile as TOML atomically (a reader never sees half a file; failure leaves the old one)."""
+    atomic_write_text(path, render_profile(profile, header))
