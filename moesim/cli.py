@@ -5,7 +5,11 @@ from __future__ import annotations
 import click
 
 from moesim import __version__
+from moesim.commands.calibrate import calibrate_command
 from moesim.commands.catalog import models_command, profiles_group
+from moesim.commands.routing import routing_group
+from moesim.commands.simulate import layer_command, simulate_command, sweep_command
+from moesim.commands.validate import validate_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -15,14 +19,24 @@ def cli() -> None:
 
     \b
     Start here:
+      moesim sweep                     # every bundled model on an H200 profile, SD speedup vs batch
       moesim simulate --model qwen3-30b-a3b --hardware h200 --batch 1 --draft-len 3
-      moesim sweep --model qwen3-30b-a3b,mixtral-8x7b --hardware h200 --plot speedup.png
       moesim calibrate --device cpu --quick --output cpu.toml
+      moesim validate --profile cpu.toml --device cpu --quick
     """
 
 
-cli.add_command(models_command)
-cli.add_command(profiles_group)
+for command in (
+    simulate_command,
+    sweep_command,
+    layer_command,
+    models_command,
+    profiles_group,
+    routing_group,
+    calibrate_command,
+    validate_command,
+):
+    cli.add_command(command)
 
 
 def main() -> None:

@@ -18,12 +18,13 @@ def models_command(as_json: bool) -> None:
     Example: moesim models --json
     """
     from moesim.simulator.catalogue import list_models, load_model
-    from moesim.simulator.model_spec import param_counts
+    from moesim.simulator.model_spec import param_counts, params_as_published
 
     rows = []
     for name in list_models():
         spec = load_model(name)
         counts = param_counts(spec)
+        total, active = params_as_published(spec)
         rows.append(
             {
                 "name": name,
@@ -34,8 +35,9 @@ def models_command(as_json: bool) -> None:
                 "shared_experts": spec.n_shared_experts,
                 "expert_width": spec.expert_width,
                 "weight_format": spec.expert_weight_format or spec.weight_format,
-                "total_params": counts.total,
-                "active_params": counts.active,
+                "total_params": total,
+                "active_params": active,
+                "active_params_with_embeddings": counts.active,
                 "published_total_params": spec.published_total_params,
                 "published_active_params": spec.published_active_params,
             }
