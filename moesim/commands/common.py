@@ -135,3 +135,10 @@ def hardware_option(func: F) -> F:
         show_default=True,
         help="Hardware profile: a bundled name (see `moesim profiles`) or a path to a profile .toml.",
     )(func)
+
+
+def make_console() -> Any:
+    """A rich console that keeps tables readable when output is piped (rich would otherwise assume 80 columns)."""
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 140)

@@ -82,4 +82,6 @@ def _check(n_experts: int, top_k: int, batch: int, tokens_per_seq: int) -> None:
     if not 1 <= top_k <= n_experts:
         raise MoesimError("top_k", f"must be between 1 and the expert count {n_experts}, got {top_k}")
     if batch < 1 or tokens_per_seq < 1:
-        raise MoesimError("batch", f"batch and tokens per sequence must be ≥ 1, got {batch} and {tokens_per_seq}")
+        raise MoesimError(
+            "batch", f"batch and tokens per sequence must be ≥ 1, got {batch} and {tokens_per_seq}"
+        )

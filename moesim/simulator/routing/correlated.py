@@ -1,0 +1,362 @@
+"""Correlated routing: popularity skew, short- and long-range reuse within a sequence, group-limited routing.
+
+The generative process, per MoE layer (sequences are independent of each other). Token t of sequence s
+chooses its k experts as the top-k of noisy router logits
+
+    l_{t,e} = log p_e + sigma · (√λ · z_{s,e} + √(1 − λ) · y_{t,e}) + g_{t,e},
+
+with p the layer's popularity, g i.i.d. Gumbel noise (so with sigma = 0 tokens draw k experts without
+repeats ∝ p, independently), z_s a standard normal vector fixed per sequence (long range: the sequence keeps
+returning to its own experts; λ = `sequence_share`), and y_t an AR(1) standard normal process with
+coefficient ρ = `token_corr` from the previous token (short range). In a draft tree the previous token is
+the parent node, so branches share their prefix. Overlap at distance d therefore depends on the latent
+correlation λ + (1 − λ)ρ^d: it decays with distance to a plateau (set by λ) above the baseline (sigma = 0 or
+independent sequences). Group-limited routing (DeepSeek-style): each group scores the sum of its two best
+logits, the token keeps its `topk_groups` best groups and takes the top-k experts within them.
+
+Mean distinct experts for B sequences is exact given the per-expert miss probabilities of one sequence,
+q_e(T) = P(e unused by T tokens): E = Σ_e 1 − q_e(T)^B. q_e(T) is estimated once per layer from a seeded bank
+of simulated sequences and cached, so `expected_distinct` costs microseconds after the first call.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from moesim.errors import MoesimError
+from moesim.simulator.routing.base import DistinctExperts
+
+Placement = Literal["contiguous", "round_robin"]
+
+BANK_SEQUENCES = 1024
+BANK_MIN_TOKENS = 17
+
+
+@dataclass(frozen=True)
+class LayerRouting:
+    """Fitted routing parameters of one MoE layer (see the module docstring for their meaning)."""
+
+    popularity: tuple[float, ...]
+    top_k: int
+    sigma: float = 0.0
+    sequence_share: float = 0.0
+    token_corr: float = 0.0
+    n_groups: int = 1
+    topk_groups: int = 1
+
+    def __post_init__(self) -> None:
+        n = len(self.popularity)
+        if n < 1:
+            raise MoesimError("popularity", "needs at least one expert")
+        if not 1 <= self.top_k <= n:
+            raise MoesimError("top_k", f"must be between 1 and the expert count {n}, got {self.top_k}")
+        if any(not np.isfinite(p) or p <= 0 for p in self.popularity):
+            raise MoesimError("popularity", "weights must be finite and positive")
+        if not (np.isfinite(self.sigma) and self.sigma >= 0):
+            raise MoesimError("sigma", f"must be ≥ 0, got {self.sigma}")
+        if not 0.0 <= self.sequence_share <= 1.0:
+            raise MoesimError("sequence_share", f"must be between 0 and 1, got {self.sequence_share}")
+        if not 0.0 <= self.token_corr <= 1.0:
+            raise MoesimError("token_corr", f"must be between 0 and 1, got {self.token_corr}")
+        if self.n_groups < 1 or n % self.n_groups:
+            raise MoesimError("n_groups", f"must divide the expert count {n}, got {self.n_groups}")
+        if not 1 <= self.topk_groups <= self.n_groups:
+            raise MoesimError("topk_groups", f"must be between 1 and n_groups={self.n_groups}")
+        if self.topk_groups * (n // self.n_groups) < self.top_k:
+            raise MoesimError(
+                "topk_groups", "the selected groups hold fewer experts than top_k", "raise topk_groups"
+            )
+
+    @property
+    def n_experts(self) -> int:
+        return len(self.popularity)
+
+    @property
+    def group_limited(self) -> bool:
+        return self.topk_groups < self.n_groups
+
+    def weights(self) -> np.ndarray:
+        p = np.asarray(self.popularity, dtype=float)
+        return p / p.sum()
+
+    @classmethod
+    def uniform(cls, n_experts: int, top_k: int, **kwargs: float | int) -> LayerRouting:
+        return cls(popularity=(1.0 / n_experts,) * n_experts, top_k=top_k, **kwargs)  # type: ignore[arg-type]
+
+
+def chain_parents(tokens: int) -> tuple[int, ...]:
+    """Parent indices of a linear chain of `tokens` tokens (-1: the first token has no previous token)."""
+    return tuple(range(-1, tokens - 1))
+
+
+def _check_parents(parents: Sequence[int]) -> None:
+    if len(parents) < 1:
+        raise MoesimError("tree", "needs at least one token")
+    for i, parent in enumerate(parents):
+        if not -1 <= parent < i:
+            raise MoesimError(
+                "tree", f"node {i} has parent {parent}; parents must come before their children"
+            )
+
+
+def sample_sequences(
+    layer: LayerRouting, parents: Sequence[int], n_sequences: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Expert ids [n_sequences, tokens, k] of independent sequences (or draft trees given by `parents`)."""
+    _check_parents(parents)
+    n, k = layer.n_experts, layer.top_k
+    log_p = np.log(layer.weights()).astype(np.float32)
+    sigma, share, rho = layer.sigma, layer.sequence_share, layer.token_corr
+    shape = (n_sequences, n)
+    sequence_part = (
+        sigma * np.sqrt(share) * rng.standard_normal(shape, dtype=np.float32)
+        if sigma > 0 and share > 0
+        else 0.0
+    )
+    token_scale = sigma * np.sqrt(1.0 - share)
+    needed = set(parents)
+    states: dict[int, np.ndarray] = {}
+    group_size = n // layer.n_groups
+    out = np.empty((n_sequences, len(parents), k), dtype=np.int32)
+    for t, parent in enumerate(parents):
+        exponential = np.maximum(rng.standard_exponential(shape, dtype=np.float32), np.float32(1e-30))
+        logits = log_p - np.log(exponential)  # + Gumbel noise
+        logits += sequence_part
+        if token_scale > 0:
+            noise = rng.standard_normal(shape, dtype=np.float32)
+            state = noise if parent < 0 or rho == 0 else rho * states[parent] + np.sqrt(1 - rho**2) * noise
+            if t in needed:
+                states[t] = state
+            logits += token_scale * state
+        if layer.group_limited:
+            grouped = logits.reshape(n_sequences, layer.n_groups, group_size)
+            best_two = -np.partition(-grouped, min(1, group_size - 1), axis=2)[:, :, : min(2, group_size)]
+            group_score = best_two.sum(axis=2)
+            dropped = np.argpartition(-group_score, layer.topk_groups - 1, axis=1)[:, layer.topk_groups :]
+            grouped[np.arange(n_sequences)[:, None], dropped] = -np.inf
+        out[:, t] = np.argpartition(-logits, k - 1, axis=1)[:, :k]
+    return out
+
+
+def _expert_masks(sets: np.ndarray, n_experts: int) -> np.ndarray:
+    """[..., n_experts] bool: which experts any token of each leading index used. sets: [..., tokens, k]."""
+    lead = sets.shape[:-2]
+    flat = sets.reshape(-1, sets.shape[-2] * sets.shape[-1])
+    mask = np.zeros((flat.shape[0], n_experts), dtype=bool)
+    mask[np.arange(flat.shape[0])[:, None], flat] = True
+    return mask.reshape(*lead, n_experts)
+
+
+@functools.lru_cache(maxsize=256)
+def _bank(layer: LayerRouting, parents: tuple[int, ...], n_sequences: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    bank = sample_sequences(layer, parents, n_sequences, rng)
+    bank.setflags(write=False)
+    return bank
+
+
+@functools.lru_cache(maxsize=4096)
+def _miss_probability(layer: LayerRouting, parents: tuple[int, ...], tokens: int, seed: int) -> np.ndarray:
+    """q_e: fraction of bank sequences whose first `tokens` tokens never use expert e (smoothed off 0)."""
+    bank = _bank(layer, parents, BANK_SEQUENCES, seed)
+    hit = _expert_masks(bank[:, :tokens], layer.n_experts).mean(axis=0)
+    return np.clip(1.0 - hit, 0.0, 1.0)
+
+
+def _bank_parents(tokens: int) -> tuple[int, ...]:
+    """Chains share one bank: BANK_MIN_TOKENS tokens, or the next power of two ≥ tokens beyond that."""
+    size = BANK_MIN_TOKENS if tokens <= BANK_MIN_TOKENS else 1 << (tokens - 1).bit_length()
+    return chain_parents(size)
+
+
+@dataclass(frozen=True)
+class RankDistinct:
+    """Expert-parallel view of one step: distributions of the busiest rank's distinct experts and tokens."""
+
+    n_ranks: int
+    placement: str
+    max_distinct: DistinctExperts
+    max_tokens: DistinctExperts
+    mean_distinct_per_rank: float
+
+
+@dataclass(frozen=True)
+class CorrelatedRouting:
+    """A RoutingModel with per-layer `LayerRouting` parameters.
+
+    `layers` maps a layer index (among all layers) to its parameters; a layer not listed uses the nearest
+    listed one, and `layer=None` uses `default`. `assumption` says where the numbers came from.
+    """
+
+    default: LayerRouting
+    layers: tuple[tuple[int, LayerRouting], ...] = ()
+    assumption: str = "fitted correlated routing"
+    seed: int = 0
+    extras: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def n_experts(self) -> int:
+        return self.default.n_experts
+
+    @property
+    def top_k(self) -> int:
+        return self.default.top_k
+
+    @property
+    def description(self) -> str:
+        d = self.default
+        parts = [
+            f"{self.assumption}: latent logit spread {d.sigma:.2f}, sequence share {d.sequence_share:.2f}, "
+            f"token-to-token correlation {d.token_corr:.2f}"
+        ]
+        if d.group_limited:
+            parts.append(f"group-limited top-{d.topk_groups} of {d.n_groups} groups")
+        if len({layer for _, layer in self.layers}) > 1:
+            parts.append("per-layer parameters")
+        return ", ".join(parts)
+
+    def layer_params(self, layer: int | None = None) -> LayerRouting:
+        if layer is None or not self.layers:
+            return self.default
+        indices = np.array([index for index, _ in self.layers])
+        return self.layers[int(np.argmin(np.abs(indices - layer)))][1]
+
+    def _resolve(
+        self, n_experts: int, top_k: int, batch: int, tokens: int, layer: int | None
+    ) -> LayerRouting:
+        if n_experts != self.n_experts or top_k != self.top_k:
+            raise MoesimError(
+                "routing",
+                f"statistics are for {self.n_experts} experts top-{self.top_k}, "
+                f"the model has {n_experts} experts top-{top_k}",
+                "fit routing statistics on this model's traces or use --routing typical",
+            )
+        if batch < 1 or tokens < 1:
+            raise MoesimError("batch", f"batch and tokens per sequence must be ≥ 1, got {batch} and {tokens}")
+        return self.layer_params(layer)
+
+    # ---- means: closed form over the cached per-expert miss probabilities ----
+
+    def expected_distinct(
+        self, n_experts: int, top_k: int, batch: int, tokens_per_seq: int, layer: int | None = None
+    ) -> float:
+        """Mean distinct experts: Σ_e 1 − q_e(T)^B (exact for independent sequences given q)."""
+        params = self._resolve(n_experts, top_k, batch, tokens_per_seq, layer)
+        q = _miss_probability(params, _bank_parents(tokens_per_seq), tokens_per_seq, self.seed)
+        return float(np.sum(1.0 - q**batch))
+
+    def expected_distinct_tree(
+        self, n_experts: int, top_k: int, batch: int, parents: Sequence[int], layer: int | None = None
+    ) -> float:
+        """Mean distinct experts when each of `batch` sequences verifies a draft tree (parent indices)."""
+        parents = tuple(parents)
+        params = self._resolve(n_experts, top_k, batch, len(parents), layer)
+        _check_parents(parents)
+        q = _miss_probability(params, parents, len(parents), self.seed)
+        return float(np.sum(1.0 - q**batch))
+
+    # ---- distributions: B sequences drawn (without repeats) from the cached bank ----
+
+    def _bank_for(self, params: LayerRouting, batch: int, parents: tuple[int, ...]) -> np.ndarray:
+        n_seq = max(BANK_SEQUENCES, 4 * batch)
+        return _bank(params, parents, n_seq, self.seed)
+
+    def _step_sets(
+        self, params: LayerRouting, batch: int, tokens: int, parents: tuple[int, ...], n_samples: int, rng
+    ) -> np.ndarray:
+        bank = self._bank_for(params, batch, parents)
+        keys = rng.random((n_samples, bank.shape[0]))
+        picks = np.argpartition(keys, batch - 1, axis=1)[:, :batch] if batch < bank.shape[0] else None
+        assert picks is not None
+        return bank[picks][:, :, :tokens]  # [samples, batch, tokens, k]
+
+    def sample_expert_loads(
+        self,
+        n_experts: int,
+        top_k: int,
+        batch: int,
+        tokens_per_seq: int,
+        n_samples: int,
+        rng: np.random.Generator,
+        layer: int | None = None,
+        parents: Sequence[int] | None = None,
+    ) -> np.ndarray:
+        """Integer array [n_samples, n_experts]: token assignments each expert receives in one step."""
+        tokens = len(parents) if parents is not None else tokens_per_seq
+        params = self._resolve(n_experts, top_k, batch, tokens, layer)
+        tree = tuple(parents) if parents is not None else _bank_parents(tokens)
+        sets = self._step_sets(params, batch, tokens, tree, n_samples, rng).reshape(n_samples, -1)
+        loads = np.zeros((n_samples, n_experts), dtype=np.int64)
+        np.add.at(loads, (np.repeat(np.arange(n_samples), sets.shape[1]), sets.ravel()), 1)
+        return loads
+
+    def distinct_distribution(
+        self,
+        n_experts: int,
+        top_k: int,
+        batch: int,
+        tokens_per_seq: int,
+        layer: int | None = None,
+        n_samples: int = 2000,
+        parents: Sequence[int] | None = None,
+    ) -> DistinctExperts:
+        """Distribution of distinct experts; the mean is the closed form, the quantiles are sampled."""
+        rng = np.random.default_rng(self.seed + 1)
+        loads = self.sample_expert_loads(
+            n_experts, top_k, batch, tokens_per_seq, n_samples, rng, layer, parents
+        )
+        sampled = DistinctExperts.from_samples((loads > 0).sum(axis=1))
+        if parents is None:
+            mean = self.expected_distinct(n_experts, top_k, batch, tokens_per_seq, layer)
+        else:
+            mean = self.expected_distinct_tree(n_experts, top_k, batch, parents, layer)
+        return DistinctExperts(mean, sampled.p10, sampled.p50, sampled.p90)
+
+    def rank_distribution(
+        self,
+        n_experts: int,
+        top_k: int,
+        batch: int,
+        tokens_per_seq: int,
+        n_ranks: int,
+        placement: Placement = "contiguous",
+        layer: int | None = None,
+        n_samples: int = 2000,
+    ) -> RankDistinct:
+        """Experts split over `n_ranks` expert-parallel ranks: the busiest rank decides the step."""
+        if n_ranks < 1 or n_experts % n_ranks:
+            raise MoesimError("ranks", f"must divide the expert count {n_experts}, got {n_ranks}")
+        rng = np.random.default_rng(self.seed + 2)
+        loads = self.sample_expert_loads(n_experts, top_k, batch, tokens_per_seq, n_samples, rng, layer)
+        return rank_summary(loads, n_ranks, placement)
+
+
+def rank_of_expert(n_experts: int, n_ranks: int, placement: Placement) -> np.ndarray:
+    """Rank holding each expert: contiguous blocks, or round-robin (expert e on rank e mod R)."""
+    if placement == "contiguous":
+        return np.arange(n_experts) // (n_experts // n_ranks)
+    if placement == "round_robin":
+        return np.arange(n_experts) % n_ranks
+    raise MoesimError("placement", f"unknown placement {placement!r}", "use contiguous or round_robin")
+
+
+def rank_summary(loads: np.ndarray, n_ranks: int, placement: Placement) -> RankDistinct:
+    """Busiest-rank distributions from per-expert loads [samples, experts]."""
+    ranks = rank_of_expert(loads.shape[1], n_ranks, placement)
+    distinct = np.zeros((loads.shape[0], n_ranks))
+    tokens = np.zeros((loads.shape[0], n_ranks))
+    for r in range(n_ranks):
+        distinct[:, r] = (loads[:, ranks == r] > 0).sum(axis=1)
+        tokens[:, r] = loads[:, ranks == r].sum(axis=1)
+    return RankDistinct(
+        n_ranks=n_ranks,
+        placement=placement,
+        max_distinct=DistinctExperts.from_samples(distinct.max(axis=1)),
+        max_tokens=DistinctExperts.from_samples(tokens.max(axis=1)),
+        mean_distinct_per_rank=float(distinct.mean()),
+    )
