@@ -1,0 +1,96 @@
+"""Memory suite: warm read bandwidth against working set (cache knee, plateaus) and cold single reads (ramp).
+
+The read kernel is a sum over a float32 buffer: one pass, negligible arithmetic, the same code path on CPU
+and GPU. The per-call fixed cost (dispatch, tiny-kernel latency) is measured on a tiny buffer in the same
+rounds and subtracted, so the bandwidths are of the bytes alone.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+from moesim.calibrate.plan import Plan
+from moesim.calibrate.timing import DeviceInfo, Timer, summarise
+
+Row = dict[str, Any]
+TINY_BYTES = 4096
+
+
+def _inner_for(seconds_per_call: float, min_timed_s: float) -> int:
+    return int(min(max(min_timed_s / max(seconds_per_call, 1e-7), 1), 2000))
+
+
+def run_memory(
+    timer: Timer, device: DeviceInfo, plan: Plan, progress: Callable[[float], None] = lambda f: None
+) -> list[Row]:
+    """Measure both sweeps; rows carry `kind` = working_set | transfer | fixed_warm | fixed_cold."""
+    torch = timer.torch
+    top = max(max(plan.working_set_bytes), max(plan.transfer_bytes))
+    buffer = torch.ones(top // 4, dtype=torch.float32, device=device.torch_device)
+    tiny = buffer[: TINY_BYTES // 4]
+    timer.sync()
+    rows: list[Row] = []
+
+    def read(view: Any) -> Callable[[], Any]:
+        return lambda: torch.sum(view)
+
+    # Calibrate the batch length per size once, from a single untimed-then-timed read.
+    sizes = list(plan.working_set_bytes)
+    inner: dict[int, int] = {}
+    for size in [TINY_BYTES, *sizes]:
+        fn = read(buffer[: size // 4])
+        fn()
+        timer.sync()
+        # The fastest of three: one preempted call must not shrink the batch to a single read.
+        inner[size] = _inner_for(min(timer.time_once(fn, 1) for _ in range(3)), plan.min_timed_s)
+
+    # Interleaved rounds: a burst of interference spreads over all sizes instead of bending one of them.
+    times: dict[int, list[float]] = {size: [] for size in [TINY_BYTES, *sizes]}
+    rng = random.Random(0)
+    total = plan.rounds * (len(sizes) + 1) + len(plan.transfer_bytes) + 1
+    done = 0
+    for _ in range(plan.rounds):
+        order = [TINY_BYTES, *sizes]
+        rng.shuffle(order)
+        for size in order:
+            fn = read(buffer[: size // 4])
+            times[size].append(timer.time_once(fn, inner[size], before=fn))
+            done += 1
+            progress(done / total)
+    fixed = summarise(times[TINY_BYTES])
+    rows.append(_row("fixed_warm", TINY_BYTES, fixed, 0.0))
+    for size in sizes:
+        sample = summarise(times[size])
+        rows.append(_row("working_set", size, sample, fixed.median_s))
+
+    # Cold single reads: flush the caches before every timed read.
+    cold_repeats = max(3, plan.rounds)
+    tiny_fn = read(tiny)
+    cold_fixed = summarise([timer.time_once(tiny_fn, 1, before=timer.flush) for _ in range(cold_repeats)])
+    rows.append(_row("fixed_cold", TINY_BYTES, cold_fixed, 0.0))
+    for size in plan.transfer_bytes:
+        fn = read(buffer[: size // 4])
+        fn()
+        sample = summarise([timer.time_once(fn, 1, before=timer.flush) for _ in range(cold_repeats)])
+        rows.append(_row("transfer", size, sample, cold_fixed.median_s))
+        done += 1
+        progress(done / total)
+    del buffer
+    timer._flush_buffer = None
+    progress(1.0)
+    return rows
+
+
+def _row(kind: str, size: int, sample: Any, fixed_s: float) -> Row:
+    net = sample.median_s - fixed_s
+    return {
+        "kind": kind,
+        "size_bytes": size,
+        "median_s": sample.median_s,
+        "iqr_s": sample.iqr_s,
+        "n": sample.n,
+        "fixed_s": fixed_s,
+        "bandwidth_gbps": size / net / 1e9 if net > 0 else float("nan"),
+    }

@@ -1,0 +1,277 @@
+"""Run the suites with checkpoints, fit, and write the profile atomically.
+
+Every suite's raw rows go to `<output stem>.<suite>.csv` (atomically, as soon as the suite finishes), headed
+by a comment line recording what they were measured with. A rerun with the same device and settings reuses
+those files and measures only what is missing, so an interrupted or partly failed run resumes; `fresh`
+ignores them. The profile itself is written last, atomically.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from moesim.atomic import atomic_write_text
+from moesim.calibrate.build import Measurements, build_profile, default_name, fit_rows
+from moesim.calibrate.plan import Plan, make_plan
+from moesim.errors import MoesimError
+from moesim.simulator.hardware import HardwareProfile
+
+SUITES = ("memory", "launch", "gemm", "moe")
+HEADER_PREFIX = "# moesim-calibrate "
+# One thread by default on CPUs: on small VMs an OpenMP worker that went to sleep between ops takes up to a
+# scheduler tick (~8 ms seen here on 2 vCPUs) to wake, which swamps every op shorter than that. --threads
+# measures with more; the profile records the count, and CPU runs it predicts must use the same.
+CPU_DEFAULT_THREADS = 1
+Row = dict[str, Any]
+# progress(suite, fraction) → None; `start(suite)`/`finish(suite, status)` framing is the reporter's job.
+ProgressFactory = Callable[[str], "SuiteReporter"]
+
+
+class SuiteReporter:
+    """What the runner tells the user about one suite; the CLI subclasses it with a rich progress bar."""
+
+    def update(self, fraction: float) -> None:
+        pass
+
+    def done(self, status: str) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------- CSV
+
+
+def suite_path(output: Path, suite: str) -> Path:
+    """Where a suite's raw rows live: next to the profile, `<stem>.<suite>.csv`."""
+    return output.with_name(f"{output.stem}.{suite}.csv")
+
+
+def write_rows(path: Path, rows: list[Row], meta: dict[str, Any]) -> None:
+    """Write rows as CSV headed by a metadata comment, atomically."""
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(k for k in row if k not in columns)
+    buffer = io.StringIO()
+    buffer.write(HEADER_PREFIX + json.dumps(meta, sort_keys=True) + "\n")
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _cell(v) for k, v in row.items()})
+    atomic_write_text(path, buffer.getvalue())
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, float):
+        return repr(float(value))  # full precision, and a plain number for numpy floats too
+    return value
+
+
+def read_rows(path: Path) -> tuple[dict[str, Any], list[Row]]:
+    """Metadata and rows of a suite CSV (numbers parsed); raises ValueError if it is not one of ours."""
+    text = path.read_text(encoding="utf-8")
+    first, _, rest = text.partition("\n")
+    if not first.startswith(HEADER_PREFIX):
+        raise ValueError(f"{path} has no moesim-calibrate header")
+    meta = json.loads(first[len(HEADER_PREFIX) :])
+    rows = [{k: _parse(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(rest))]
+    return meta, rows
+
+
+def _parse(value: str) -> Any:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return value
+    return int(number) if value.lstrip("-").isdigit() else number
+
+
+# ---------------------------------------------------------------------------------------------- run
+
+
+@dataclass
+class CalibrationResult:
+    profile: HardwareProfile
+    output: Path
+    csv_paths: dict[str, Path]
+    resumed: list[str]
+    failures: dict[str, str]
+    fit_path: Path
+    notes: list[str] = field(default_factory=list)
+
+
+def _plan_digest(plan: Plan) -> str:
+    return hashlib.sha256(repr(plan).encode()).hexdigest()[:16]
+
+
+def _suite_meta(suite: str, device: Any, plan: Plan, dtypes: list[str]) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "suite": suite,
+        "device": device.name,
+        "backend": device.backend,
+        "threads": device.threads,
+        "quick": plan.quick,
+        "plan": _plan_digest(plan),
+    }
+    if suite in ("gemm", "moe"):
+        meta["dtypes"] = ",".join(dtypes)
+    return meta
+
+
+def default_dtypes(is_gpu: bool) -> list[str]:
+    """bf16 on GPUs; fp32 on CPUs, where bf16 GEMMs are often emulated (the gemm suite can measure both)."""
+    return ["bf16"] if is_gpu else ["fp32"]
+
+
+def calibrate(
+    device_kind: str,
+    output: str | Path,
+    *,
+    quick: bool = False,
+    dtypes: list[str] | None = None,
+    name: str | None = None,
+    fresh: bool = False,
+    threads: int | None = None,
+    suites: tuple[str, ...] = SUITES,
+    plan: Plan | None = None,
+    reporter: ProgressFactory | None = None,
+    command: str = "",
+) -> CalibrationResult:
+    """Measure, fit and write a profile for the local `device_kind`; returns the profile and file paths."""
+    from moesim.calibrate.timing import (
+        Timer,
+        check_dtype,
+        provenance_software,
+        resolve_device,
+        today,
+    )
+
+    output = Path(output)
+    if output.suffix != ".toml":
+        raise MoesimError(
+            "--output", f"profile files end in .toml, got {output.name!r}", "e.g. --output cpu.toml"
+        )
+    unknown = [s for s in suites if s not in SUITES]
+    if unknown:
+        raise MoesimError("--suites", f"unknown suite {unknown[0]!r}", f"choose from {', '.join(SUITES)}")
+    if device_kind == "cpu" and threads is None:
+        threads = CPU_DEFAULT_THREADS
+    device = resolve_device(device_kind, threads)
+    dtypes = dtypes or default_dtypes(device.is_gpu)
+    for dtype in dtypes:
+        check_dtype(device, dtype)
+    plan = plan or make_plan(
+        device.is_gpu, device.last_level_cache_bytes, device.memory_capacity_bytes, quick
+    )
+    timer = Timer(device, plan.flush_bytes)
+    report = reporter or (lambda suite: SuiteReporter())
+
+    tables: dict[str, list[Row] | None] = {}
+    csv_paths: dict[str, Path] = {}
+    resumed: list[str] = []
+    failures: dict[str, str] = {}
+    for suite in SUITES:
+        path = suite_path(output, suite)
+        meta = _suite_meta(suite, device, plan, dtypes)
+        if not fresh and path.is_file():
+            try:
+                old_meta, rows = read_rows(path)
+            except (ValueError, OSError, json.JSONDecodeError):
+                old_meta, rows = {}, []
+            if old_meta == meta and rows:
+                tables[suite] = rows
+                csv_paths[suite] = path
+                resumed.append(suite)
+                report(suite).done("resumed from " + path.name)
+                continue
+        if suite not in suites:
+            tables[suite] = None
+            continue
+        bar = report(suite)
+        try:
+            rows = _run_suite(suite, timer, device, plan, dtypes, bar.update)
+        except KeyboardInterrupt:
+            bar.done("interrupted")
+            raise
+        except MoesimError:
+            raise
+        except Exception as error:  # one suite's failure must not lose the others
+            failures[suite] = f"{type(error).__name__}: {error}"
+            bar.done(f"failed: {failures[suite]}")
+            tables[suite] = None
+            continue
+        write_rows(path, rows, meta)
+        tables[suite] = rows
+        csv_paths[suite] = path
+        bar.done(f"{len(rows)} rows → {path.name}")
+
+    notes = [
+        f"calibration dtypes: {','.join(dtypes)}"
+        + (" (default for this device)" if dtypes == default_dtypes(device.is_gpu) else "")
+    ]
+    if not device.is_gpu:
+        notes.append(
+            f"cpu: measured with {device.threads} torch thread(s); predict runs that use the same count"
+        )
+    for suite, message in failures.items():
+        notes.append(f"{suite} suite failed: {message}")
+    meas = Measurements(
+        device_name=device.name,
+        backend=device.backend,
+        dtypes=dtypes,
+        memory_capacity_bytes=device.memory_capacity_bytes,
+        reported_llc_bytes=device.last_level_cache_bytes,
+        compute_units=device.compute_units,
+        memory=tables.get("memory"),
+        launch=tables.get("launch"),
+        gemm=tables.get("gemm"),
+        moe=tables.get("moe"),
+        software=provenance_software(device, dtypes),
+        source=command or f"moesim calibrate --device {device_kind}{' --quick' if plan.quick else ''}",
+        date=today(),
+        notes=notes,
+    )
+    if device.kind == "cpu" and device.inner_cache_bytes:
+        meas.software["reported_l2_bytes"] = str(int(device.inner_cache_bytes))
+    profile, fits = build_profile(meas, name or default_name(device.name, device.backend))
+    fit_path = output.with_name(f"{output.stem}.fit.csv")
+    write_rows(fit_path, fit_rows(fits), {"suite": "fit", "profile": profile.name})
+    save_profile_file(profile, output, command)
+    return CalibrationResult(profile, output, csv_paths, resumed, failures, fit_path, notes)
+
+
+def save_profile_file(profile: HardwareProfile, output: Path, command: str) -> None:
+    """Write the profile atomically with a header naming the command and the raw CSVs."""
+    from moesim.simulator.hardware import save_profile
+
+    header = (
+        f"moesim hardware profile '{profile.name}' (measured).\n"
+        f"Made by: {command or 'moesim calibrate'}\n"
+        f"Raw measurements: {output.stem}.<suite>.csv beside this file; fit residuals: {output.stem}.fit.csv"
+    )
+    save_profile(profile, output, header)
+
+
+def _run_suite(
+    suite: str, timer: Any, device: Any, plan: Plan, dtypes: list[str], progress: Callable[[float], None]
+) -> list[Row]:
+    if suite == "memory":
+        from moesim.calibrate.memory import run_memory
+
+        return run_memory(timer, device, plan, progress)
+    if suite == "launch":
+        from moesim.calibrate.launch import run_launch
+
+        return run_launch(timer, device, plan, progress)
+    if suite == "gemm":
+        from moesim.calibrate.gemm import run_gemm
+
+        return run_gemm(timer, device, plan, dtypes, progress)
+    from moesim.calibrate.moe import run_moe
+
+    return run_moe(timer, device, plan, dtypes[0], progress)

@@ -1,0 +1,324 @@
+"""Device resolution, timing with the device's own clock, cache flushing and provenance.
+
+torch is imported lazily (only when a measurement is asked for), so the package imports without it.
+GPU timings use CUDA events (ROCm presents itself as cuda in torch and is recorded as rocm); CPU timings
+use perf_counter_ns, which is the CPU's own clock since CPU ops are synchronous.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from moesim.errors import MoesimError
+
+DTYPES = ("fp32", "bf16", "fp16", "fp8")
+
+
+def import_torch() -> Any:
+    """torch, or one clear error naming how to get it."""
+    try:
+        import torch
+    except ImportError:
+        raise MoesimError(
+            "torch", "calibration needs PyTorch, which is not installed", "pip install 'moesim[measure]'"
+        ) from None
+    return torch
+
+
+def torch_dtype(name: str) -> Any:
+    """Map a dtype flag value to the torch dtype."""
+    torch = import_torch()
+    table = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    if name == "fp8":
+        table["fp8"] = getattr(torch, "float8_e4m3fn", None)
+    if table.get(name) is None:
+        raise MoesimError("--dtype", f"unknown dtype {name!r}", f"choose from {', '.join(DTYPES)}")
+    return table[name]
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """The device being calibrated and what could be read about it."""
+
+    kind: str  # "cpu" or "cuda"
+    backend: str  # "cpu", "cuda" or "rocm"
+    name: str
+    torch_device: str
+    last_level_cache_bytes: float  # what the OS/driver reports; 0 if unreadable
+    inner_cache_bytes: float  # CPU: total private L2; 0 if unknown
+    memory_capacity_bytes: float
+    compute_units: int
+    threads: int
+    details: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind == "cuda"
+
+
+def _lscpu_bytes(text: str, label: str) -> float:
+    """Total bytes of a cache line of lscpu output, e.g. 'L3 cache: 300 MiB (1 instance)'."""
+    match = re.search(rf"^{re.escape(label)}:\s*([\d.]+)\s*([KMG]i?B)", text, re.MULTILINE)
+    if not match:
+        return 0.0
+    unit = {"K": 2**10, "M": 2**20, "G": 2**30}[match.group(2)[0]]
+    return float(match.group(1)) * unit
+
+
+def cpu_caches() -> tuple[float, float]:
+    """(last-level cache bytes, total private L2 bytes) from lscpu, falling back to sysfs; 0 if unknown."""
+    text = ""
+    if shutil.which("lscpu"):
+        try:
+            text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10, check=False).stdout
+        except (OSError, subprocess.SubprocessError):
+            text = ""
+    l3, l2 = _lscpu_bytes(text, "L3 cache"), _lscpu_bytes(text, "L2 cache")
+    if l3 == 0.0:
+        try:
+            size = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
+            l3 = float(size.rstrip("K")) * 1024
+        except (OSError, ValueError):
+            pass
+    return (l3 or l2), l2
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (or platform as a fallback)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _mem_total_bytes() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _nvidia_smi(query: str) -> str:
+    if not shutil.which("nvidia-smi"):
+        return ""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.strip().splitlines()[0] if out.strip() else ""
+
+
+def resolve_device(kind: str, threads: int | None = None) -> DeviceInfo:
+    """Check that `kind` ('cpu' or 'cuda') is usable here and read what is known about it."""
+    torch = import_torch()
+    details: dict[str, str] = {"torch": torch.__version__, "python": platform.python_version()}
+    if kind == "cpu":
+        if threads is not None:
+            if threads < 1:
+                raise MoesimError("--threads", f"must be ≥ 1, got {threads}")
+            torch.set_num_threads(threads)
+        llc, l2 = cpu_caches()
+        details["cpu_model"] = cpu_model()
+        details["threads"] = str(torch.get_num_threads())
+        return DeviceInfo(
+            kind="cpu",
+            backend="cpu",
+            name=cpu_model(),
+            torch_device="cpu",
+            last_level_cache_bytes=llc,
+            inner_cache_bytes=l2,
+            memory_capacity_bytes=_mem_total_bytes(),
+            compute_units=os.cpu_count() or 1,
+            threads=torch.get_num_threads(),
+            details=details,
+        )
+    if kind != "cuda":
+        raise MoesimError("--device", f"unknown device {kind!r}", "use cuda (also for ROCm) or cpu")
+    if not torch.cuda.is_available():
+        raise MoesimError(
+            "--device", "cuda was asked for but torch sees no GPU", "check the driver, or use --device cpu"
+        )
+    props = torch.cuda.get_device_properties(0)
+    hip = getattr(torch.version, "hip", None)
+    backend = "rocm" if hip else "cuda"
+    details[backend] = str(hip or torch.version.cuda)
+    l2 = float(getattr(props, "L2_cache_size", 0) or 0)
+    driver = _nvidia_smi("driver_version") if backend == "cuda" else ""
+    if driver:
+        details["driver"] = driver
+    clocks = _nvidia_smi("clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.limit")
+    if clocks:
+        details["clocks_sm_mem_maxsm_maxmem_powerlimit"] = clocks
+    clock_rate = getattr(props, "clock_rate", None)
+    if clock_rate:
+        details["clock_rate_khz"] = str(clock_rate)
+    details["compute_capability"] = f"{props.major}.{props.minor}"
+    return DeviceInfo(
+        kind="cuda",
+        backend=backend,
+        name=str(props.name),
+        torch_device="cuda",
+        last_level_cache_bytes=l2,
+        inner_cache_bytes=0.0,
+        memory_capacity_bytes=float(props.total_memory),
+        compute_units=int(props.multi_processor_count),
+        threads=torch.get_num_threads(),
+        details=details,
+    )
+
+
+def check_dtype(device: DeviceInfo, name: str) -> None:
+    """Refuse dtypes the device cannot multiply, with one clear message."""
+    dtype = torch_dtype(name)
+    if name == "fp8":
+        torch = import_torch()
+        if not device.is_gpu:
+            raise MoesimError("--dtype", "fp8 GEMMs are not supported on cpu", "use fp32 or bf16 on cpu")
+        major, minor = torch.cuda.get_device_capability(0)
+        if (major, minor) < (8, 9):
+            raise MoesimError(
+                "--dtype", f"fp8 needs compute capability ≥ 8.9, this GPU has {major}.{minor}", "drop fp8"
+            )
+    del dtype
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Median and spread of repeated timings of one call, in seconds."""
+
+    median_s: float
+    iqr_s: float
+    n: int
+
+    @property
+    def relative_spread(self) -> float:
+        return self.iqr_s / self.median_s if self.median_s > 0 else 0.0
+
+
+def summarise(times_s: list[float]) -> Sample:
+    """Median and inter-quartile range: robust to the one-sided outliers (preemption) timing has."""
+    ordered = sorted(times_s)
+    if len(ordered) >= 4:
+        q = statistics.quantiles(ordered, n=4)
+        iqr = q[2] - q[0]
+    else:
+        iqr = ordered[-1] - ordered[0]
+    return Sample(statistics.median(ordered), iqr, len(ordered))
+
+
+class Timer:
+    """Times callables on one device: CUDA events on a GPU, perf_counter_ns on the CPU."""
+
+    def __init__(self, device: DeviceInfo, flush_bytes: int = 0) -> None:
+        self.device = device
+        self.torch = import_torch()
+        self.flush_bytes = flush_bytes or int(
+            max(2 * (device.last_level_cache_bytes or 64 * 2**20), 32 * 2**20)
+        )
+        self._flush_buffer: Any = None
+
+    def sync(self) -> None:
+        if self.device.is_gpu:
+            self.torch.cuda.synchronize()
+
+    def time_once(
+        self, fn: Callable[[], Any], inner: int = 1, before: Callable[[], Any] | None = None
+    ) -> float:
+        """Seconds per call of `fn`, run `inner` times back to back after `before` (untimed)."""
+        if before is not None:
+            before()
+        if self.device.is_gpu:
+            torch = self.torch
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(inner):
+                fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) * 1e-3 / inner
+        t0 = time.perf_counter_ns()
+        for _ in range(inner):
+            fn()
+        return (time.perf_counter_ns() - t0) * 1e-9 / inner
+
+    def measure(
+        self,
+        fn: Callable[[], Any],
+        inner: int = 1,
+        repeats: int = 5,
+        warmup: int = 2,
+        before: Callable[[], Any] | None = None,
+    ) -> Sample:
+        """Median and spread of `repeats` timings after `warmup` untimed runs."""
+        for _ in range(warmup):
+            fn()
+        self.sync()
+        return summarise([self.time_once(fn, inner, before) for _ in range(repeats)])
+
+    def host_time(self, fn: Callable[[], Any], inner: int) -> float:
+        """Host wall seconds per call to *issue* `fn` `inner` times (no sync inside the timed region)."""
+        self.sync()
+        t0 = time.perf_counter_ns()
+        for _ in range(inner):
+            fn()
+        elapsed = (time.perf_counter_ns() - t0) * 1e-9 / inner
+        self.sync()
+        return elapsed
+
+    def flush(self) -> None:
+        """Evict the caches by writing a buffer at least twice the last-level cache."""
+        torch = self.torch
+        if self._flush_buffer is None:
+            self._flush_buffer = torch.ones(
+                self.flush_bytes // 4, dtype=torch.float32, device=self.device.torch_device
+            )
+        # A read, not a write: it evicts without leaving dirty lines whose write-back the next timing pays.
+        torch.sum(self._flush_buffer)
+        self.sync()
+
+
+def provenance_software(device: DeviceInfo, dtypes: list[str]) -> dict[str, str]:
+    """What the numbers were measured with (Vidur's lesson: backends change the numbers)."""
+    from moesim import __version__
+
+    software = dict(device.details)
+    software.update(
+        {
+            "moesim": __version__,
+            "device": device.name,
+            "backend": device.backend,
+            "dtypes": ",".join(dtypes),
+            "host": socket.gethostname(),
+            "platform": platform.platform(),
+            "threads": str(device.threads),
+        }
+    )
+    return software
+
+
+def today() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

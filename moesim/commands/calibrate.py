@@ -1,0 +1,174 @@
+"""`moesim calibrate`: measure the local device and write a hardware profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from moesim.commands.common import emit_json, handle_errors
+from moesim.errors import MoesimError
+
+
+def _dtypes(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    from moesim.calibrate.timing import DTYPES
+
+    values = [part.strip().lower() for part in text.split(",") if part.strip()]
+    if not values:
+        raise MoesimError("--dtype", "needs at least one dtype", f"choose from {', '.join(DTYPES)}")
+    for value in values:
+        if value not in DTYPES:
+            raise MoesimError("--dtype", f"unknown dtype {value!r}", f"choose from {', '.join(DTYPES)}")
+    return list(dict.fromkeys(values))
+
+
+def _suites(text: str | None) -> tuple[str, ...]:
+    from moesim.calibrate.runner import SUITES
+
+    if text is None:
+        return SUITES
+    values = tuple(part.strip() for part in text.split(",") if part.strip())
+    for value in values:
+        if value not in SUITES:
+            raise MoesimError("--suites", f"unknown suite {value!r}", f"choose from {', '.join(SUITES)}")
+    return values
+
+
+@click.command("calibrate")
+@click.option(
+    "--device",
+    "device",
+    type=click.Choice(["cuda", "cpu"]),
+    required=True,
+    help="cuda (NVIDIA or ROCm) or cpu.",
+)
+@click.option("--quick", is_flag=True, help="Smaller sweeps: under 3 minutes on a 2-core CPU.")
+@click.option(
+    "--dtype",
+    "dtype_text",
+    default=None,
+    help="GEMM/MoE dtypes, e.g. bf16,fp32 (default bf16 on GPU, fp32 on CPU).",
+)
+@click.option(
+    "--output", required=True, type=click.Path(dir_okay=False), help="Profile file to write (.toml)."
+)
+@click.option("--name", default=None, help="Profile name (default from the device name).")
+@click.option(
+    "--fresh", is_flag=True, help="Ignore completed suites' CSVs from an earlier run and measure all again."
+)
+@click.option(
+    "--threads", type=int, default=None, help="CPU only: torch threads to measure with (default: torch's)."
+)
+@click.option(
+    "--suites",
+    "suites_text",
+    default=None,
+    help="Only these suites (memory,launch,gemm,moe); others resume or fall back.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the fitted parameters as JSON.")
+@handle_errors
+def calibrate_command(
+    device: str,
+    quick: bool,
+    dtype_text: str | None,
+    output: str,
+    name: str | None,
+    fresh: bool,
+    threads: int | None,
+    suites_text: str | None,
+    as_json: bool,
+) -> None:
+    """Measure memory, launch, GEMM and MoE-block costs on this device and fit them into a profile."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from moesim.calibrate.runner import SuiteReporter, calibrate
+
+    if threads is not None and device != "cpu":
+        raise MoesimError("--threads", "only applies to --device cpu", "drop --threads")
+    console = Console(stderr=True)
+    command = " ".join(
+        ["moesim calibrate --device", device]
+        + (["--quick"] if quick else [])
+        + (["--dtype", dtype_text] if dtype_text else [])
+        + (["--threads", str(threads)] if threads is not None else [])
+        + (["--suites", suites_text] if suites_text else [])
+        + ["--output", Path(output).name]
+    )
+
+    with Progress(
+        TextColumn("{task.description:<8}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=console,
+        transient=False,
+        disable=as_json and not console.is_terminal,
+    ) as progress:
+
+        class Bar(SuiteReporter):
+            def __init__(self, suite: str) -> None:
+                self.task = progress.add_task(suite, total=1.0, status="")
+
+            def update(self, fraction: float) -> None:
+                progress.update(self.task, completed=fraction)
+
+            def done(self, status: str) -> None:
+                progress.update(self.task, completed=1.0, status=status)
+
+        result = calibrate(
+            device,
+            Path(output),
+            quick=quick,
+            dtypes=_dtypes(dtype_text),
+            name=name,
+            fresh=fresh,
+            threads=threads,
+            suites=_suites(suites_text),
+            reporter=Bar,
+            command=command,
+        )
+    summary = _summary(result)
+    if as_json:
+        emit_json(summary)
+        return
+    em = result.profile.empirical
+    ds = result.profile.datasheet
+    console = Console()
+    console.print(f"[bold]{result.profile.name}[/bold] → {result.output}")
+    console.print(
+        f"  memory plateau        {ds.memory_bandwidth_gbps * em.memory_bandwidth_fraction:10.1f} GB/s"
+    )
+    console.print(f"  cache bandwidth       {em.cache_bandwidth_gbps:10.1f} GB/s")
+    console.print(
+        f"  cache capacity (knee) {em.cache_effective_bytes / 2**20:10.1f} MiB"
+        f"   (reported LLC {ds.last_level_cache_bytes / 2**20:.1f} MiB)"
+    )
+    console.print(f"  half-bandwidth read   {em.half_bandwidth_transfer_bytes / 2**10:10.1f} KiB")
+    console.print(f"  eager launch/dispatch {em.launch_eager_us:10.2f} us")
+    console.print(f"  kernel fixed latency  {em.kernel_fixed_latency_us:10.2f} us")
+    if not result.profile.is_cpu:
+        console.print(f"  graph gap / launch    {em.launch_graph_gap_us:10.2f} / {em.graph_launch_us:.2f} us")
+        console.print(f"  sync                  {em.sync_us:10.2f} us")
+    for dtype, peak in ds.peak_dense_tflops.items():
+        console.print(f"  peak {dtype:<5}            {peak:10.3f} TFLOP/s")
+    if result.failures:
+        for suite, message in result.failures.items():
+            console.print(f"[yellow]  {suite} suite failed: {message}[/yellow]")
+
+
+def _summary(result: Any) -> dict[str, Any]:
+    from moesim.simulator.hardware import profile_to_dict
+
+    return {
+        "output": str(result.output),
+        "profile": profile_to_dict(result.profile),
+        "csv": {suite: str(path) for suite, path in result.csv_paths.items()},
+        "fit_csv": str(result.fit_path),
+        "resumed": result.resumed,
+        "failures": result.failures,
+    }

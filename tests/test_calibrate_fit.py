@@ -1,0 +1,263 @@
+"""The calibration fits recover the parameters that generated synthetic measurements (no torch needed)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from moesim.calibrate import fit
+from moesim.calibrate.build import (
+    Measurements,
+    build_profile,
+    fit_gemm_table,
+    fit_launch_table,
+    fit_memory_table,
+    fit_moe_table,
+    roofline_time_s,
+)
+from moesim.simulator.hardware import profile_from_dict, profile_to_dict
+
+MIB = 2**20
+
+
+def noisy(values: np.ndarray, rel: float, seed: int = 0) -> np.ndarray:
+    return values * np.exp(np.random.default_rng(seed).normal(0.0, rel, len(values)))
+
+
+def test_one_level_knee_recovered_with_noise() -> None:
+    sizes = np.geomspace(1 * MIB, 4096 * MIB, 30)
+    bw = noisy(fit.cache_curve(sizes, 12000.0, 4000.0, 50 * MIB, 6.0), 0.03)
+    result = fit.fit_cache_knee(sizes, bw)
+    assert result.levels == 1
+    assert result.cache_gbps == pytest.approx(12000.0, rel=0.06)
+    assert result.memory_gbps == pytest.approx(4000.0, rel=0.06)
+    assert result.knee_bytes == pytest.approx(50 * MIB, rel=0.15)
+    assert result.fit.r2 > 0.98
+
+
+def test_two_level_knee_reports_the_outer_cache() -> None:
+    sizes = np.geomspace(0.25 * MIB, 2048 * MIB, 36)
+    bw = noisy(fit.two_level_cache_curve(sizes, 100.0, 22.0, 12.0, 1.5 * MIB, 40 * MIB, 5.0), 0.02)
+    result = fit.fit_cache_knee(sizes, bw)
+    assert result.levels == 2
+    assert result.knee_bytes == pytest.approx(40 * MIB, rel=0.25)
+    assert result.inner_knee_bytes == pytest.approx(1.5 * MIB, rel=0.25)
+    assert result.cache_gbps == pytest.approx(22.0, rel=0.1)
+    assert result.memory_gbps == pytest.approx(12.0, rel=0.06)
+    assert result.inner_gbps > result.cache_gbps > result.memory_gbps
+
+
+def test_knee_needs_enough_points() -> None:
+    with pytest.raises(ValueError):
+        fit.fit_cache_knee(np.array([1.0, 2.0, 3.0]), np.array([3.0, 2.0, 1.0]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    plateau=st.floats(1.0, 10000.0),
+    half=st.floats(1e3, 1e8),
+)
+def test_transfer_ramp_recovered(plateau: float, half: float) -> None:
+    sizes = np.geomspace(half / 100, half * 1000, 16)
+    result = fit.fit_transfer_ramp(sizes, fit.transfer_ramp(sizes, plateau, half))
+    assert result.params["plateau_gbps"] == pytest.approx(plateau, rel=1e-3)
+    assert result.params["half_bandwidth_transfer_bytes"] == pytest.approx(half, rel=1e-3)
+    # The defining property: a read of the half size achieves half the plateau.
+    assert fit.transfer_ramp(np.array([half]), plateau, half)[0] == pytest.approx(plateau / 2)
+
+
+@settings(max_examples=25, deadline=None)
+@given(slope=st.floats(1e-7, 1e-4), intercept=st.floats(0.0, 1e-3))
+def test_launch_line_recovered(slope: float, intercept: float) -> None:
+    n = np.array([16.0, 32, 64, 128, 256, 512])
+    result = fit.fit_line(n, intercept + slope * n)
+    assert result.params["slope"] == pytest.approx(slope, rel=1e-4, abs=1e-12)
+    assert result.r2 == pytest.approx(1.0, abs=1e-6)
+
+
+def test_robust_line_ignores_one_preempted_batch() -> None:
+    n = np.array([100.0, 200, 400, 800, 1600, 3200])
+    t = 20e-6 + 5e-6 * n
+    t[2] += 8e-3  # one batch hit a scheduler tick
+    assert fit.fit_line(n, t).params["slope"] == pytest.approx(5e-6, rel=0.05)
+
+
+def test_efficiency_curve_recovered_and_monotone() -> None:
+    m = np.array([1.0, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096])
+    truth = fit.efficiency_curve(m, 0.75, 64.0, 1.0)
+    result = fit.fit_gemm_efficiency(m, truth)
+    assert result.params["e_max"] == pytest.approx(0.75, rel=1e-3)
+    assert result.params["m_half"] == pytest.approx(64.0, rel=1e-3)
+    assert np.all(np.diff(result.predicted) > 0)
+
+
+def gemm_rows(e_max: float, m_half: float, power: float, peak_tflops: float, bw_gbps: float) -> list[dict]:
+    rows = []
+    for k, n in ((4096, 4096), (7168, 2048)):
+        for m in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096):
+            flops = 2.0 * m * k * n
+            nbytes = 2.0 * (m * k + k * n + m * n)
+            t = roofline_time_s(
+                np.array([flops]),
+                np.array([nbytes]),
+                np.array([float(m)]),
+                peak_tflops * 1e12,
+                bw_gbps * 1e9,
+                0.0,
+                3e-6,
+                e_max,
+                m_half,
+                power,
+            )[0]
+            rows.append(
+                {"dtype": "bf16", "k": k, "n": n, "m": m, "flops": flops, "bytes": nbytes, "median_s": t}
+            )
+    return rows
+
+
+def test_gemm_roofline_fit_recovers_the_compute_curve() -> None:
+    rows = gemm_rows(0.7, 300.0, 1.2, 989.0, 4000.0)
+    g = fit_gemm_table(rows, "bf16", 989.0, 4000.0, 0.0, 3.0)
+    # Only the compute-bound region identifies the curve: check it there and the plateau.
+    assert g.fit.params["e_max"] == pytest.approx(0.7, rel=0.03)
+    assert g.fit.extra["log_r2"] > 0.999
+    eff = dict(zip(g.efficiency.m_tokens, g.efficiency.efficiency, strict=True))
+    assert eff[4096.0] == pytest.approx(
+        float(fit.efficiency_curve(np.array([4096.0]), 0.7, 300.0, 1.2)[0]), rel=0.03
+    )
+    assert list(g.efficiency.efficiency) == sorted(g.efficiency.efficiency)
+    assert all(0 < e <= 1 for e in g.efficiency.efficiency)
+
+
+def test_moe_plane_fit_recovers_per_expert_cost() -> None:
+    rows = []
+    for size_class, per_expert, nbytes in (("small", 20e-6, 1e6), ("large", 300e-6, 50e6)):
+        for m in (1, 2, 4, 8, 16):
+            for u in sorted({2, min(16, 2 * m), min(16, m)} - {0, 1}):
+                t = 150e-6 + per_expert * u + 5e-6 * m * 2
+                rows.append(
+                    {
+                        "size_class": size_class,
+                        "distinct": u,
+                        "slots": 2 * m,
+                        "median_s": t,
+                        "expert_bytes": nbytes,
+                    }
+                )
+    fits = fit_moe_table(rows)
+    assert fits["small"].params["per_expert_s"] == pytest.approx(20e-6, rel=1e-3)
+    assert fits["large"].params["per_expert_s"] == pytest.approx(300e-6, rel=1e-3)
+    assert fits["large"].extra["effective_expert_gbps"] == pytest.approx(50e6 / 300e-6 / 1e9, rel=1e-3)
+
+
+def synthetic_tables() -> Measurements:
+    sizes = np.geomspace(0.5 * MIB, 1024 * MIB, 28)
+    bw = fit.two_level_cache_curve(sizes, 100.0, 22.0, 12.0, 1.5 * MIB, 40 * MIB, 5.0)
+    memory = [
+        {"kind": "working_set", "size_bytes": float(s), "bandwidth_gbps": float(b)}
+        for s, b in zip(sizes, bw, strict=True)
+    ]
+    transfer = np.geomspace(64e3, 256e6, 13)
+    memory += [
+        {"kind": "transfer", "size_bytes": float(s), "bandwidth_gbps": float(b)}
+        for s, b in zip(transfer, fit.transfer_ramp(transfer, 12.0, 200e3), strict=True)
+    ]
+    launch = [
+        {"kind": "eager_host", "n_kernels": n, "seconds": 10e-6 + 4e-6 * n} for n in (100, 200, 400, 800)
+    ]
+    gemm = [dict(r, dtype="fp32") for r in gemm_rows(1.0, 40.0, 1.0, 0.13, 12.0)]
+    return Measurements(
+        device_name="Test CPU",
+        backend="cpu",
+        dtypes=["fp32"],
+        memory_capacity_bytes=16e9,
+        reported_llc_bytes=64 * MIB,
+        compute_units=2,
+        memory=memory,
+        launch=launch,
+        gemm=gemm,
+        date="2026-01-01",
+    )
+
+
+def test_profile_built_from_synthetic_tables_carries_the_truth() -> None:
+    profile, fits = build_profile(synthetic_tables(), "test-cpu")
+    em, ds = profile.empirical, profile.datasheet
+    assert ds.device_kind == "cpu" and profile.is_cpu
+    assert ds.memory_bandwidth_gbps == pytest.approx(12.0, rel=0.02)
+    assert em.memory_bandwidth_fraction == 1.0
+    assert em.cache_bandwidth_gbps == pytest.approx(22.0, rel=0.05)
+    assert em.cache_effective_bytes == pytest.approx(40 * MIB, rel=0.1)
+    assert ds.last_level_cache_bytes == 64 * MIB  # what the OS reports, kept apart from the measured knee
+    assert em.half_bandwidth_transfer_bytes == pytest.approx(200e3, rel=0.01)
+    assert em.launch_eager_us == pytest.approx(4.0, rel=1e-3)
+    assert em.kernel_fixed_latency_us == em.launch_eager_us  # CPU: dispatch then work, in sequence
+    assert ds.peak_dense_tflops["fp32"] > 0
+    assert profile.provenance.kind == "measured"
+    assert set(profile.fit_quality) >= {
+        "memory_cache_knee",
+        "transfer_ramp",
+        "launch_eager",
+        "gemm_efficiency_fp32",
+    }
+    assert all(math.isfinite(v) for q in profile.fit_quality.values() for v in q.values())
+    # The profile survives the file format's validation and round trip.
+    again = profile_from_dict(profile_to_dict(profile), "synthetic")
+    assert again == profile
+    assert "memory_cache_knee" in fits
+
+
+def test_memory_table_fit_ignores_invalid_points() -> None:
+    tables = synthetic_tables()
+    assert tables.memory is not None
+    tables.memory.append({"kind": "working_set", "size_bytes": 4096.0, "bandwidth_gbps": float("nan")})
+    assert fit_memory_table(tables.memory).cache_bytes == pytest.approx(40 * MIB, rel=0.1)
+
+
+def test_cpu_launch_table_has_no_graph_or_sync() -> None:
+    params = fit_launch_table(
+        [{"kind": "eager_host", "n_kernels": n, "seconds": 3e-6 * n} for n in (1, 2, 4, 8)], is_gpu=False
+    )
+    assert params.launch_graph_gap_us == 0 and params.sync_us == 0 and params.graph_launch_us == 0
+
+
+def test_gpu_launch_table_splits_graph_time_into_latency_and_gap() -> None:
+    rows = [{"kind": "eager_host", "n_kernels": n, "seconds": 6e-6 * n} for n in (16, 64, 256)]
+    rows += [{"kind": "graph_device", "n_kernels": n, "seconds": 8e-6 + 3e-6 * n} for n in (16, 64, 256)]
+    rows += [{"kind": "graph_host", "n_kernels": n, "seconds": 9e-6} for n in (16, 64, 256)]
+    rows += [
+        {"kind": "single_kernel", "n_kernels": 1, "seconds": 2.5e-6},
+        {"kind": "empty_events", "n_kernels": 0, "seconds": 0.5e-6},
+    ]
+    rows += [{"kind": "sync", "n_kernels": 0, "seconds": 7e-6}]
+    p = fit_launch_table(rows, is_gpu=True)
+    assert p.launch_eager_us == pytest.approx(6.0, rel=1e-3)
+    assert p.kernel_fixed_latency_us == pytest.approx(2.0, rel=1e-3)
+    assert p.launch_graph_gap_us == pytest.approx(1.0, rel=1e-3)
+    assert p.graph_launch_us == pytest.approx(9.0) and p.sync_us == pytest.approx(7.0)
+
+
+def test_gpu_profile_takes_the_bundled_datasheet() -> None:
+    tables = synthetic_tables()
+    tables.backend, tables.device_name, tables.dtypes = "cuda", "NVIDIA H200", ["bf16"]
+    sizes = np.geomspace(2 * MIB, 4096 * MIB, 24)
+    tables.memory = [
+        {"kind": "working_set", "size_bytes": float(s), "bandwidth_gbps": float(b)}
+        for s, b in zip(sizes, fit.cache_curve(sizes, 10000.0, 4200.0, 30 * MIB, 6.0), strict=True)
+    ]
+    tables.gemm = gemm_rows(0.75, 200.0, 1.0, 989.4, 4200.0)
+    tables.launch = [{"kind": "eager_host", "n_kernels": n, "seconds": 6e-6 * n} for n in (16, 64, 256)]
+    tables.launch += [{"kind": "graph_device", "n_kernels": n, "seconds": 3e-6 * n} for n in (16, 64, 256)]
+    tables.launch += [
+        {"kind": "single_kernel", "n_kernels": 1, "seconds": 2e-6},
+        {"kind": "empty_events", "n_kernels": 0, "seconds": 0.0},
+    ]
+    profile, _ = build_profile(tables, "h200-test")
+    assert profile.datasheet.memory_bandwidth_gbps == 4800.0  # the datasheet, not the measurement
+    assert profile.empirical.memory_bandwidth_fraction == pytest.approx(4200.0 / 4800.0, rel=0.02)
+    assert profile.datasheet.peak_dense_tflops["bf16"] == pytest.approx(989.4)
+    assert not profile.is_cpu

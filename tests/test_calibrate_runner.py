@@ -1,0 +1,223 @@
+"""The calibration run: tiny real suites on CPU, checkpoints and resume, atomic profile write, clear errors."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+torch = pytest.importorskip("torch")
+
+from moesim.calibrate import runner  # noqa: E402
+from moesim.calibrate.plan import Plan  # noqa: E402
+from moesim.calibrate.runner import calibrate, read_rows, suite_path  # noqa: E402
+from moesim.commands.calibrate import calibrate_command  # noqa: E402
+from moesim.errors import MoesimError  # noqa: E402
+from moesim.simulator.hardware import load_profile  # noqa: E402
+from tests.test_calibrate_fit import synthetic_tables  # noqa: E402
+
+KIB, MIB = 2**10, 2**20
+
+TINY = Plan(
+    quick=True,
+    working_set_bytes=tuple(int(256 * KIB * 2**i) for i in range(9)),
+    transfer_bytes=(256 * KIB, 1 * MIB, 4 * MIB, 16 * MIB),
+    rounds=2,
+    min_timed_s=0.0003,
+    launch_counts=(10, 20, 40),
+    launch_repeats=3,
+    gemm_m=(1, 4, 16, 64),
+    gemm_shapes=((64, 64),),
+    gemm_repeats=3,
+    moe_m=(1, 2, 4),
+    moe_small=(32, 16, 8, 2),
+    moe_large=(64, 32, 8, 2),
+    moe_repeats=3,
+    rotate_bytes=1 * MIB,
+    memory_budget_bytes=64 * MIB,
+    flush_bytes=8 * MIB,
+)
+
+
+@pytest.mark.slow
+def test_tiny_real_calibration_writes_a_loadable_profile_and_csvs(tmp_path: Path) -> None:
+    out = tmp_path / "cpu.toml"
+    result = calibrate("cpu", out, plan=TINY, name="tiny-cpu")
+    assert result.failures == {}
+    profile = load_profile(str(out))
+    assert profile.name == "tiny-cpu" and profile.is_cpu and profile.provenance.kind == "measured"
+    em = profile.empirical
+    assert em.launch_eager_us > 0 and em.cache_bandwidth_gbps > 0 and em.cache_effective_bytes > 0
+    assert profile.datasheet.peak_dense_tflops["fp32"] > 0
+    assert profile.provenance.software["threads"] == "1"
+    for suite in runner.SUITES:
+        meta, rows = read_rows(suite_path(out, suite))
+        assert meta["suite"] == suite and rows
+    assert result.fit_path.is_file()
+    moe_rows = read_rows(suite_path(out, "moe"))[1]
+    assert {r["size_class"] for r in moe_rows} == {"small", "large"}
+
+
+def fake_suites(calls: list[str], fail: str | None = None, interrupt: str | None = None) -> Any:
+    """Stand-in for the measurements: synthetic rows, recording which suites were run."""
+    tables = synthetic_tables()
+    moe = [
+        {"size_class": c, "distinct": u, "slots": 2 * m, "median_s": 1e-4 + 2e-5 * u, "expert_bytes": 1e5}
+        for c in ("small", "large")
+        for m, u in ((1, 2), (2, 3), (4, 8))
+    ]
+
+    def run(suite: str, *args: Any) -> list[dict[str, Any]]:
+        calls.append(suite)
+        if suite == fail:
+            raise RuntimeError(f"{suite} broke")
+        if suite == interrupt:
+            raise KeyboardInterrupt
+        return {"memory": tables.memory, "launch": tables.launch, "gemm": tables.gemm, "moe": moe}[suite]
+
+    return run
+
+
+def test_failed_suite_keeps_the_others_and_a_rerun_measures_only_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "p.toml"
+    calls: list[str] = []
+    monkeypatch.setattr(runner, "_run_suite", fake_suites(calls, fail="gemm"))
+    with pytest.raises(MoesimError, match="gemm suite"):
+        calibrate("cpu", out, plan=TINY)  # a CPU has no datasheet to fall back on for the GEMM curve
+    assert calls == ["memory", "launch", "gemm", "moe"]  # the failure did not stop the later suite
+    assert not out.exists()
+    assert {p.name for p in tmp_path.iterdir()} == {"p.memory.csv", "p.launch.csv", "p.moe.csv"}
+
+    calls.clear()
+    monkeypatch.setattr(runner, "_run_suite", fake_suites(calls))
+    result = calibrate("cpu", out, plan=TINY)
+    assert calls == ["gemm"]
+    assert result.resumed == ["memory", "launch", "moe"]
+    assert load_profile(str(out)).empirical.launch_eager_us == pytest.approx(4.0, rel=1e-3)
+
+
+def test_interrupt_leaves_completed_suites_and_no_partial_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "p.toml"
+    calls: list[str] = []
+    monkeypatch.setattr(runner, "_run_suite", fake_suites(calls, interrupt="gemm"))
+    with pytest.raises(KeyboardInterrupt):
+        calibrate("cpu", out, plan=TINY)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.launch.csv", "p.memory.csv"]  # no temp files
+    calls.clear()
+    monkeypatch.setattr(runner, "_run_suite", fake_suites(calls))
+    calibrate("cpu", out, plan=TINY)
+    assert calls == ["gemm", "moe"]
+
+
+def test_fresh_and_changed_settings_do_not_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "p.toml"
+    calls: list[str] = []
+    monkeypatch.setattr(runner, "_run_suite", fake_suites(calls))
+    calibrate("cpu", out, plan=TINY)
+    calls.clear()
+    calibrate("cpu", out, plan=TINY, fresh=True)
+    assert calls == list(runner.SUITES)
+    calls.clear()
+    calibrate("cpu", out, plan=TINY, threads=2)  # measured with other settings: not reusable
+    assert calls == list(runner.SUITES)
+    calls.clear()
+    suite_path(out, "launch").write_text("not a checkpoint\n")  # a damaged file is measured again
+    calibrate("cpu", out, plan=TINY, threads=2)
+    assert calls == ["launch"]
+
+
+def test_profile_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "p.toml"
+    out.write_text("old profile\n")
+    monkeypatch.setattr(runner, "_run_suite", fake_suites([]))
+    real_write = Path.write_text
+
+    def half_write(self: Path, text: str, *args: Any, **kwargs: Any) -> int:
+        if self.name.startswith(".p.toml."):
+            real_write(self, text[: len(text) // 2], *args, **kwargs)
+            raise OSError("disk full")
+        return real_write(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", half_write)
+    with pytest.raises(OSError):
+        calibrate("cpu", out, plan=TINY)
+    assert out.read_text() == "old profile\n"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def cli(args: list[str]) -> Any:
+    return CliRunner().invoke(calibrate_command, args)
+
+
+def test_cli_rejects_fp8_on_cpu_in_one_line(tmp_path: Path) -> None:
+    result = cli(["--device", "cpu", "--dtype", "fp8", "--output", str(tmp_path / "x.toml")])
+    assert result.exit_code == 2
+    assert "fp8" in result.output and "Traceback" not in result.output
+    assert not list(tmp_path.iterdir())
+
+
+def test_cli_rejects_missing_gpu_and_bad_output(tmp_path: Path) -> None:
+    if not torch.cuda.is_available():
+        result = cli(["--device", "cuda", "--output", str(tmp_path / "x.toml")])
+        assert result.exit_code == 2 and "no GPU" in result.output
+    result = cli(["--device", "cpu", "--output", str(tmp_path / "x.json")])
+    assert result.exit_code == 2 and ".toml" in result.output
+    result = cli(["--device", "cpu", "--dtype", "int3", "--output", str(tmp_path / "x.toml")])
+    assert result.exit_code == 2 and "int3" in result.output
+
+
+def test_cli_without_torch_says_how_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
+    result = cli(["--device", "cpu", "--quick", "--output", str(tmp_path / "x.toml")])
+    assert result.exit_code == 2
+    assert "PyTorch" in result.output and "pip install" in result.output
+
+
+def test_cli_json_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner, "_run_suite", fake_suites([]))
+    monkeypatch.setattr(runner, "make_plan", lambda *a, **k: TINY)
+    result = cli(["--device", "cpu", "--quick", "--json", "--output", str(tmp_path / "x.toml")])
+    assert result.exit_code == 0, result.output
+    import json
+
+    data = json.loads(result.output[result.output.index("{") :])
+    assert data["profile"]["provenance"]["kind"] == "measured"
+    assert set(data["csv"]) == set(runner.SUITES)
+
+
+MICRO = Plan(
+    **{
+        **TINY.__dict__,
+        "working_set_bytes": (256 * KIB, 1 * MIB),
+        "transfer_bytes": (256 * KIB,),
+        "rounds": 1,
+    }
+)
+
+
+def test_each_suite_runs_at_tiny_size_on_cpu() -> None:
+    from moesim.calibrate import gemm, launch, memory, moe
+    from moesim.calibrate.timing import Timer, resolve_device
+
+    device = resolve_device("cpu", 1)
+    timer = Timer(device, MICRO.flush_bytes)
+    fractions: list[float] = []
+    mem_rows = memory.run_memory(timer, device, MICRO, fractions.append)
+    assert {r["kind"] for r in mem_rows} == {"working_set", "transfer", "fixed_warm", "fixed_cold"}
+    assert all(r["median_s"] > 0 for r in mem_rows)
+    assert fractions[-1] == 1.0 and fractions == sorted(fractions)
+    launch_rows = launch.run_launch(timer, device, MICRO)
+    assert [r["n_kernels"] for r in launch_rows] == list(MICRO.launch_counts)
+    gemm_rows = gemm.run_gemm(timer, device, MICRO, ["fp32"])
+    assert len(gemm_rows) == len(MICRO.gemm_m) * len(MICRO.gemm_shapes)
+    assert all(r["flops"] == 2 * r["m"] * r["k"] * r["n"] for r in gemm_rows)
+    moe_rows = moe.run_moe(timer, device, MICRO, "fp32")
+    assert {(r["m"], r["distinct"]) for r in moe_rows if r["size_class"] == "small"} >= {(1, 2), (4, 8)}
+    assert all(r["distinct"] <= min(r["n_experts"], r["slots"]) for r in moe_rows)
