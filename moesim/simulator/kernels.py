@@ -39,6 +39,9 @@ class TensorRead:
     tensor: str
     size_bytes: float
     reads: float = 1.0
+    # Bytes that must stay cached for the repeats to hit (e.g. one expert's weights when a grouped GEMM
+    # re-reads each expert once per M-tile); 0 means the whole tensor.
+    working_set_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,9 @@ class Kernel:
     flops: float
     reads: tuple[TensorRead, ...]
     write_bytes: float = 0.0
-    m_tokens: int = 0  # GEMM rows for the efficiency curve; 0 when not a GEMM
+    m_tokens: float = 0  # GEMM rows for the efficiency curve (mean rows per expert); 0 when not a GEMM
     dtype: str = "bf16"
     layer: int = -1
     stream: int = 0  # kernels on different streams may run side by side
+    write_tensor: str = ""  # name of the tensor written (write_bytes of it), so later reads can hit the cache
+    join: bool = False  # waits for every kernel issued before it on the other streams (an event wait)

@@ -1,0 +1,58 @@
+"""Sweep the whole catalogue × batch {1, 2, 4, ..., 256} × draft length 1–8 on one profile; print the speed.
+
+Usage: python3 benchmarks/sweep_benchmark.py [--hardware h200] [--no-fit-check] [--single-gpu]
+Target: under 20 s on 2 cores. As `moesim sweep` does by default, each (model, batch) runs on the smallest
+layout whose memory fits, so the trillion-parameter models run on 8–16 GPUs (expert-parallel plans with
+collectives); --single-gpu keeps every model on one device and skips those that do not fit;
+--no-fit-check (with --single-gpu) times every model on one device, fitting or not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
+
+from moesim.simulator.catalogue import list_models, load_model
+from moesim.simulator.hardware import load_profile
+from moesim.simulator.parallel import LayoutRequest
+from moesim.simulator.sweep import run_sweep
+
+BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+DRAFT_LENS = list(range(1, 9))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hardware", default="h200")
+    parser.add_argument("--no-fit-check", action="store_true", help="time every model, fitting or not")
+    parser.add_argument(
+        "--single-gpu", action="store_true", help="one device per model (skip what does not fit)"
+    )
+    args = parser.parse_args()
+    hardware = load_profile(args.hardware)
+    models = [load_model(name) for name in list_models()]
+    start = time.perf_counter()
+    parallel = None if args.single_gpu or args.no_fit_check else LayoutRequest()
+    result = run_sweep(
+        models, hardware, BATCHES, DRAFT_LENS, check_fit=not args.no_fit_check, parallel=parallel
+    )
+    wall = time.perf_counter() - start
+    configs = len(models) * len(BATCHES) * len(DRAFT_LENS)
+    computed = len(result.rows)
+    print(
+        f"hardware {hardware.name}: {len(models)} models × {len(BATCHES)} batch sizes × {len(DRAFT_LENS)} draft lengths"
+    )
+    print(f"configurations: {configs} ({computed} simulated, {configs - computed} skipped as not fitting)")
+    multi = sum(1 for row in result.rows if row.gpus > 1)
+    print(
+        f"multi-GPU configurations: {multi} ({', '.join(sorted({r.model for r in result.rows if r.gpus > 1}))})"
+    )
+    print(f"wall time: {wall:.2f} s  ({computed / wall:.0f} simulated configurations/s)")
+
+
+if __name__ == "__main__":
+    main()

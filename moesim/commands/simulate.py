@@ -1,0 +1,465 @@
+"""`moesim simulate`, `moesim sweep` and `moesim layer`: the core simulator from the command line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from moesim.commands.common import (
+    emit_json,
+    handle_errors,
+    hardware_option,
+    model_options,
+    parse_int_list,
+    resolve_model,
+)
+from moesim.commands.parallel_options import layout_from_kwargs, parallel_options
+from moesim.errors import MoesimError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+CATEGORY_LABELS = {
+    "attention": "attention (maths, rotary, norms)",
+    "kv_cache": "KV cache reads",
+    "dense_weights": "dense weights (attention proj., dense FFN)",
+    "routed_experts": "routed experts",
+    "shared_experts": "shared experts (exposed)",
+    "lm_head": "LM head",
+    "communication": "communication",
+    "other": "other (norms, router, top-k, sampling)",
+    "launch_idle": "launch / idle",
+}
+
+
+def step_options(func: F) -> F:
+    """--context-len, --launch, --engine and the routing flags shared by simulate and sweep."""
+    options = [
+        click.option(
+            "--context-len", type=int, default=2048, show_default=True, help="Cached tokens per sequence."
+        ),
+        click.option(
+            "--launch",
+            type=click.Choice(["graph", "eager"]),
+            default="graph",
+            show_default=True,
+            help="graph: CUDA-graph replay (one launch per step); eager: one host launch per kernel.",
+        ),
+        click.option(
+            "--engine",
+            default="fused",
+            show_default=True,
+            help="Kernel plan style: fused (vLLM/SGLang kernels), per-token (naive loop), or a registered style.",
+        ),
+        click.option(
+            "--routing",
+            "routing_spec",
+            default="independent",
+            show_default=True,
+            help="independent, typical (correlated, typical statistics) or a routing statistics file.",
+        ),
+        click.option(
+            "--overlap", default=None, help="Same-sequence expert overlap at distances 1..D, e.g. 0.4,0.3."
+        ),
+        click.option(
+            "--baseline-overlap", type=float, default=None, help="Overlap between different sequences."
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def sd_options(func: F) -> F:
+    """--draft, --acceptance, --acceptance-length."""
+    from moesim.simulator.speculative import DEFAULT_ACCEPTANCE, DEFAULT_DRAFTER
+
+    options = [
+        click.option(
+            "--draft",
+            "drafter",
+            default=DEFAULT_DRAFTER,
+            show_default=True,
+            help="Drafter: eagle, mtp, ngram, model:NAME or fraction:F (F × a decode step per draft token).",
+        ),
+        click.option(
+            "--acceptance",
+            type=float,
+            default=DEFAULT_ACCEPTANCE,
+            show_default=True,
+            help="Per-token acceptance rate α: E[tokens/step] = (1 − α^(K+1)) / (1 − α).",
+        ),
+        click.option(
+            "--acceptance-length",
+            type=float,
+            default=None,
+            help="Mean tokens per verification step instead of --acceptance (capped at K+1).",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _routing_for(spec: Any, routing_spec: str, overlap: str | None, baseline: float | None) -> Any:
+    if not spec.is_moe:
+        from moesim.simulator.routing.independent import IndependentRouting
+
+        return IndependentRouting()
+    from moesim.simulator.routing.presets import routing_from_cli
+
+    return routing_from_cli(
+        routing_spec, spec.n_experts, spec.top_k, overlap, baseline, spec.n_groups, spec.topk_groups
+    )
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f}"
+
+
+def _distinct(step: dict[str, Any]) -> str:
+    mean = step["distinct_experts_per_layer"]
+    dist = step.get("distinct_experts_distribution")
+    if not mean:
+        return "- (dense)"
+    if dist:
+        return f"{mean:.1f} (p10–p90 {dist['p10']:.0f}–{dist['p90']:.0f})"
+    return f"{mean:.1f}"
+
+
+@click.command("simulate")
+@model_options
+@hardware_option
+@click.option("--batch", type=int, default=1, show_default=True, help="Sequences in the batch B.")
+@click.option(
+    "--draft-len", type=int, default=3, show_default=True, help="Draft tokens K per verification step."
+)
+@step_options
+@sd_options
+@parallel_options
+@click.option("--timeline", is_flag=True, help="Include every kernel's start and end in the JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@handle_errors
+def simulate_command(
+    model_name: str | None,
+    model_config: str | None,
+    hardware: str,
+    batch: int,
+    draft_len: int,
+    context_len: int,
+    launch: str,
+    engine: str,
+    routing_spec: str,
+    overlap: str | None,
+    baseline_overlap: float | None,
+    drafter: str,
+    acceptance: float,
+    acceptance_length: float | None,
+    timeline: bool,
+    as_json: bool,
+    **overrides: Any,
+) -> None:
+    """Simulate a decode step and a verification step of K draft tokens, and the SD speedup they imply.
+
+    Example: moesim simulate --model qwen3-30b-a3b --hardware h200 --batch 1 --draft-len 3
+    """
+    from moesim.simulator.hardware import load_profile
+    from moesim.simulator.simulate import simulate_speculative
+
+    request = layout_from_kwargs(overrides)
+    spec = resolve_model(model_name, model_config, overrides)
+    profile = load_profile(hardware)
+    routing = _routing_for(spec, routing_spec, overlap, baseline_overlap)
+    result = simulate_speculative(
+        spec,
+        profile,
+        batch,
+        draft_len,
+        context_len=context_len,
+        engine=engine,
+        launch=launch,
+        routing=routing,
+        drafter=drafter,
+        acceptance=acceptance,
+        acceptance_length=acceptance_length,
+        parallel=request,
+    )
+    data = result.to_json(timeline)
+    if as_json:
+        emit_json(data)
+        return
+    console = Console()
+    a = data["assumptions"]
+    acceptance_text = (
+        f"acceptance length {a['acceptance_length']:g}"
+        if a["acceptance_length"]
+        else f"acceptance α = {a['acceptance']:g}"
+    )
+    console.print(
+        f"[bold]{spec.name}[/bold] on [bold]{profile.name}[/bold] ({profile.provenance.kind} profile): "
+        f"batch {batch}, draft length {draft_len}, context {context_len}"
+    )
+    console.print(
+        f"engine {engine}, {launch} launch, {a['routing']}, drafter {a['drafter']}, {acceptance_text}"
+    )
+    _print_layout(console, data["parallel"], request.fixed() is None)
+    table = Table(title="where the time goes (ms)")
+    table.add_column("category")
+    table.add_column(f"decode (M={batch})", justify="right")
+    table.add_column(f"verify (M={batch * (draft_len + 1)})", justify="right")
+    decode, verify = data["decode"], data["verify"]
+    for key, label in CATEGORY_LABELS.items():
+        d, v = decode["breakdown_s"].get(key, 0.0), verify["breakdown_s"].get(key, 0.0)
+        if d or v:
+            table.add_row(label, _ms(d), _ms(v))
+    table.add_row(
+        "[bold]step[/bold]", f"[bold]{_ms(decode['step_s'])}[/bold]", f"[bold]{_ms(verify['step_s'])}[/bold]"
+    )
+    table.add_row("distinct experts / MoE layer", _distinct(decode), _distinct(verify))
+    table.add_row("kernels", str(decode["n_kernels"]), str(verify["n_kernels"]))
+    console.print(table)
+    console.print(
+        f"verify / decode = {data['verify_over_decode']:.3f}; draft {_ms(data['draft_s'])} ms; "
+        f"expected tokens per step = {data['tokens_per_step']:.3f}"
+    )
+    console.print(
+        f"[bold]speedup = {data['speedup']:.3f}×[/bold]  "
+        f"(= {data['tokens_per_step']:.3f} × {_ms(decode['step_s'])} ms ÷ ({_ms(data['draft_s'])} + {_ms(verify['step_s'])}) ms)"
+    )
+
+
+def _print_layout(console: Console, parallel: dict[str, Any], chosen: bool) -> None:
+    """The layout simulated (and why), its memory on the busiest GPU, and the collectives' share."""
+    layout, memory = parallel["layout"], parallel["memory"]
+    how = "the smallest layout whose memory fits (set --gpus/--tp/--ep to choose)" if chosen else "as asked"
+    console.print(f"layout: {layout['description']} — {how}")
+    console.print(
+        f"memory on the busiest GPU: {memory['per_rank_bytes'] / 1e9:.1f} of {memory['capacity_bytes'] / 1e9:.1f} GB "
+        f"(weights {memory['weights_bytes'] / 1e9:.1f}, KV cache {memory['kv_cache_bytes'] / 1e9:.2f}, "
+        f"drafter {memory['drafter_bytes'] / 1e9:.2f}, reserve {memory['reserve_bytes'] / 1e9:.1f})"
+    )
+    if "verify" in parallel:
+        d, v = parallel["decode"], parallel["verify"]
+        line = (
+            f"collectives per step: decode {_ms(d['communication_per_step_s'])} ms, "
+            f"verify {_ms(v['communication_per_step_s'])} ms"
+        )
+        if "max_distinct_experts_per_rank" in v:
+            line += (
+                f"; distinct experts on the slowest rank (verify) {v['max_distinct_experts_per_rank']:.1f} "
+                f"vs mean {v['mean_distinct_experts_per_rank']:.1f}"
+            )
+        console.print(line)
+
+
+def _models(text: str) -> list[str]:
+    from moesim.simulator.catalogue import list_models
+
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise MoesimError("--model", "needs at least one model name, or all")
+    if names == ["all"]:
+        return list_models()
+    return names
+
+
+@click.command("sweep")
+@click.option(
+    "--model", "model_names", required=True, help="Comma-separated catalogue names or model files, or 'all'."
+)
+@hardware_option
+@click.option(
+    "--batch", "batches", default="1,2,4,8,16,32,64,128,256", show_default=True, help="Batch sizes."
+)
+@click.option(
+    "--draft-len", "draft_lens", default="1,2,3,4,5,6,7,8", show_default=True, help="Draft lengths K."
+)
+@step_options
+@sd_options
+@parallel_options
+@click.option(
+    "--csv", "csv_path", type=click.Path(dir_okay=False), default=None, help="Write the rows as CSV."
+)
+@click.option(
+    "--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Write a plot (png, pdf, svg)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON {rows, peaks, skipped, assumptions}.")
+@handle_errors
+def sweep_command(
+    model_names: str,
+    hardware: str,
+    batches: str,
+    draft_lens: str,
+    context_len: int,
+    launch: str,
+    engine: str,
+    routing_spec: str,
+    overlap: str | None,
+    baseline_overlap: float | None,
+    drafter: str,
+    acceptance: float,
+    acceptance_length: float | None,
+    csv_path: str | None,
+    plot_path: str | None,
+    as_json: bool,
+    **parallel_flags: Any,
+) -> None:
+    """SD speedup over models × batch sizes × draft lengths (closed-form fast path), with peaks and a plot.
+
+    Without --gpus/--tp/--ep each (model, batch) runs on the smallest layout whose memory fits (rows say which).
+
+    Example: moesim sweep --model qwen3-30b-a3b,olmoe-1b-7b --hardware h200 --plot speedup.png
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from moesim.simulator.catalogue import load_model
+    from moesim.simulator.hardware import load_profile
+    from moesim.simulator.plots import plot_sweep
+    from moesim.simulator.sweep import run_sweep
+
+    request = layout_from_kwargs(parallel_flags)
+    batch_list = parse_int_list("--batch", batches)
+    k_list = parse_int_list("--draft-len", draft_lens)
+    specs = [load_model(name) for name in _models(model_names)]
+    profile = load_profile(hardware)
+    routings = {spec.name: _routing_for(spec, routing_spec, overlap, baseline_overlap) for spec in specs}
+    total = len(specs) * len(batch_list) * len(k_list)
+    err = Console(stderr=True)
+    with Progress(
+        TextColumn("sweep"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=total < 50,
+    ) as bar:
+        task = bar.add_task("sweep", total=total)
+        result = run_sweep(
+            specs,
+            profile,
+            batch_list,
+            k_list,
+            context_len=context_len,
+            engine=engine,
+            launch=launch,
+            routing=lambda spec: routings[spec.name],
+            drafter=drafter,
+            acceptance=acceptance,
+            acceptance_length=acceptance_length,
+            progress=lambda n: bar.advance(task, n),
+            parallel=request,
+        )
+    if csv_path:
+        result.write_csv(csv_path)
+    if plot_path and result.rows:
+        plot_sweep(result, plot_path)
+    if as_json:
+        emit_json(result.to_json())
+        return
+    console = Console()
+    a = result.assumptions
+    console.print(
+        f"[bold]{profile.name}[/bold] ({profile.provenance.kind} profile); {a['routing']}; drafter {a['drafter']}; "
+        + (
+            f"acceptance length {a['acceptance_length']:g}"
+            if a["acceptance_length"]
+            else f"α = {a['acceptance']:g}"
+        )
+        + f"; engine {engine}, {launch} launch, context {context_len}"
+    )
+    for spec in specs:
+        rows = [r for r in result.rows if r.model == spec.name]
+        if not rows:
+            continue
+        table = Table(title=f"{spec.name}: speedup (best K per batch in bold)")
+        table.add_column("batch", justify="right")
+        for k in k_list:
+            table.add_column(f"K={k}", justify="right")
+        for b in batch_list:
+            cells = {r.draft_len: r.speedup for r in rows if r.batch == b}
+            if not cells:
+                continue
+            best = max(cells.values())
+            table.add_row(
+                str(b),
+                *[
+                    (f"[bold]{cells[k]:.2f}[/bold]" if cells[k] == best else f"{cells[k]:.2f}")
+                    for k in k_list
+                ],
+            )
+        console.print(table)
+        for layout in dict.fromkeys(r.layout for r in rows):
+            sizes = sorted({r.batch for r in rows if r.layout == layout})
+            console.print(f"  layout {layout}: batch {', '.join(map(str, sizes))}")
+    if result.peaks:
+        peaks = Table(title="peak batch per model and draft length")
+        for column in ("model", "K", "peak batch", "peak speedup"):
+            peaks.add_column(column, justify="left" if column == "model" else "right")
+        for p in result.peaks:
+            peaks.add_row(p.model, str(p.draft_len), str(p.peak_batch), f"{p.peak_speedup:.2f}")
+        console.print(peaks)
+    for skip in result.skipped:
+        which = "all batch sizes" if skip["all_batches"] else "batch " + ",".join(map(str, skip["batches"]))
+        console.print(f"[yellow]skipped[/yellow] {skip['model']} ({which}): {skip['reason']}")
+    if csv_path:
+        console.print(f"wrote {csv_path}")
+    if plot_path and result.rows:
+        console.print(f"wrote {plot_path}")
+
+
+@click.command("layer")
+@model_options
+@hardware_option
+@click.option("--tokens", type=int, required=True, help="Tokens M entering the MoE layer.")
+@click.option(
+    "--distinct-experts", type=int, required=True, help="Distinct experts U the forced routing hits."
+)
+@click.option("--launch", type=click.Choice(["graph", "eager"]), default="graph", show_default=True)
+@click.option("--engine", default="fused", show_default=True, help="Kernel plan style.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON {time_s, ...}.")
+@handle_errors
+def layer_command(
+    model_name: str | None,
+    model_config: str | None,
+    hardware: str,
+    tokens: int,
+    distinct_experts: int,
+    launch: str,
+    engine: str,
+    as_json: bool,
+    **overrides: Any,
+) -> None:
+    """One MoE layer's expert block (router to combine) with routing forced to hit exactly U experts.
+
+    This is what `moesim calibrate` measures on real hardware. Example:
+    moesim layer --model qwen3-30b-a3b --hardware h200 --tokens 4 --distinct-experts 24
+    """
+    from moesim.simulator.hardware import load_profile
+    from moesim.simulator.simulate import simulate_expert_block
+
+    spec = resolve_model(model_name, model_config, overrides)
+    profile = load_profile(hardware)
+    seconds = simulate_expert_block(spec, profile, tokens, distinct_experts, launch, engine)
+    data = {
+        "model": spec.name,
+        "hardware": profile.name,
+        "tokens": tokens,
+        "distinct_experts": distinct_experts,
+        "launch": launch,
+        "engine": engine,
+        "time_s": seconds,
+    }
+    if as_json:
+        emit_json(data)
+        return
+    click.echo(
+        f"{spec.name} on {profile.name}: expert block for {tokens} token(s) hitting {distinct_experts} experts "
+        f"({launch} launch, {engine}): {seconds * 1e6:.1f} µs"
+    )
+
+
+__all__ = ["layer_command", "simulate_command", "sweep_command"]

@@ -1,0 +1,166 @@
+"""Time of the collectives a tensor- or expert-parallel step runs: all-reduce, all-gather, all-to-all.
+
+Every formula is the classic α–β model: a message costs a latency α per communication round plus its bytes
+over the link bandwidth β (achieved, per GPU, one direction). With n ranks and a message of S bytes per rank:
+
+- all-reduce, ring:        2(n−1)·α + 2·(n−1)/n · S/β   (reduce-scatter then all-gather, n−1 rounds each)
+- all-reduce, one-shot:    α + (n−1)·S/β                (each rank pushes its whole buffer to every peer;
+                                                           what engines' custom all-reduce does for small S)
+- all-reduce, two-shot:    2·α + 2·(n−1)/n · S/β        (direct reduce-scatter then direct all-gather)
+- all-gather / reduce-scatter of an S-byte result, ring: (n−1)·α + (n−1)/n · S/β; direct: α + (n−1)/n · S/β
+- all-to-all, direct:      α + max(bytes sent, bytes received)/β   (every pair at once over a switch)
+
+`"auto"` takes the fastest algorithm, as NCCL's tuner and engines' custom kernels do: one-shot for small
+messages, ring or two-shot for large ones. One rank costs nothing. All functions accept numpy arrays of
+bytes so the sweep fast path stays vectorised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from moesim.errors import MoesimError
+from moesim.simulator.hardware import NodeSpec
+
+AllReduceAlgorithm = Literal["ring", "one_shot", "two_shot", "auto"]
+GatherAlgorithm = Literal["ring", "direct", "auto"]
+
+# Collectives achieve a fraction of the link's datasheet bandwidth: NCCL's measured bus bandwidth on
+# NVLink4/NVSwitch nodes is about 80% of the 450 GB/s per direction (nccl-tests, 8×H100). This is the one
+# documented assumption for uncalibrated links; a measured node would replace it.
+ACHIEVED_LINK_FRACTION = 0.8
+
+
+@dataclass(frozen=True)
+class Link:
+    """The path a collective's bytes take: achieved bandwidth per GPU, one direction, and per-round latency."""
+
+    bandwidth_gbps: float
+    latency_us: float
+
+    def __post_init__(self) -> None:
+        if not self.bandwidth_gbps > 0:
+            raise MoesimError("link.bandwidth_gbps", f"must be positive, got {self.bandwidth_gbps}")
+        if self.latency_us < 0:
+            raise MoesimError("link.latency_us", f"must not be negative, got {self.latency_us}")
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.bandwidth_gbps * 1e9
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_us * 1e-6
+
+
+def node_link(node: NodeSpec, ranks: int, achieved_fraction: float = ACHIEVED_LINK_FRACTION) -> Link:
+    """The link a collective over `ranks` GPUs is bound by: scale-up within a node, scale-out across nodes.
+
+    Across nodes the slower scale-out link sets the pace (the hierarchical algorithms' bottleneck stage).
+    """
+    if ranks <= node.gpus_per_node:
+        bandwidth, latency, name = node.scale_up_bandwidth_gbps, node.scale_up_latency_us, "scale_up"
+    else:
+        bandwidth, latency, name = node.scale_out_bandwidth_gbps, node.scale_out_latency_us, "scale_out"
+    if ranks > 1 and not bandwidth > 0:
+        raise MoesimError(
+            f"hardware.node.{name}_bandwidth_gbps",
+            f"is not set, so a collective over {ranks} GPUs cannot be timed",
+            "add it to the profile's [node] section",
+        )
+    return Link(max(bandwidth, 1e-9) * achieved_fraction, latency)
+
+
+def _bytes(message_bytes: npt.ArrayLike) -> np.ndarray:
+    size = np.asarray(message_bytes, dtype=float)
+    if np.any(size < 0):
+        raise MoesimError("collective", "message size must not be negative")
+    return size
+
+
+def _check_ranks(ranks: int) -> None:
+    if ranks < 1:
+        raise MoesimError("ranks", f"must be at least 1, got {ranks}")
+
+
+def all_reduce_s(
+    message_bytes: npt.ArrayLike, ranks: int, link: Link, algorithm: AllReduceAlgorithm = "auto"
+) -> np.ndarray:
+    """Seconds to all-reduce `message_bytes` (the buffer each rank holds) over `ranks` ranks."""
+    _check_ranks(ranks)
+    size = _bytes(message_bytes)
+    if ranks == 1:
+        return np.zeros_like(size)
+    n, alpha, beta = ranks, link.latency_s, link.bytes_per_s
+    times = {
+        "ring": 2 * (n - 1) * alpha + 2 * (n - 1) / n * size / beta,
+        "one_shot": alpha + (n - 1) * size / beta,
+        "two_shot": 2 * alpha + 2 * (n - 1) / n * size / beta,
+    }
+    if algorithm == "auto":
+        return np.minimum.reduce(list(times.values()))
+    if algorithm not in times:
+        raise MoesimError(
+            "algorithm", f"unknown all-reduce algorithm {algorithm!r}", "ring, one_shot, two_shot or auto"
+        )
+    return times[algorithm]
+
+
+def all_gather_s(
+    output_bytes: npt.ArrayLike, ranks: int, link: Link, algorithm: GatherAlgorithm = "auto"
+) -> np.ndarray:
+    """Seconds to all-gather: each rank contributes output_bytes/ranks and ends with all `output_bytes`.
+
+    A reduce-scatter of an `output_bytes` input moves the same bytes in the same rounds, so
+    `reduce_scatter_s` is this function too.
+    """
+    _check_ranks(ranks)
+    size = _bytes(output_bytes)
+    if ranks == 1:
+        return np.zeros_like(size)
+    n, alpha, beta = ranks, link.latency_s, link.bytes_per_s
+    times = {
+        "ring": (n - 1) * alpha + (n - 1) / n * size / beta,
+        "direct": alpha + (n - 1) / n * size / beta,
+    }
+    if algorithm == "auto":
+        return np.minimum(times["ring"], times["direct"])
+    if algorithm not in times:
+        raise MoesimError("algorithm", f"unknown all-gather algorithm {algorithm!r}", "ring, direct or auto")
+    return times[algorithm]
+
+
+reduce_scatter_s = all_gather_s
+
+
+def all_to_all_s(
+    send_bytes: npt.ArrayLike, ranks: int, link: Link, recv_bytes: npt.ArrayLike | None = None
+) -> np.ndarray:
+    """Seconds for a direct all-to-all where the busiest rank sends `send_bytes` and receives `recv_bytes`.
+
+    Only bytes that leave the rank count (the caller excludes the rank's share to itself). Links are full
+    duplex, so the slower of the two directions sets the time; `recv_bytes` defaults to `send_bytes`.
+    """
+    _check_ranks(ranks)
+    send = _bytes(send_bytes)
+    recv = send if recv_bytes is None else _bytes(recv_bytes)
+    if ranks == 1:
+        return np.zeros(np.broadcast(send, recv).shape)
+    return link.latency_s + np.maximum(send, recv) / link.bytes_per_s
+
+
+__all__ = [
+    "ACHIEVED_LINK_FRACTION",
+    "AllReduceAlgorithm",
+    "GatherAlgorithm",
+    "Link",
+    "all_gather_s",
+    "all_reduce_s",
+    "all_to_all_s",
+    "node_link",
+    "reduce_scatter_s",
+]

@@ -1,0 +1,444 @@
+"""The kernel plan of one step on the slowest rank of a parallel layout, with its communication kernels.
+
+One rank's step is the single-GPU plan of a *rank view* of the model — attention heads, dense FFN width,
+shared-expert width (when split) and vocabulary divided by `tp`, each routed expert's width by `expert_tp` —
+at the batch of one data-parallel attention group, except the MoE blocks: their routed-expert GEMMs run on
+the slowest expert-parallel rank, i.e. over the expected *maximum* over ranks of its distinct experts and of
+its token assignments (`parallel.rank_experts`), not the mean.
+
+Communication kernels (category `communication`, stream COMM_STREAM) are inserted where the engines put them:
+- after attention's output projection (tp > 1): all-reduce of the group's hidden states;
+- after a dense FFN (tp > 1): all-reduce;
+- around routed experts (ep > 1): all-to-all dispatch before, all-to-all combine after (DeepEP-style, FP8
+  dispatch when the experts compute in FP8); the shared experts run on the main stream while dispatch is in
+  flight, as SGLang does with DeepEP — the only overlap of communication with compute in the `fused` style;
+- split shared experts (tp > 1, ep > 1): all-reduce of their partial outputs; with ep = 1 (experts
+  tensor-parallel over all GPUs) a single all-reduce sums routed and shared partial outputs;
+- LM head (tp > 1): all-gather of the vocabulary-parallel logits.
+Each costs `collectives` time (latency + bytes over the node link), given to the engine and the fast path by
+`comm_time_s(kernel)`. With one GPU the plan is exactly `plan.build_plan`'s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from moesim.errors import MoesimError
+from moesim.simulator import plan as pl
+from moesim.simulator.collectives import Link, all_gather_s, all_reduce_s, all_to_all_s, node_link
+from moesim.simulator.cost import CostParams
+from moesim.simulator.engine import StepResult, run_engine
+from moesim.simulator.fastpath import IDLE, FastStep, LaunchParams, cost_plan, plan_arrays, schedule
+from moesim.simulator.hardware import HardwareProfile
+from moesim.simulator.kernels import CATEGORIES, Kernel, TensorRead
+from moesim.simulator.model_spec import AttentionLayerKind, FfnLayerKind, ModelSpec
+from moesim.simulator.parallel import ParallelLayout, RankExperts, moe_traffic, rank_experts
+from moesim.simulator.routing.base import RoutingModel
+from moesim.simulator.routing.independent import IndependentRouting
+
+COMM_STREAM = 2
+COMM_PREFIX = "comm."
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128  # FP8 values plus one fp32 scale per 128 (DeepEP's FP8 dispatch)
+
+
+def rank_model(model: ModelSpec, layout: ParallelLayout) -> ModelSpec:
+    """The slice of `model` one rank holds: tensor-parallel dimensions divided, replicated parts whole."""
+    if layout.is_single:
+        return model
+    tp = layout.tp
+    att = model.attention
+    attention = replace(
+        att, num_heads=math.ceil(att.num_heads / tp), num_kv_heads=max(1, math.ceil(att.num_kv_heads / tp))
+    )
+    linear = model.linear_attention
+    if linear is not None:
+        linear = replace(
+            linear,
+            num_key_heads=max(1, math.ceil(linear.num_key_heads / tp)),
+            num_value_heads=max(1, math.ceil(linear.num_value_heads / tp)),
+        )
+    shared = model.shared_expert_width
+    if layout.shared_mode == "split" and shared:
+        shared = math.ceil(shared / tp)
+    return replace(
+        model,
+        name=f"{model.name} (rank of {layout.gpus})",
+        attention=attention,
+        linear_attention=linear,
+        vocab=math.ceil(model.vocab / tp),
+        dense_ffn_width=math.ceil(model.dense_ffn_width / tp) if model.dense_ffn_width else 0,
+        expert_width=math.ceil(model.expert_width / layout.expert_tp) if model.expert_width else 0,
+        shared_expert_width=shared,
+    )
+
+
+def comm_kernel(name: str, stream: int = COMM_STREAM) -> Kernel:
+    """A collective as a kernel of its own: no FLOPs, no HBM traffic; its time comes from `comm_time_s`."""
+    return Kernel(name=COMM_PREFIX + name, category="communication", flops=0.0, reads=(), stream=stream)
+
+
+@dataclass(frozen=True)
+class ParallelStep:
+    """A rank's plan plus what the parallel model added: per-layer rank work and collective times."""
+
+    plan: pl.StepPlan
+    layout: ParallelLayout
+    comm_s: dict[str, float] = field(default_factory=dict)  # collective name -> seconds of one launch
+    rank_work: tuple[RankExperts, ...] = ()  # per MoE layer
+
+    def comm_time_s(self, kernel: Kernel) -> float | None:
+        """Seconds of a communication kernel (None for every other kernel): the engine's external-time hook."""
+        if kernel.category != "communication":
+            return None
+        name = kernel.name.rsplit(COMM_PREFIX, 1)[-1]
+        return self.comm_s.get(name, 0.0)
+
+    @property
+    def comm_per_step_s(self) -> float:
+        """Sum of all collective times of the step (what the slowest rank waits on the links)."""
+        return float(
+            sum(self.comm_time_s(k) or 0.0 for k in self.plan.kernels if k.category == "communication")
+        )
+
+    def summary(self) -> dict[str, object]:
+        work = self.rank_work
+        out: dict[str, object] = {
+            "layout": self.layout.as_dict(),
+            "collective_s": dict(self.comm_s),
+            "communication_per_step_s": self.comm_per_step_s,
+        }
+        if work:
+            out["max_distinct_experts_per_rank"] = float(np.mean([float(w.max_distinct) for w in work]))
+            out["mean_distinct_experts_per_rank"] = float(np.mean([float(w.mean_distinct) for w in work]))
+            out["max_expert_tokens_per_rank"] = float(np.mean([float(w.max_tokens) for w in work]))
+            out["mean_expert_tokens_per_rank"] = float(np.mean([float(w.mean_tokens) for w in work]))
+        return out
+
+
+def _rank_expert_kernels(ctx: pl.PlanContext, distinct: float, assignments: float) -> list[Kernel]:
+    """Grouped GEMMs of the slowest rank: `assignments` token-expert pairs over `distinct` experts."""
+    model = ctx.model
+    w, h = model.expert_width, model.hidden
+    w13, w2 = ctx.ffn["expert_w13"], ctx.ffn["expert_w2"]
+    distinct = max(distinct, 1e-9)
+    per_expert = assignments / distinct
+    tiles = max(1.0, math.ceil(per_expert / pl.EXPERT_TILE_M))
+    dtype = model.expert_format.compute_dtype
+    P = pl.LAYER_PREFIX
+    return [
+        Kernel(
+            name="experts_gate_up",
+            category="routed_experts",
+            flops=2.0 * assignments * w13.params,
+            reads=(
+                TensorRead(P + "experts.w13", distinct * w13.bytes, tiles, w13.bytes),
+                TensorRead("dispatch_recv", assignments * h * pl.ACT_BYTES),
+                TensorRead("sorted_ids", assignments * pl.INDEX_BYTES),
+            ),
+            write_bytes=assignments * 2 * w * pl.ACT_BYTES,
+            write_tensor="experts_in",
+            m_tokens=per_expert,
+            dtype=dtype,
+        ),
+        pl.elementwise_kernel(
+            "experts_act",
+            "routed_experts",
+            (("experts_in", assignments * 2 * w),),
+            ("experts_mid", assignments * w),
+        ),
+        Kernel(
+            name="experts_down",
+            category="routed_experts",
+            flops=2.0 * assignments * w2.params,
+            reads=(
+                TensorRead(P + "experts.w2", distinct * w2.bytes, tiles, w2.bytes),
+                TensorRead("experts_mid", assignments * w * pl.ACT_BYTES),
+            ),
+            write_bytes=assignments * h * pl.ACT_BYTES,
+            write_tensor="experts_out",
+            m_tokens=per_expert,
+            dtype=dtype,
+        ),
+    ]
+
+
+def _join(kernel: Kernel) -> Kernel:
+    return kernel if kernel.join else replace(kernel, join=True)
+
+
+def _wait_for_collectives(kernels: list[Kernel]) -> list[Kernel]:
+    """The first main-stream kernel after a collective waits for it (an event wait); shared experts issued
+    right after dispatch do not, so they overlap it."""
+    out: list[Kernel] = []
+    pending = False
+    for kernel in kernels:
+        if kernel.category == "communication":
+            pending = True
+        elif pending and kernel.stream == 0 and kernel.category != "shared_experts":
+            kernel, pending = _join(kernel), False
+        out.append(kernel)
+    return out
+
+
+def _moe_kernels(ctx: pl.PlanContext, layout: ParallelLayout, work: RankExperts) -> list[Kernel]:
+    """Router, dispatch, shared experts, the slowest rank's expert GEMMs, combine."""
+    if layout.ep == 1:
+        # Experts tensor-parallel over every rank: all tokens, every hit expert's slice, outputs summed by
+        # one all-reduce; shared experts beside the routed ones on a side stream, as on one GPU.
+        distinct = float(work.total_distinct)
+        shared = pl.shared_expert_kernels(ctx, stream=1)
+        return [
+            *pl.router_kernels(ctx, distinct),
+            *shared,
+            *_rank_expert_kernels(ctx, distinct, float(ctx.m_tokens * ctx.model.top_k)),
+            pl.combine_kernel(ctx, join=bool(shared)),
+            comm_kernel("moe_all_reduce"),
+        ]
+    distinct, assignments = float(work.max_distinct), float(work.max_tokens)
+    shared = pl.shared_expert_kernels(ctx, stream=0)
+    kernels = [
+        *pl.router_kernels(ctx, distinct),
+        comm_kernel("dispatch"),
+        *shared,  # on the main stream while dispatch is in flight
+        *_rank_expert_kernels(ctx, distinct, assignments),
+        comm_kernel("combine"),
+        pl.combine_kernel(ctx, join=False),
+    ]
+    if shared and layout.shared_mode == "split" and layout.tp > 1:
+        kernels.append(comm_kernel("shared_all_reduce"))
+    return kernels
+
+
+def _layer(
+    ctx: pl.PlanContext,
+    layout: ParallelLayout,
+    attention: AttentionLayerKind,
+    ffn: FfnLayerKind,
+    work: RankExperts | None,
+) -> list[Kernel]:
+    kernels = pl.attention_kernels(ctx, attention)
+    kernels[0] = _join(kernels[0])  # waits for the previous layer's last collective
+    if layout.tp > 1:
+        kernels.append(comm_kernel("attn_all_reduce"))
+    if ffn == "dense":
+        kernels += pl.dense_ffn_kernels(ctx)
+        if layout.tp > 1:
+            kernels.append(comm_kernel("mlp_all_reduce"))
+    else:
+        assert work is not None
+        kernels += _moe_kernels(ctx, layout, work)
+    return _wait_for_collectives(kernels)
+
+
+def _epilogue(ctx: pl.PlanContext, layout: ParallelLayout) -> list[Kernel]:
+    kernels = pl.epilogue_kernels(ctx)
+    kernels[0] = _join(kernels[0])
+    if layout.tp > 1:
+        head = next(i for i, k in enumerate(kernels) if k.name == "lm_head")
+        kernels.insert(head + 1, comm_kernel("logits_all_gather"))
+    return _wait_for_collectives(kernels)
+
+
+def _dispatch_bytes_per_value(model: ModelSpec) -> float:
+    return FP8_DISPATCH_BYTES if model.expert_format.compute_dtype == "fp8" else float(pl.ACT_BYTES)
+
+
+def collective_times_s(
+    model: ModelSpec,
+    layout: ParallelLayout,
+    hardware: HardwareProfile,
+    batch: int,
+    tokens_per_seq: int,
+    work: RankExperts | None,
+) -> dict[str, float]:
+    """Seconds of each collective of the step (one launch each), from the α–β formulas in `collectives`."""
+    if layout.is_single:
+        return {}
+    h = model.hidden
+    group_tokens = layout.sequences_per_group(batch) * tokens_per_seq
+    step_tokens = batch * tokens_per_seq
+    tp_link: Link | None = node_link(hardware.node, layout.tp) if layout.tp > 1 else None
+    out: dict[str, float] = {}
+    if tp_link is not None:
+        hidden_bytes = group_tokens * h * pl.ACT_BYTES
+        out["attn_all_reduce"] = float(all_reduce_s(hidden_bytes, layout.tp, tp_link))
+        out["mlp_all_reduce"] = out["attn_all_reduce"]
+        out["shared_all_reduce"] = out["attn_all_reduce"]
+        logits = group_tokens * math.ceil(model.vocab / layout.tp) * layout.tp * pl.LOGIT_BYTES
+        out["logits_all_gather"] = float(all_gather_s(logits, layout.tp, tp_link))
+    if work is not None and model.is_moe:
+        link = node_link(hardware.node, layout.gpus)
+        if layout.ep > 1:
+            traffic = moe_traffic(
+                layout, h, step_tokens, work, _dispatch_bytes_per_value(model), float(pl.ACT_BYTES)
+            )
+            out["dispatch"] = float(
+                all_to_all_s(traffic.dispatch_send_bytes, layout.gpus, link, traffic.dispatch_recv_bytes)
+            )
+            out["combine"] = float(
+                all_to_all_s(traffic.combine_send_bytes, layout.gpus, link, traffic.combine_recv_bytes)
+            )
+        else:
+            out["moe_all_reduce"] = float(all_reduce_s(step_tokens * h * pl.ACT_BYTES, layout.gpus, link))
+    return out
+
+
+def build_parallel_plan(
+    model: ModelSpec,
+    batch: int,
+    tokens_per_seq: int,
+    layout: ParallelLayout,
+    hardware: HardwareProfile,
+    context_len: int = 2048,
+    engine: str = "fused",
+    routing: RoutingModel | None = None,
+) -> ParallelStep:
+    """The slowest rank's plan of one step of B sequences × T tokens under `layout`, with its collectives."""
+    routing = routing or IndependentRouting()
+    if layout.is_single:
+        return ParallelStep(
+            pl.build_plan(model, batch, tokens_per_seq, context_len, engine, routing, hardware), layout
+        )
+    if engine != "fused":
+        raise MoesimError(
+            "engine",
+            f"multi-GPU layouts are modelled for the fused serving-engine style, not {engine!r}",
+            "use --engine fused, or --gpus 1",
+        )
+    layout.check_model(model)
+    pl.check_step_inputs(model, batch, tokens_per_seq, context_len)
+    rank = rank_model(model, layout)
+    group_batch = layout.sequences_per_group(batch)
+    ctx = pl.PlanContext(rank, group_batch, tokens_per_seq, context_len, hardware)
+    work_by_layer: list[RankExperts] = []
+    distinct_total: list[float] = []
+    per_layer = not isinstance(routing, IndependentRouting)
+    shared_work: RankExperts | None = None
+    if model.is_moe and not per_layer:
+        shared_work = rank_experts(
+            routing, model.n_experts, model.top_k, batch, tokens_per_seq, layout.ep, layout.placement
+        )
+    templates: dict[tuple[str, str, float, float], tuple[Kernel, ...]] = {}
+    segments = [pl.Segment(tuple(pl.prologue_kernels(ctx)))]
+    for layer, (attn, ffn) in enumerate(zip(model.layer_attention, model.layer_ffn, strict=True)):
+        work = None
+        if ffn == "moe":
+            work = shared_work or rank_experts(
+                routing,
+                model.n_experts,
+                model.top_k,
+                batch,
+                tokens_per_seq,
+                layout.ep,
+                layout.placement,
+                layer,
+            )
+            work_by_layer.append(work)
+            distinct_total.append(float(work.total_distinct))
+        key = (
+            attn,
+            ffn,
+            round(float(work.max_distinct), 6) if work else 0.0,
+            round(float(work.max_tokens), 6) if work else 0.0,
+        )
+        if key not in templates:
+            templates[key] = tuple(_layer(ctx, layout, attn, ffn, work))
+        segments.append(pl.Segment(templates[key], layer))
+    segments.append(pl.Segment(tuple(_epilogue(ctx, layout))))
+    plan = pl.StepPlan(
+        model_name=model.name,
+        engine=engine,
+        batch=batch,
+        tokens_per_seq=tokens_per_seq,
+        context_len=context_len,
+        segments=tuple(segments),
+        distinct_experts_by_layer=tuple(distinct_total),
+        routing_description=routing.description,
+        n_experts=model.n_experts,
+        top_k=model.top_k,
+    )
+    comm = collective_times_s(
+        model, layout, hardware, batch, tokens_per_seq, work_by_layer[0] if work_by_layer else None
+    )
+    if per_layer and work_by_layer:
+        comm.update(_per_layer_a2a(model, layout, hardware, batch, tokens_per_seq, work_by_layer))
+    return ParallelStep(plan, layout, comm, tuple(work_by_layer))
+
+
+def _comm_vector(kernels: tuple[Kernel, ...], step: ParallelStep) -> np.ndarray:
+    return np.array([np.nan if (t := step.comm_time_s(k)) is None else t for k in kernels], dtype=float)
+
+
+def fast_parallel_step(
+    step: ParallelStep,
+    hardware: HardwareProfile,
+    launch: str = "graph",
+    params: CostParams | None = None,
+    include_launch_and_sync: bool = True,
+) -> FastStep:
+    """`fastpath.fast_step` for a parallel plan: collectives take their link time instead of the roofline."""
+    params = params or CostParams.from_hardware(hardware)
+    launch_params = LaunchParams.from_hardware(hardware, launch)
+    if not include_launch_and_sync:
+        launch_params = launch_params.without_launch_and_sync()
+    plan = step.plan
+    arrays = plan_arrays(plan)
+    costs = cost_plan(arrays, params)
+    cached: dict[int, np.ndarray] = {}
+    parts = []
+    for segment in plan.segments:
+        key = id(segment.kernels)
+        if key not in cached:
+            cached[key] = _comm_vector(segment.kernels, step)
+        parts.append(cached[key])
+    comm = np.concatenate(parts) if parts else np.zeros(0)
+    is_comm = ~np.isnan(comm)
+    total = np.where(is_comm, comm, costs.total_s)
+    memory = np.where(is_comm, 0.0, costs.memory_s)
+    step_s, exposed = schedule(total, memory, arrays.stream, arrays.join, launch_params)
+    per_category = np.bincount(arrays.category, weights=exposed, minlength=len(CATEGORIES))
+    per_category[IDLE] = max(0.0, step_s - float(np.sum(exposed)))
+    return FastStep(
+        step_s=step_s,
+        breakdown_s={name: float(per_category[i]) for i, name in enumerate(CATEGORIES)},
+        hbm_bytes=float(np.sum(costs.hbm_bytes)),
+        cache_bytes=float(np.sum(costs.cache_bytes)),
+        n_kernels=arrays.n_kernels,
+    )
+
+
+def engine_parallel_step(
+    step: ParallelStep, hardware: HardwareProfile, launch: str = "graph", **kwargs: Any
+) -> StepResult:
+    """The discrete-event engine on a parallel plan, collectives timed by `step.comm_time_s`."""
+    return run_engine(step.plan, hardware, launch, external_time_s=step.comm_time_s, **kwargs)
+
+
+def _per_layer_a2a(
+    model: ModelSpec,
+    layout: ParallelLayout,
+    hardware: HardwareProfile,
+    batch: int,
+    tokens_per_seq: int,
+    work: list[RankExperts],
+) -> dict[str, float]:
+    """All-to-all times averaged over layers when the routing differs by layer (a close, cheap summary)."""
+    times = [collective_times_s(model, layout, hardware, batch, tokens_per_seq, w) for w in work]
+    keys = {"dispatch", "combine", "moe_all_reduce"} & set(times[0])
+    return {key: float(np.mean([t[key] for t in times])) for key in keys}
+
+
+__all__ = [
+    "COMM_STREAM",
+    "ParallelStep",
+    "build_parallel_plan",
+    "collective_times_s",
+    "comm_kernel",
+    "engine_parallel_step",
+    "fast_parallel_step",
+    "rank_model",
+]

@@ -1,0 +1,58 @@
+"""Shared builders for the core simulator's tests: small hand-made models and the bundled profiles."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+
+from moesim.simulator.catalogue import load_model
+from moesim.simulator.hardware import HardwareProfile, load_profile
+from moesim.simulator.model_spec import AttentionSpec, ModelSpec
+
+
+@functools.cache
+def h200() -> HardwareProfile:
+    return load_profile("h200")
+
+
+@functools.cache
+def model(name: str) -> ModelSpec:
+    return load_model(name)
+
+
+def tiny_moe(
+    n_layers: int = 4,
+    hidden: int = 512,
+    n_experts: int = 16,
+    top_k: int = 2,
+    expert_width: int = 256,
+    shared: int = 0,
+    weight_format: str = "bf16",
+) -> ModelSpec:
+    """A small MoE built by hand: fast to plan and simulate, with every part of a real layer."""
+    return ModelSpec(
+        name="tiny-moe",
+        hidden=hidden,
+        vocab=4096,
+        layer_attention=("full",) * n_layers,
+        layer_ffn=("moe",) * n_layers,
+        attention=AttentionSpec(num_heads=8, num_kv_heads=2, head_dim=64),
+        n_experts=n_experts,
+        top_k=top_k,
+        expert_width=expert_width,
+        n_shared_experts=shared,
+        shared_expert_width=expert_width if shared else 0,
+        weight_format=weight_format,
+    )
+
+
+def tiny_dense(n_layers: int = 4, hidden: int = 512) -> ModelSpec:
+    return replace(
+        tiny_moe(n_layers, hidden),
+        name="tiny-dense",
+        layer_ffn=("dense",) * n_layers,
+        dense_ffn_width=4 * hidden,
+        n_experts=0,
+        top_k=0,
+        expert_width=0,
+    )
