@@ -1,0 +1,332 @@
+"""`moesim validate`: measured torch MoE steps (or measurements made elsewhere) against the simulator."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from moesim.commands.common import emit_json, handle_errors, parse_int_list
+from moesim.errors import MoesimError
+from moesim.validation.report import MEASURED_SCHEMA
+
+_EXAMPLES = """
+\b
+Examples:
+  moesim validate --profile cpu.toml --device cpu --quick --json
+  moesim validate --profile measured/h200 --device cuda --quick --report docs/validation/h200
+  moesim validate --profile h200 --measured bench.csv --engine fused --launch graph
+"""
+
+
+@click.command(
+    "validate",
+    help="Measure real torch MoE decode and verification steps on this device and compare them with the "
+    "simulator's prediction for exactly the same work (same model shape, routing and kernels), or compare "
+    "measurements made elsewhere (--measured). Reports per row measured and predicted step time, signed "
+    "error and verify/decode ratios; overall MAPE, p90 error, the worst row, the noise floor, and which "
+    "cost term the error comes from." + _EXAMPLES,
+)
+@click.option(
+    "--profile",
+    required=True,
+    help="Hardware profile (name or file) to predict with, e.g. a calibrated cpu.toml.",
+)
+@click.option(
+    "--device",
+    type=click.Choice(["cpu", "cuda"]),
+    default="cpu",
+    show_default=True,
+    help="Where to run the torch reference.",
+)
+@click.option(
+    "--models",
+    "models_text",
+    default="fine,coarse,shared",
+    show_default=True,
+    help="Validation shapes: fine (Qwen3-30B-A3B), coarse (Mixtral-8x7B), shared (Qwen2-57B-A14B).",
+)
+@click.option(
+    "--quick",
+    is_flag=True,
+    help="Batches 1,4,32 × draft lengths 0,1,3,7 and fewer repeats (36 rows for 3 models; the full grid is 72).",
+)
+@click.option(
+    "--launch",
+    type=click.Choice(["eager", "graph"]),
+    default="eager",
+    show_default=True,
+    help="Eager launches, or CUDA-graph replay (GPU only).",
+)
+@click.option("--batch", "batch_text", default=None, help="Override the batch sizes, e.g. 1,2,4,8,16,32.")
+@click.option(
+    "--draft-len", "draft_text", default=None, help="Override the draft lengths K (0 = decode), e.g. 0,1,3,7."
+)
+@click.option("--context-len", type=int, default=512, show_default=True, help="Cached tokens per sequence.")
+@click.option(
+    "--layers", type=int, default=None, help="Layers of each validation model (default 2 on cpu, 4 on cuda)."
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(["fp32", "bf16", "fp16"]),
+    default=None,
+    help="Reference dtype (default: the profile's calibrated dtype, else fp32 on cpu, bf16 on cuda).",
+)
+@click.option(
+    "--threads",
+    type=int,
+    default=None,
+    help="CPU torch threads (default: what the profile was calibrated with, else 1).",
+)
+@click.option(
+    "--routing",
+    type=click.Choice(["typical", "uniform"]),
+    default="typical",
+    show_default=True,
+    help="Routing model the forced expert assignments are sampled from.",
+)
+@click.option(
+    "--clock",
+    type=click.Choice(["auto", "wall", "thread"]),
+    default="auto",
+    show_default=True,
+    help="auto: the thread's CPU time for a single-threaded CPU run (ignores preemption on a shared "
+    "machine), wall clock otherwise.",
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of weights, inputs and routing samples."
+)
+@click.option(
+    "--cross-profile",
+    "cross_profiles",
+    multiple=True,
+    help="Also predict the same measured rows with this profile (e.g. one derived for this device from "
+    "another's measurements): the cost of projecting to unseen hardware. Repeatable.",
+)
+@click.option(
+    "--measured",
+    "measured_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Compare a CSV of measurements made elsewhere instead of running torch (schema: --schema).",
+)
+@click.option(
+    "--engine",
+    default="fused",
+    show_default=True,
+    help="With --measured: the engine style of the measured system.",
+)
+@click.option("--schema", is_flag=True, help="Print the --measured CSV schema and exit.")
+@click.option(
+    "--report",
+    "report_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Write report.md, rows.csv, result.json and predicted_vs_measured.png into this folder.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print {rows, summary, meta} as JSON.")
+@handle_errors
+def validate_command(
+    profile: str,
+    device: str,
+    models_text: str,
+    quick: bool,
+    launch: str,
+    batch_text: str | None,
+    draft_text: str | None,
+    context_len: int,
+    layers: int | None,
+    dtype: str | None,
+    threads: int | None,
+    routing: str,
+    clock: str,
+    seed: int,
+    cross_profiles: tuple[str, ...],
+    measured_path: str | None,
+    engine: str,
+    schema: bool,
+    report_dir: str | None,
+    as_json: bool,
+) -> None:
+    if schema:
+        click.echo(MEASURED_SCHEMA)
+        return
+    from moesim.simulator.hardware import load_profile
+
+    hardware = load_profile(profile)
+    if context_len < 0:
+        raise MoesimError("--context-len", f"must be ≥ 0, got {context_len}")
+    if measured_path:
+        result = _measured(measured_path, profile, context_len, launch, engine, routing)
+    else:
+        result = _torch(
+            hardware,
+            device,
+            models_text,
+            quick,
+            launch,
+            batch_text,
+            draft_text,
+            context_len,
+            layers,
+            dtype,
+            threads,
+            routing,
+            clock,
+            seed,
+            as_json,
+            cross_profiles,
+        )
+    result["meta"]["command"] = "moesim validate " + " ".join(
+        sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "validate" else sys.argv[1:]
+    )
+    if report_dir:
+        from moesim.validation.report import write_report
+
+        paths = write_report(report_dir, result)
+        if not as_json:
+            click.echo(f"wrote {', '.join(str(p) for p in paths)}", err=True)
+    if as_json:
+        emit_json(result)
+    else:
+        _print(result)
+
+
+def _measured(
+    path: str, profile: str, context_len: int, launch: str, engine: str, routing: str
+) -> dict[str, Any]:
+    from moesim.validation.report import predict_measured, read_measured_csv, summarise
+
+    rows = predict_measured(read_measured_csv(path), profile, context_len, launch, engine, routing)
+    return {
+        "rows": rows,
+        "summary": summarise(rows),
+        "meta": {
+            "title": f"{path} vs profile {profile}",
+            "profile": profile,
+            "launch": launch,
+            "engine": engine,
+            "context_len": context_len,
+        },
+        "notes": [
+            "measured elsewhere: the prediction samples the routing model, it does not replay the measured routing"
+        ],
+    }
+
+
+def _torch(
+    hardware: Any,
+    device: str,
+    models_text: str,
+    quick: bool,
+    launch: str,
+    batch_text: str | None,
+    draft_text: str | None,
+    context_len: int,
+    layers: int | None,
+    dtype: str | None,
+    threads: int | None,
+    routing: str,
+    clock: str,
+    seed: int,
+    as_json: bool,
+    cross_profiles: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    from moesim.validation.run import ValidationOptions, run_torch_validation
+    from moesim.validation.shapes import SHAPES
+
+    models = tuple(m.strip() for m in models_text.split(",") if m.strip())
+    unknown = [m for m in models if m not in SHAPES]
+    if unknown or not models:
+        raise MoesimError(
+            "--models",
+            f"unknown validation model(s) {', '.join(unknown) or '(none)'}",
+            f"choose from {', '.join(SHAPES)}",
+        )
+    draft_lens = tuple(_ints(draft_text)) if draft_text is not None else None
+    options = ValidationOptions(
+        device=device,
+        models=models,
+        quick=quick,
+        launch=launch,
+        context_len=context_len,
+        batches=tuple(parse_int_list("--batch", batch_text)) if batch_text else None,
+        draft_lens=draft_lens,
+        layers=layers,
+        dtype=dtype,
+        threads=threads,
+        routing=routing,
+        seed=seed,
+        clock=clock,
+    )
+    progress = None if as_json else (lambda text: click.echo(f"  measuring {text}", err=True))
+    from moesim.simulator.hardware import load_profile
+
+    cross = {name: load_profile(name) for name in cross_profiles}
+    return run_torch_validation(hardware, options, progress, cross)
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise MoesimError("--draft-len", f"expected integers like 0,1,3,7, got {text!r}") from None
+    if not values or min(values) < 0:
+        raise MoesimError("--draft-len", f"needs draft lengths ≥ 0, got {text!r}")
+    return values
+
+
+def _print(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from moesim.validation.report import attribution_sentence
+
+    console = Console()
+    table = Table(title=result["meta"].get("title", "validation"))
+    for col in (
+        "model",
+        "B",
+        "K",
+        "U",
+        "measured ms",
+        "predicted ms",
+        "error",
+        "spread",
+        "ratio meas.",
+        "ratio pred.",
+    ):
+        table.add_column(col, justify="right" if col != "model" else "left")
+    for r in result["rows"]:
+        table.add_row(
+            str(r["model"]),
+            str(r["batch"]),
+            str(r["draft_len"]),
+            f"{r.get('distinct_experts') or 0:.1f}",
+            f"{r['measured_s'] * 1e3:.3f}",
+            f"{r['predicted_s'] * 1e3:.3f}",
+            f"{r['error']:+.1%}",
+            "" if r.get("spread") is None else f"{r['spread']:.1%}",
+            "" if r.get("measured_ratio") is None else f"{r['measured_ratio']:.2f}",
+            "" if r.get("predicted_ratio") is None else f"{r['predicted_ratio']:.2f}",
+        )
+    console.print(table)
+    s = result["summary"]
+    w = s["worst"]
+    line = f"n={s['n']}  MAPE {s['mape']:.1%}  p90 |error| {s['p90_abs_error']:.1%}  bias {s['median_error']:+.1%}"
+    if s.get("noise_floor") is not None:
+        line += f"  noise floor {s['noise_floor']:.1%}"
+    console.print(line)
+    console.print(f"worst: {w['model']} B={w['batch']} K={w['draft_len']} error {w['error']:+.1%}")
+    if s.get("attribution"):
+        console.print(attribution_sentence(s["attribution"]))
+    for name, other in s.get("cross_device", {}).items():
+        console.print(
+            f"cross-device: the same rows predicted with {name}: MAPE {other['mape']:.1%}, p90 {other['p90_abs_error']:.1%}, bias {other['median_error']:+.1%}"
+        )
+    for note in result.get("notes", []):
+        console.print(f"note: {note}")
+
+
+__all__ = ["validate_command"]

@@ -1,0 +1,157 @@
+"""The whole `moesim validate` run as a library call: measure the grid, predict, summarise.
+
+torch is imported only inside `run_torch_validation` (via the runner and reference modules).
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from moesim.errors import MoesimError
+from moesim.simulator.hardware import HardwareProfile
+from moesim.validation.report import add_errors_and_ratios, summarise
+from moesim.validation.runner import (
+    MeasureSettings,
+    clock_name,
+    default_routing,
+    fill_ratios,
+    measure_model,
+    validation_grid,
+)
+from moesim.validation.shapes import SHAPES, validation_model
+
+
+@dataclass(frozen=True)
+class ValidationOptions:
+    """What `moesim validate` measures (see the command's help for each)."""
+
+    device: str = "cpu"
+    models: tuple[str, ...] = tuple(SHAPES)
+    quick: bool = False
+    launch: str = "eager"
+    context_len: int = 512
+    batches: tuple[int, ...] | None = None
+    draft_lens: tuple[int, ...] | None = None
+    layers: int | None = None
+    dtype: str | None = None
+    threads: int | None = None
+    routing: str = "typical"
+    seed: int = 0
+    clock: str = "auto"
+
+
+def profile_threads(hardware: HardwareProfile) -> int | None:
+    """The torch thread count a CPU profile was measured with, if it says."""
+    text = hardware.provenance.software.get("threads")
+    try:
+        return int(text) if text else None
+    except ValueError:
+        return None
+
+
+def profile_dtype(hardware: HardwareProfile) -> str | None:
+    """The first dtype a measured profile's GEMMs were calibrated in, if it says."""
+    text = hardware.provenance.software.get("dtypes", "")
+    first = text.split(",")[0].strip()
+    return first or None
+
+
+def run_torch_validation(
+    hardware: HardwareProfile,
+    options: ValidationOptions,
+    progress: Callable[[str], None] | None = None,
+    cross_hardware: dict[str, HardwareProfile] | None = None,
+) -> dict[str, Any]:
+    """Measure the torch reference on the grid and compare with the simulator; returns rows + summary."""
+    from moesim.calibrate.timing import resolve_device
+
+    if options.launch not in ("eager", "graph"):
+        raise MoesimError("--launch", f"unknown launch mode {options.launch!r}", "choose eager or graph")
+    if options.launch == "graph" and options.device != "cuda":
+        raise MoesimError("--launch", "graph replay needs --device cuda", "use --launch eager on a CPU")
+    threads = options.threads
+    if options.device == "cpu" and threads is None:
+        threads = profile_threads(hardware) or 1
+    device = resolve_device(options.device, threads if options.device == "cpu" else None)
+    dtype = options.dtype or (profile_dtype(hardware) if hardware.provenance.kind == "measured" else None)
+    dtype = dtype or ("fp32" if options.device == "cpu" else "bf16")
+    if dtype not in ("fp32", "bf16", "fp16"):
+        raise MoesimError("--dtype", f"the torch reference runs fp32, bf16 or fp16, not {dtype!r}")
+    grid = validation_grid(
+        options.quick,
+        list(options.batches) if options.batches else None,
+        list(options.draft_lens) if options.draft_lens is not None else None,
+    )
+    settings = MeasureSettings.for_mode(options.quick)
+    started = time.perf_counter()
+    rows = []
+    checks: dict[str, bool] = {}
+    for key in options.models:
+        spec = validation_model(key, options.device, dtype, options.layers)
+        rows += measure_model(
+            spec,
+            key,
+            device.torch_device,
+            grid,
+            options.context_len,
+            options.launch,
+            default_routing(spec, options.routing),
+            settings,
+            hardware,
+            seed=options.seed,
+            progress=progress,
+            clock=options.clock,
+            check=checks,
+            cross_hardware=cross_hardware,
+        )
+    fill_ratios(rows)
+    as_json = [r.to_json() for r in rows]
+    summary = summarise(as_json)
+    cross = {}
+    for name in cross_hardware or {}:
+        crossed = [
+            r | {"predicted_s": r["cross_predicted_s"][name], "predicted_terms_s": {}} for r in as_json
+        ]
+        add_errors_and_ratios(crossed)
+        cross[name] = summarise(crossed)
+    summary["cross_device"] = cross
+    notes = []
+    if not all(checks.values()):
+        bad = [name for name, ok in checks.items() if not ok]
+        notes.append(
+            f"the torch-reference plan's kernel list did NOT match what torch launched: {', '.join(bad)}"
+        )
+    return {
+        "rows": as_json,
+        "summary": summary,
+        "meta": {
+            "title": f"torch reference on {device.name} vs profile {hardware.name} ({options.launch})",
+            "profile": hardware.name,
+            "profile_provenance": f"{hardware.provenance.kind}: {hardware.provenance.source}",
+            "device": options.device,
+            "device_name": device.name,
+            "threads": device.threads,
+            "clock": clock_name(options.clock, options.device == "cuda", device.threads),
+            "dtype": dtype,
+            "launch": options.launch,
+            "routing": default_routing(
+                validation_model(options.models[0], options.device, dtype, options.layers), options.routing
+            ).description,
+            "context_len": options.context_len,
+            "grid": {"batches": sorted({b for b, _ in grid}), "draft_lens": sorted({k for _, k in grid})},
+            "rounds": settings.rounds,
+            "repeats_per_round": settings.repeats,
+            "plan_matches_torch": checks,
+            "torch": device.details.get("torch", ""),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "wall_s": round(time.perf_counter() - started, 1),
+        },
+        "notes": notes,
+    }
+
+
+__all__ = ["ValidationOptions", "profile_dtype", "profile_threads", "run_torch_validation"]
