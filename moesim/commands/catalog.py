@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import click
-from rich.console import Console
 from rich.table import Table
 
-from moesim.commands.common import emit_json, handle_errors
+from moesim.commands.common import emit_json, handle_errors, make_console
 
 
 @click.command("models")
@@ -46,7 +45,17 @@ def models_command(as_json: bool) -> None:
         emit_json({"models": rows})
         return
     table = Table(title="moesim model catalogue")
-    for column in ("name", "layers", "experts", "top-k", "shared", "expert width", "format", "total", "active"):
+    for column in (
+        "name",
+        "layers",
+        "experts",
+        "top-k",
+        "shared",
+        "expert width",
+        "format",
+        "total",
+        "active",
+    ):
         table.add_column(column, justify="left" if column == "name" else "right")
     for row in rows:
         table.add_row(
@@ -60,7 +69,7 @@ def models_command(as_json: bool) -> None:
             f"{row['total_params'] / 1e9:.1f}B",
             f"{row['active_params'] / 1e9:.2f}B",
         )
-    Console().print(table)
+    make_console().print(table)
 
 
 @click.group("profiles", invoke_without_command=True)
@@ -108,14 +117,25 @@ def profiles_group(ctx: click.Context, as_json: bool) -> None:
             f"{peaks.get('bf16', max(peaks.values())):.0f}",
             row["provenance"],
         )
-    Console().print(table)
+    make_console().print(table)
 
 
 @profiles_group.command("derive")
-@click.option("--from", "source", required=True, help="A measured profile (name or path) whose efficiencies to transfer.")
-@click.option("--to", "target", required=True, help="Target: a bundled profile name or a TOML file with a [datasheet].")
-@click.option("--name", default=None, help="Name of the derived profile (default: the target's name + '-derived').")
-@click.option("--output", required=True, type=click.Path(dir_okay=False), help="Where to write the derived profile.")
+@click.option(
+    "--from",
+    "source",
+    required=True,
+    help="A measured profile (name or path) whose efficiencies to transfer.",
+)
+@click.option(
+    "--to", "target", required=True, help="Target: a bundled profile name or a TOML file with a [datasheet]."
+)
+@click.option(
+    "--name", default=None, help="Name of the derived profile (default: the target's name + '-derived')."
+)
+@click.option(
+    "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the derived profile."
+)
 @handle_errors
 def derive_command(source: str, target: str, name: str | None, output: str) -> None:
     """Derive a profile for hardware you do not have from one you measured.

@@ -110,9 +110,9 @@ def model_options(func: F) -> F:
         default=None,
         help="A Hugging Face config.json (or a catalogue-style .toml) describing the model.",
     )(func)
-    func = click.option("--model", "model_name", default=None, help="Catalogue model name (see `moesim models`).")(
-        func
-    )
+    func = click.option(
+        "--model", "model_name", default=None, help="Catalogue model name (see `moesim models`)."
+    )(func)
     return func
 
 
@@ -123,7 +123,9 @@ def resolve_model(model_name: str | None, model_config: str | None, options: dic
     if (model_name is None) == (model_config is None):
         raise MoesimError("--model", "give exactly one of --model NAME or --model-config PATH")
     spec = load_model(model_name if model_name is not None else str(model_config))
-    overrides = {field: options[field] for _, field, _, _ in OVERRIDE_OPTIONS if options.get(field) is not None}
+    overrides = {
+        field: options[field] for _, field, _, _ in OVERRIDE_OPTIONS if options.get(field) is not None
+    }
     return apply_overrides(spec, overrides) if overrides else spec
 
 
