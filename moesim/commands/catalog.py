@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from rich.table import Table
 
@@ -19,7 +21,7 @@ def models_command(as_json: bool) -> None:
     from moesim.simulator.catalogue import list_models, load_model
     from moesim.simulator.model_spec import param_counts, params_as_published
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in list_models():
         spec = load_model(name)
         counts = param_counts(spec)
@@ -85,7 +87,7 @@ def profiles_group(ctx: click.Context, as_json: bool) -> None:
         return
     from moesim.simulator.hardware import list_profiles, load_profile
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in list_profiles():
         profile = load_profile(name)
         sheet = profile.datasheet
