@@ -5,7 +5,7 @@
 # Usage: RESULTS=/tmp/results bash scripts/device_run.sh   (then archive $RESULTS)
 set -uo pipefail
 RESULTS="${RESULTS:-/tmp/moesim-device}"
-CPU_PROFILE="${CPU_PROFILE:-docs/validation/cpu/cpu-thread.toml}"
+CPU_PROFILE="${CPU_PROFILE:-docs/validation/cpu/cpu.toml}"
 mkdir -p "$RESULTS/calibration"
 export PYTHONUNBUFFERED=1
 if [ -d .whl ]; then

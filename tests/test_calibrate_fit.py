@@ -71,6 +71,72 @@ def test_transfer_ramp_recovered(plateau: float, half: float) -> None:
 
 
 @settings(max_examples=25, deadline=None)
+@given(
+    latency_s=st.floats(0.05e-6, 1.9e-6),
+    bandwidth=st.floats(1e10, 8e12),
+    fixed_s=st.floats(1e-6, 10e-6),
+)
+def test_transfer_latency_recovered_from_device_times(
+    latency_s: float, bandwidth: float, fixed_s: float
+) -> None:
+    """Device times t = fixed + latency + S / bandwidth: the fit recovers h = bandwidth × latency."""
+    sizes = np.geomspace(4096, 1e9, 24)
+    times = noisy(fixed_s + latency_s + sizes / bandwidth, 0.01, seed=3)
+    result = fit.fit_transfer_latency(sizes, times, fixed_s, bandwidth)
+    half = result.params["half_bandwidth_transfer_bytes"]
+    # 1% timing noise on a latency that may be a few % of the time: recovered to within the noise.
+    assert half == pytest.approx(bandwidth * latency_s, abs=0.03 * bandwidth * (fixed_s + latency_s))
+    assert result.params["memory_latency_us"] == pytest.approx(half / bandwidth * 1e6)
+    # The fitted formula is the cost model's: fixed + (S + h) / bandwidth.
+    np.testing.assert_allclose(result.predicted, fit.transfer_time_s(sizes, fixed_s, bandwidth, half))
+
+
+def test_transfer_latency_is_never_negative() -> None:
+    sizes = np.geomspace(4096, 1e8, 12)
+    times = 3e-6 + sizes / 4e12 - 0.5e-6  # faster than fixed + bytes / bandwidth: no extra latency
+    half = fit.fit_transfer_latency(sizes, times, 3e-6, 4e12).params["half_bandwidth_transfer_bytes"]
+    assert half == pytest.approx(0.0, abs=1.0)  # below one byte
+
+
+def _memory_rows(
+    transfer_s: np.ndarray, transfer: np.ndarray, fixed_s: float
+) -> list[dict[str, float | str]]:
+    sizes = np.geomspace(2 * MIB, 4096 * MIB, 30)
+    bw = fit.cache_curve(sizes, 9500.0, 4300.0, 50 * MIB, 6.0)
+    rows: list[dict[str, float | str]] = [
+        {"kind": "working_set", "size_bytes": float(s), "bandwidth_gbps": float(b)}
+        for s, b in zip(sizes, bw, strict=True)
+    ]
+    rows.append({"kind": "fixed_warm", "size_bytes": 4096.0, "median_s": fixed_s})
+    rows += [
+        {"kind": "transfer", "size_bytes": float(s), "median_s": float(t)}
+        for s, t in zip(transfer, transfer_s, strict=True)
+    ]
+    return rows
+
+
+def test_h200_like_ramp_is_a_few_megabytes() -> None:
+    """An HBM latency of 0.7 µs at 4.3 TB/s is h ≈ 3 MB: the sanity bound the fit must respect."""
+    transfer = np.geomspace(16e3, 1e9, 30)
+    times = noisy(2e-6 + 0.7e-6 + transfer / 4.3e12, 0.01)
+    params = fit_memory_table(_memory_rows(times, transfer, 2e-6))
+    assert params.half_bandwidth_transfer_bytes == pytest.approx(4.3e12 * 0.7e-6, rel=0.15)
+    assert 1e6 < params.half_bandwidth_transfer_bytes < params.memory_gbps * 1e9 * fit.MAX_MEMORY_LATENCY_S
+    assert params.notes == ()
+
+
+def test_host_bound_cold_reads_are_held_to_the_memory_latency_bound() -> None:
+    """Reads timed with the host's launch inside (a ~17 µs floor) would give h ≈ 60 MB: bounded, with a note."""
+    transfer = np.geomspace(16e3, 1e9, 30)
+    times = np.maximum(17e-6, 2e-6 + transfer / 4.3e12) + 3e-6
+    params = fit_memory_table(_memory_rows(times, transfer, 2e-6))
+    assert params.ramp is not None and params.ramp.params["memory_latency_us"] > 5.0
+    bound = params.memory_gbps * 1e9 * fit.MAX_MEMORY_LATENCY_S
+    assert params.half_bandwidth_transfer_bytes == pytest.approx(bound)
+    assert any("exceeds any memory latency" in note for note in params.notes)
+
+
+@settings(max_examples=25, deadline=None)
 @given(slope=st.floats(1e-7, 1e-4), intercept=st.floats(0.0, 1e-3))
 def test_launch_line_recovered(slope: float, intercept: float) -> None:
     n = np.array([16.0, 32, 64, 128, 256, 512])
@@ -162,9 +228,10 @@ def synthetic_tables() -> Measurements:
         for s, b in zip(sizes, bw, strict=True)
     ]
     transfer = np.geomspace(64e3, 256e6, 13)
+    memory.append({"kind": "fixed_warm", "size_bytes": 4096.0, "median_s": 5e-6})
     memory += [
-        {"kind": "transfer", "size_bytes": float(s), "bandwidth_gbps": float(b)}
-        for s, b in zip(transfer, fit.transfer_ramp(transfer, 12.0, 200e3), strict=True)
+        {"kind": "transfer", "size_bytes": float(s), "median_s": float(t)}
+        for s, t in zip(transfer, fit.transfer_time_s(transfer, 5e-6, 12e9, 12e3), strict=True)
     ]
     launch = [
         {"kind": "eager_host", "n_kernels": n, "seconds": 10e-6 + 4e-6 * n} for n in (100, 200, 400, 800)
@@ -193,7 +260,7 @@ def test_profile_built_from_synthetic_tables_carries_the_truth() -> None:
     assert em.cache_bandwidth_gbps == pytest.approx(22.0, rel=0.05)
     assert em.cache_effective_bytes == pytest.approx(40 * MIB, rel=0.1)
     assert ds.last_level_cache_bytes == 64 * MIB  # what the OS reports, kept apart from the measured knee
-    assert em.half_bandwidth_transfer_bytes == pytest.approx(200e3, rel=0.01)
+    assert em.half_bandwidth_transfer_bytes == pytest.approx(12e3, rel=0.05)  # 12 GB/s × 1 µs
     assert em.launch_eager_us == pytest.approx(4.0, rel=1e-3)
     assert em.kernel_fixed_latency_us == em.launch_eager_us  # CPU: dispatch then work, in sequence
     assert ds.peak_dense_tflops["fp32"] > 0

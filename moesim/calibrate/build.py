@@ -53,6 +53,7 @@ class MemoryParams:
     half_bandwidth_transfer_bytes: float
     knee: fit.CacheFit
     ramp: fit.FitResult | None
+    notes: tuple[str, ...] = ()
 
 
 def fit_memory_table(rows: list[Row]) -> MemoryParams:
@@ -72,21 +73,29 @@ def fit_memory_table(rows: list[Row]) -> MemoryParams:
     smooth = np.array([np.median(bw[max(i - 1, 0) : i + 2]) for i in range(len(bw))])
     start = min(int(np.argmax(smooth)), len(bw) - 5)
     knee = fit.fit_cache_knee(sizes[start:], bw[start:])
+    # The ramp: the cost model's own formula, fixed + (S + h) / bandwidth, fitted to the cold single reads
+    # with the read kernel's warm fixed time and the streaming plateau given (see fit_transfer_latency).
     t_sizes = column(rows, "size_bytes", kind="transfer")
-    t_bw = column(rows, "bandwidth_gbps", kind="transfer")
-    t_net = column(rows, "median_s", kind="transfer") - column(rows, "fixed_s", kind="transfer")
-    t_fixed = column(rows, "fixed_s", kind="transfer")
-    # A read whose time barely exceeds the fixed cost gives a bandwidth that is all noise: keep reads that
-    # add at least a quarter of the fixed cost (where no fixed cost was recorded, keep every valid read).
-    resolved = ~np.isfinite(t_fixed) | (t_net >= 0.25 * np.nan_to_num(t_fixed))
-    t_ok = np.isfinite(t_bw) & (t_bw > 0) & resolved
+    t_times = column(rows, "median_s", kind="transfer")
+    warm_fixed = column(rows, "median_s", kind="fixed_warm")
+    t_ok = np.isfinite(t_times) & (t_times > 0) & np.isfinite(t_sizes)
     ramp = None
     half = 0.0
-    if t_ok.sum() >= 3:
-        ramp = fit.fit_transfer_ramp(t_sizes[t_ok], t_bw[t_ok])
-        # The ramp's plateau comes from cold reads; express the half-size against the warm DRAM plateau's
-        # own ramp: h = bytes in flight needed, which the single-read fit measures directly.
+    notes: list[str] = []
+    bandwidth = knee.memory_gbps * 1e9
+    if t_ok.sum() >= 3 and len(warm_fixed) and np.isfinite(warm_fixed[0]):
+        ramp = fit.fit_transfer_latency(t_sizes[t_ok], t_times[t_ok], float(warm_fixed[0]), bandwidth)
         half = ramp.params["half_bandwidth_transfer_bytes"]
+        bound = bandwidth * fit.MAX_MEMORY_LATENCY_S
+        if half > bound:
+            notes.append(
+                f"empirical.half_bandwidth_transfer_bytes: the cold reads' extra time "
+                f"({ramp.params['memory_latency_us']:.1f} us) exceeds any memory latency; kept at the "
+                f"physical bound bandwidth x {fit.MAX_MEMORY_LATENCY_S * 1e6:.0f} us (the excess is not memory latency: "
+                "host launch time inside the interval, or flush side effects such as TLB refills, which a "
+                "running step does not pay per kernel)"
+            )
+            half = bound
     return MemoryParams(
         memory_gbps=knee.memory_gbps,
         cache_gbps=knee.cache_gbps,
@@ -94,6 +103,7 @@ def fit_memory_table(rows: list[Row]) -> MemoryParams:
         half_bandwidth_transfer_bytes=half,
         knee=knee,
         ramp=ramp,
+        notes=tuple(notes),
     )
 
 
@@ -359,6 +369,7 @@ def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[
     if mem is not None:
         fits["memory_cache_knee"] = mem.knee.fit
         quality["memory_cache_knee"] = mem.knee.fit.quality()
+        notes.extend(mem.notes)
         if mem.ramp is not None:
             fits["transfer_ramp"] = mem.ramp
             quality["transfer_ramp"] = mem.ramp.quality()
@@ -413,7 +424,7 @@ def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[
     elif mem:
         half = 0.0
         notes.append(
-            "empirical.half_bandwidth_transfer_bytes = 0: too few cold single reads rose above the fixed cost"
+            "empirical.half_bandwidth_transfer_bytes = 0: too few cold single reads (or no warm fixed time) to fit"
         )
     else:
         half = fallback("half_bandwidth_transfer_bytes", "memory")

@@ -240,6 +240,48 @@ def fit_transfer_ramp(size_bytes: np.ndarray, bandwidth_gbps: np.ndarray) -> Fit
     return _result({"plateau_gbps": plateau, "half_bandwidth_transfer_bytes": half}, sizes, bw, pred)
 
 
+# No DRAM/HBM round trip takes this long on any device (GPU HBM ≈ 0.5–1 µs loaded, CPU DRAM ≈ 0.1 µs):
+# a fitted extra latency above it measures something else (host launch time, flush side effects, TLB).
+MAX_MEMORY_LATENCY_S = 2e-6
+
+
+def transfer_time_s(
+    size_bytes: np.ndarray, fixed_s: float, bandwidth_bytes_per_s: float, half_bytes: float
+) -> np.ndarray:
+    """The cost model's time of one kernel reading `size_bytes` from memory: fixed + (S + h) / bandwidth."""
+    return fixed_s + (np.asarray(size_bytes, dtype=float) + half_bytes) / bandwidth_bytes_per_s
+
+
+def fit_transfer_latency(
+    size_bytes: np.ndarray, seconds: np.ndarray, fixed_s: float, bandwidth_bytes_per_s: float
+) -> FitResult:
+    """Fit h of `transfer_time_s` to cold single reads, with the kernel's fixed cost and the bandwidth given.
+
+    h / bandwidth is the extra time a read from memory takes beyond the kernel's fixed latency and its
+    bytes at the streaming bandwidth — physically about one memory latency, so h ≈ bandwidth × latency
+    (the bytes that must be in flight to stream). This is exactly the term the cost model adds to a kernel
+    that reads memory, fitted on relative error so small reads (where h matters) weigh as much as large.
+    """
+    sizes = np.asarray(size_bytes, dtype=float)
+    t = np.asarray(seconds, dtype=float)
+
+    def residual(p: np.ndarray) -> np.ndarray:
+        return transfer_time_s(sizes, fixed_s, bandwidth_bytes_per_s, p[0]) / t - 1.0
+
+    excess = float(np.median(np.maximum(t - fixed_s - sizes / bandwidth_bytes_per_s, 0.0)))
+    res = least_squares(residual, np.array([excess * bandwidth_bytes_per_s]), bounds=([0.0], [np.inf]))
+    half = float(res.x[0])
+    pred = transfer_time_s(sizes, fixed_s, bandwidth_bytes_per_s, half)
+    return _result(
+        {"half_bandwidth_transfer_bytes": half, "memory_latency_us": half / bandwidth_bytes_per_s * 1e6},
+        sizes,
+        t,
+        pred,
+        fixed_us=fixed_s * 1e6,
+        bandwidth_gbps=bandwidth_bytes_per_s / 1e9,
+    )
+
+
 # ---------------------------------------------------------------------------------------------- launch
 
 

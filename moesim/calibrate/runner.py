@@ -236,6 +236,12 @@ def calibrate(
         date=today(),
         notes=notes,
     )
+    meas.software["clock"] = timer.clock_name
+    if timer.lead_failures:
+        meas.notes.append(
+            f"warning: {timer.lead_failures} GPU timings could not keep the device busy ahead of the host "
+            "(they may include host launch time)"
+        )
     if device.kind == "cpu" and device.inner_cache_bytes:
         meas.software["reported_l2_bytes"] = str(int(device.inner_cache_bytes))
     profile, fits = build_profile(meas, name or default_name(device.name, device.backend))

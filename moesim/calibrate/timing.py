@@ -1,8 +1,11 @@
 """Device resolution, timing with the device's own clock, cache flushing and provenance.
 
 torch is imported lazily (only when a measurement is asked for), so the package imports without it.
-GPU timings use CUDA events (ROCm presents itself as cuda in torch and is recorded as rocm); CPU timings
-use perf_counter_ns, which is the CPU's own clock since CPU ops are synchronous.
+GPU timings use CUDA events (ROCm presents itself as cuda in torch and is recorded as rocm) and measure
+*device* time only: a spin kernel queued ahead of the start event keeps the device busy while the host
+issues the timed batch, so no host launch time lands inside the interval (see `Timer.time_once`). CPU
+timings use perf_counter_ns, or the thread's CPU time when torch runs on one thread (preemption by other
+processes on a shared machine is then not counted).
 """
 
 from __future__ import annotations
@@ -230,8 +233,25 @@ def summarise(times_s: list[float]) -> Sample:
     return Sample(statistics.median(ordered), iqr, len(ordered))
 
 
+# Bounds of the spin that keeps the device busy ahead of a timed batch (seconds).
+MIN_LEAD_S = 2e-4
+MAX_LEAD_S = 0.2
+LEAD_RETRIES = 4
+LEAD_FACTOR = 1.25  # spin this many times the host issue time of the previous batch
+
+
+def lead_seconds(last_issue_s: float) -> float:
+    """How long the device must stay busy ahead of a batch the host took `last_issue_s` to issue."""
+    return min(max(LEAD_FACTOR * last_issue_s, MIN_LEAD_S), MAX_LEAD_S)
+
+
+def cpu_clock_ns(threads: int) -> Callable[[], int]:
+    """The CPU clock: this thread's CPU time with one torch thread (every op runs on it), else wall time."""
+    return time.thread_time_ns if threads == 1 else time.perf_counter_ns
+
+
 class Timer:
-    """Times callables on one device: CUDA events on a GPU, perf_counter_ns on the CPU."""
+    """Times callables on one device: device time via CUDA events on a GPU, the CPU clock on a CPU."""
 
     def __init__(self, device: DeviceInfo, flush_bytes: int = 0) -> None:
         self.device = device
@@ -240,6 +260,41 @@ class Timer:
             max(2 * (device.last_level_cache_bytes or 64 * 2**20), 32 * 2**20)
         )
         self._flush_buffer: Any = None
+        self.clock_ns = cpu_clock_ns(device.threads) if not device.is_gpu else time.perf_counter_ns
+        self._lead_s = MIN_LEAD_S
+        self._cycles_per_s = 0.0
+        self.lead_failures = 0  # timed batches whose start the device reached before the host finished
+
+    @property
+    def clock_name(self) -> str:
+        if self.device.is_gpu:
+            return "device time (CUDA events behind a spin kernel)"
+        return "thread CPU time" if self.clock_ns is time.thread_time_ns else "wall clock"
+
+    def _spin_cycles_per_s(self) -> float:
+        """GPU clock cycles per second of torch.cuda._sleep, measured once."""
+        if self._cycles_per_s <= 0:
+            torch = self.torch
+            cycles = 1_000_000
+            torch.cuda._sleep(cycles)  # warm-up: the first call loads the kernel
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.cuda._sleep(cycles)
+            end.record()
+            end.synchronize()
+            self._cycles_per_s = cycles / max(start.elapsed_time(end) * 1e-3, 1e-6)
+        return self._cycles_per_s
+
+    def busy_ahead(self, seconds: float) -> None:
+        """Queue device work lasting about `seconds` (a spin kernel); nothing to do on a CPU."""
+        if self.can_spin and seconds > 0:
+            self.torch.cuda._sleep(int(seconds * self._spin_cycles_per_s()))
+
+    @property
+    def can_spin(self) -> bool:
+        """Whether this device has a spin kernel to run ahead of a timed batch (torch.cuda._sleep)."""
+        return self.device.is_gpu and hasattr(self.torch.cuda, "_sleep")
 
     def sync(self) -> None:
         if self.device.is_gpu:
@@ -248,22 +303,46 @@ class Timer:
     def time_once(
         self, fn: Callable[[], Any], inner: int = 1, before: Callable[[], Any] | None = None
     ) -> float:
-        """Seconds per call of `fn`, run `inner` times back to back after `before` (untimed)."""
-        if before is not None:
-            before()
-        if self.device.is_gpu:
-            torch = self.torch
+        """Seconds per call of `fn`, run `inner` times back to back after `before` (untimed).
+
+        On a GPU this is device time: a spin kernel queued before the start event keeps the device busy
+        until the host has issued the whole batch, so the kernels run back to back with no host launch
+        time between the events. The start event still pending when the host finishes proves it; if
+        not, the batch is retimed with a longer spin (at most LEAD_RETRIES times).
+        """
+        if not self.device.is_gpu:
+            if before is not None:
+                before()
+            t0 = self.clock_ns()
+            for _ in range(inner):
+                fn()
+            return (self.clock_ns() - t0) * 1e-9 / inner
+        torch = self.torch
+        elapsed = 0.0
+        for attempt in range(LEAD_RETRIES + 1):
+            if before is not None:
+                before()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            issue0 = time.perf_counter_ns()
+            self.busy_ahead(self._lead_s)
             start.record()
             for _ in range(inner):
                 fn()
             end.record()
+            covered = not start.query()  # the device had not reached the batch when the host was done
+            issue_s = (time.perf_counter_ns() - issue0) * 1e-9
             end.synchronize()
-            return start.elapsed_time(end) * 1e-3 / inner
-        t0 = time.perf_counter_ns()
-        for _ in range(inner):
-            fn()
-        return (time.perf_counter_ns() - t0) * 1e-9 / inner
+            elapsed = start.elapsed_time(end) * 1e-3 / inner
+            grown = lead_seconds(issue_s)
+            self._lead_s = grown if covered else max(grown, 2.0 * self._lead_s)
+            self._lead_s = min(self._lead_s, MAX_LEAD_S)
+            if covered or not self.can_spin:
+                if not covered:
+                    self.lead_failures += 1
+                return elapsed
+            if attempt == LEAD_RETRIES:
+                self.lead_failures += 1
+        return elapsed
 
     def measure(
         self,
@@ -282,10 +361,10 @@ class Timer:
     def host_time(self, fn: Callable[[], Any], inner: int) -> float:
         """Host wall seconds per call to *issue* `fn` `inner` times (no sync inside the timed region)."""
         self.sync()
-        t0 = time.perf_counter_ns()
+        t0 = self.clock_ns()
         for _ in range(inner):
             fn()
-        elapsed = (time.perf_counter_ns() - t0) * 1e-9 / inner
+        elapsed = (self.clock_ns() - t0) * 1e-9 / inner
         self.sync()
         return elapsed
 

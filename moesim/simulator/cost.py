@@ -6,7 +6,8 @@
     memory  = (HBM bytes + ramp) / achieved bandwidth + cache bytes / cache bandwidth
 
 The ramp charges small transfers: a kernel moving x bytes from memory reaches x / (x + h) of the streaming
-bandwidth, h = half_bandwidth_transfer_bytes, which is the same as adding h bytes to every transfer.
+bandwidth, h = half_bandwidth_transfer_bytes, which is the same as adding h bytes (h / bandwidth = one
+memory latency) to every kernel that reads memory; calibration fits h with exactly this formula.
 Element-wise kernels stream at `elementwise_bandwidth_fraction` of the achieved bandwidth.
 Everything here is pure and works on numpy arrays so the fast path can cost a whole plan at once.
 """

@@ -3,7 +3,7 @@
 # Usage: bash docs/validation/h200/run_validate.sh MEASURED_PROFILE [DERIVED_PROFILE] [OUTDIR]
 #   MEASURED_PROFILE  the profile `moesim calibrate --device cuda` measured on this GPU
 #   DERIVED_PROFILE   optional: a profile derived for this GPU from another device's measurements
-#                     (`moesim profiles derive --from docs/validation/cpu/cpu-thread.toml --to h200 ...`),
+#                     (`moesim profiles derive --from docs/validation/cpu/cpu.toml --to h200 ...`),
 #                     predicted on the very same measured rows (the cross-device check)
 # Runs the eager quick grid (36 rows: 3 real-width models, 4 layers, B 1,4,32 × K 0,1,3,7), then graph
 # replay on the fine-grained model. Needs torch with CUDA; simpy is optional (the fast path stands in).
