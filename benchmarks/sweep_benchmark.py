@@ -1,6 +1,7 @@
 """Sweep the whole catalogue × batch {1, 2, 4, ..., 256} × draft length 1–8 on one profile; print the speed.
 
-Usage: python3 benchmarks/sweep_benchmark.py [--hardware h200] [--no-fit-check] [--single-gpu]
+Usage: python3 benchmarks/sweep_benchmark.py [--hardware h200] [--routing typical|independent] [--no-fit-check]
+       [--single-gpu]
 Target: under 20 s on 2 cores. As `moesim sweep` does by default, each (model, batch) runs on the smallest
 layout whose memory fits, so the trillion-parameter models run on 8–16 GPUs (expert-parallel plans with
 collectives); --single-gpu keeps every model on one device and skips those that do not fit;
@@ -18,7 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 from moesim.simulator.catalogue import list_models, load_model
 from moesim.simulator.hardware import load_profile
+from moesim.simulator.model_spec import ModelSpec
 from moesim.simulator.parallel import LayoutRequest
+from moesim.simulator.routing import IndependentRouting, RoutingModel
+from moesim.simulator.routing.presets import typical_routing
 from moesim.simulator.sweep import run_sweep
 
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
@@ -32,17 +36,31 @@ def main() -> None:
     parser.add_argument(
         "--single-gpu", action="store_true", help="one device per model (skip what does not fit)"
     )
+    parser.add_argument("--routing", choices=["typical", "independent"], default="typical")
     args = parser.parse_args()
     hardware = load_profile(args.hardware)
     models = [load_model(name) for name in list_models()]
     start = time.perf_counter()
+
+    def routing(spec: ModelSpec) -> RoutingModel:
+        if args.routing == "independent" or not spec.is_moe:
+            return IndependentRouting()
+        return typical_routing(spec.n_experts, spec.top_k, spec.n_groups, spec.topk_groups)
+
     parallel = None if args.single_gpu or args.no_fit_check else LayoutRequest()
     result = run_sweep(
-        models, hardware, BATCHES, DRAFT_LENS, check_fit=not args.no_fit_check, parallel=parallel
+        models,
+        hardware,
+        BATCHES,
+        DRAFT_LENS,
+        check_fit=not args.no_fit_check,
+        parallel=parallel,
+        routing=routing,
     )
     wall = time.perf_counter() - start
     configs = len(models) * len(BATCHES) * len(DRAFT_LENS)
     computed = len(result.rows)
+    print(f"routing: {args.routing}")
     print(
         f"hardware {hardware.name}: {len(models)} models × {len(BATCHES)} batch sizes × {len(DRAFT_LENS)} draft lengths"
     )

@@ -57,9 +57,10 @@ def step_options(func: F) -> F:
         click.option(
             "--routing",
             "routing_spec",
-            default="independent",
-            show_default=True,
-            help="independent, typical (correlated, typical statistics) or a routing statistics file.",
+            default=None,
+            help="typical (the default: correlated routing with documented typical statistics), independent, "
+            "or a routing statistics file from `moesim routing fit`. With --overlap/--baseline-overlap and no "
+            "--routing, the routing model is fitted to those summary statistics.",
         ),
         click.option(
             "--overlap", default=None, help="Same-sequence expert overlap at distances 1..D, e.g. 0.4,0.3."
@@ -104,13 +105,15 @@ def sd_options(func: F) -> F:
     return func
 
 
-def _routing_for(spec: Any, routing_spec: str, overlap: str | None, baseline: float | None) -> Any:
+def _routing_for(spec: Any, routing_spec: str | None, overlap: str | None, baseline: float | None) -> Any:
     if not spec.is_moe:
         from moesim.simulator.routing.independent import IndependentRouting
 
         return IndependentRouting()
     from moesim.simulator.routing.presets import routing_from_cli
 
+    if routing_spec is None:
+        routing_spec = "independent" if (overlap is not None or baseline is not None) else "typical"
     return routing_from_cli(
         routing_spec, spec.n_experts, spec.top_k, overlap, baseline, spec.n_groups, spec.topk_groups
     )
@@ -152,7 +155,7 @@ def simulate_command(
     context_len: int,
     launch: str,
     engine: str,
-    routing_spec: str,
+    routing_spec: str | None,
     overlap: str | None,
     baseline_overlap: float | None,
     drafter: str,
@@ -296,7 +299,7 @@ def sweep_command(
     context_len: int,
     launch: str,
     engine: str,
-    routing_spec: str,
+    routing_spec: str | None,
     overlap: str | None,
     baseline_overlap: float | None,
     drafter: str,

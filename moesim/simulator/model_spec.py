@@ -15,6 +15,7 @@ Conventions of the counting functions below:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass, fields, replace
@@ -171,7 +172,7 @@ class ModelSpec:
     def n_layers(self) -> int:
         return len(self.layer_ffn)
 
-    @property
+    @functools.cached_property
     def n_moe_layers(self) -> int:
         return sum(1 for kind in self.layer_ffn if kind == "moe")
 

@@ -423,6 +423,25 @@ def _correlated_miss(params: LayerRouting, tokens: int, seed: int) -> np.ndarray
     return np.asarray(_miss_probability(params, _bank_parents(tokens), tokens, seed))
 
 
+@functools.lru_cache(maxsize=1024)
+def _correlated_rank_experts(
+    params: LayerRouting,
+    seed: int,
+    batches: tuple[int, ...],
+    tokens: tuple[int, ...],
+    ep: int,
+    placement: Placement,
+) -> RankExperts:
+    """Per-rank work under correlated routing; cached because most layers of a model share their parameters."""
+    owner = expert_to_rank(params.n_experts, ep, placement)
+    inclusion = 1.0 - _correlated_miss(params, 1, seed)
+    inclusion *= params.top_k / max(inclusion.sum(), 1e-12)
+    misses = {tt: _correlated_miss(params, tt, seed) for tt in set(tokens)}
+    hit = np.stack([1.0 - misses[tt] ** bb for bb, tt in zip(batches, tokens, strict=True)])
+    step_tokens = np.asarray(batches, dtype=float) * np.asarray(tokens, dtype=float)
+    return rank_experts_from_inclusion(inclusion, step_tokens, owner, ep, hit=hit)
+
+
 @functools.lru_cache(maxsize=4096)
 def _sampled_rank_experts(
     routing: RoutingModel,
@@ -468,13 +487,9 @@ def rank_experts(
     if isinstance(routing, CorrelatedRouting):
         params = routing.layer_params(layer)
         if params.n_experts == n_experts and params.top_k == top_k:
-            inclusion = 1.0 - _correlated_miss(params, 1, routing.seed)
-            inclusion *= top_k / max(inclusion.sum(), 1e-12)
-            misses = {int(tt): _correlated_miss(params, int(tt), routing.seed) for tt in np.unique(t)}
-            hit = np.stack(
-                [1.0 - misses[int(tt)] ** int(bb) for bb, tt in zip(b.ravel(), t.ravel(), strict=True)]
+            result = _correlated_rank_experts(
+                params, routing.seed, tuple(b.ravel().tolist()), tuple(t.ravel().tolist()), ep, placement
             )
-            result = rank_experts_from_inclusion(inclusion, (b * t).ravel(), owner, ep, hit=hit)
             return _reshape(result, b.shape)
     sample: Callable[..., RankExperts] = _sampled_rank_experts
     try:

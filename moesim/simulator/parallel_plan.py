@@ -324,19 +324,27 @@ def build_parallel_plan(
         )
     templates: dict[tuple[str, str, float, float], tuple[Kernel, ...]] = {}
     segments = [pl.Segment(tuple(pl.prologue_kernels(ctx)))]
+    # Layers whose routing parameters are equal do the same per-rank work: compute it once per parameter set.
+    layer_key = getattr(routing, "layer_params", lambda layer: layer)
+    work_cache: dict[object, RankExperts] = {}
     for layer, (attn, ffn) in enumerate(zip(model.layer_attention, model.layer_ffn, strict=True)):
         work = None
         if ffn == "moe":
-            work = shared_work or rank_experts(
-                routing,
-                model.n_experts,
-                model.top_k,
-                batch,
-                tokens_per_seq,
-                layout.ep,
-                layout.placement,
-                layer,
-            )
+            work = shared_work
+            if work is None:
+                key_params = layer_key(layer)
+                if key_params not in work_cache:
+                    work_cache[key_params] = rank_experts(
+                        routing,
+                        model.n_experts,
+                        model.top_k,
+                        batch,
+                        tokens_per_seq,
+                        layout.ep,
+                        layout.placement,
+                        layer,
+                    )
+                work = work_cache[key_params]
             work_by_layer.append(work)
             distinct_total.append(float(work.total_distinct))
         key = (
