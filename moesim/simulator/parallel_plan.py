@@ -435,7 +435,11 @@ def _per_layer_a2a(
     work: list[RankExperts],
 ) -> dict[str, float]:
     """All-to-all times averaged over layers when the routing differs by layer (a close, cheap summary)."""
-    times = [collective_times_s(model, layout, hardware, batch, tokens_per_seq, w) for w in work]
+    by_work: dict[int, dict[str, float]] = {}
+    for w in work:  # layers sharing routing parameters share one RankExperts object
+        if id(w) not in by_work:
+            by_work[id(w)] = collective_times_s(model, layout, hardware, batch, tokens_per_seq, w)
+    times = [by_work[id(w)] for w in work]
     keys = {"dispatch", "combine", "moe_all_reduce"} & set(times[0])
     return {key: float(np.mean([t[key] for t in times])) for key in keys}
 
