@@ -13,6 +13,7 @@ from moesim.commands.common import (
     emit_json,
     handle_errors,
     hardware_option,
+    make_console,
     model_options,
     parse_int_list,
     resolve_model,
@@ -194,7 +195,7 @@ def simulate_command(
     if as_json:
         emit_json(data)
         return
-    console = Console()
+    console = make_console()
     a = data["assumptions"]
     acceptance_text = (
         f"acceptance length {a['acceptance_length']:g}"
@@ -363,10 +364,10 @@ def sweep_command(
     if as_json:
         emit_json(result.to_json())
         return
-    console = Console()
+    console = make_console()
     a = result.assumptions
     console.print(
-        f"[bold]{profile.name}[/bold] ({profile.provenance.kind} profile); {a['routing']}; drafter {a['drafter']}; "
+        f"[bold]{profile.name}[/bold] ({profile.provenance.kind} profile); drafter {a['drafter']}; "
         + (
             f"acceptance length {a['acceptance_length']:g}"
             if a["acceptance_length"]
@@ -378,6 +379,9 @@ def sweep_command(
         rows = [r for r in result.rows if r.model == spec.name]
         if not rows:
             continue
+        console.print(
+            f"\n[bold]{spec.name}[/bold] routing: {a['routing_by_model'].get(spec.name, a['routing'])}"
+        )
         table = Table(title=f"{spec.name}: speedup (best K per batch in bold)")
         table.add_column("batch", justify="right")
         for k in k_list:

@@ -294,6 +294,7 @@ def run_sweep(
         skipped=_merge_skipped(skipped, batches),
         assumptions={
             "routing": "; ".join(sorted(set(descriptions.values()))) or "none",
+            "routing_by_model": dict(descriptions),
             "acceptance": None if acceptance_length is not None else acceptance,
             "acceptance_length": acceptance_length,
             "drafter": parsed.label,
