@@ -35,3 +35,5 @@ fi
 SECONDS=0
 timeout 200 bash docs/validation/h200/run_validate.sh "$PROFILE" "$DERIVED" "$RESULTS/validation" 2>&1 | tee "$RESULTS/validate.log"
 echo "validation: ${SECONDS}s" | tee -a "$RESULTS/validate.log"
+timeout 90 python3 scripts/profile_reference_ops.py --device cuda > "$RESULTS/reference_ops_profile.txt" 2>&1
+tail -25 "$RESULTS/reference_ops_profile.txt"

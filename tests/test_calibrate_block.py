@@ -73,3 +73,22 @@ def test_unforced_block_routes_by_the_router() -> None:
     x = torch.randn(5, 16, generator=gen)
     chosen = torch.argmax(x @ block.router, dim=-1, keepdim=True)
     assert torch.allclose(block(x), reference(block, x, chosen), atol=1e-5)
+
+
+def test_counts_known_on_the_host_give_the_same_output_without_a_sync() -> None:
+    generator = torch.Generator().manual_seed(3)
+    block = ExpertBlock(16, 8, 6, 2, generator=generator)
+    x = torch.randn(5, 16, generator=generator)
+    forced = forced_routing(5, 4, 6, 2, generator)
+    counts = torch.bincount(forced.reshape(-1), minlength=6).tolist()
+    assert torch.allclose(block(x, forced, counts), block(x, forced))
+
+
+@given(seconds=st.floats(1e-7, 1.0), distinct=st.integers(1, 256))
+def test_gpu_moe_batches_fit_the_launch_queue(seconds: float, distinct: int) -> None:
+    from moesim.calibrate.moe import GPU_MAX_KERNELS_PER_BATCH, batch_calls, kernels_per_call
+
+    gpu = batch_calls(seconds, 2e-3, distinct, is_gpu=True)
+    cpu = batch_calls(seconds, 2e-3, distinct, is_gpu=False)
+    assert 1 <= gpu <= cpu
+    assert gpu == 1 or gpu * kernels_per_call(distinct) <= GPU_MAX_KERNELS_PER_BATCH

@@ -236,6 +236,17 @@ def synthetic_tables() -> Measurements:
     launch = [
         {"kind": "eager_host", "n_kernels": n, "seconds": 10e-6 + 4e-6 * n} for n in (100, 200, 400, 800)
     ]
+    launch += [
+        {
+            "kind": "eager_gemm_host",
+            "n_kernels": n,
+            "seconds": 20e-6 + 11e-6 * n,
+            "gemm_m": 1,
+            "gemm_k": 64,
+            "gemm_n": 64,
+        }
+        for n in (25, 50, 100, 200)
+    ]
     gemm = [dict(r, dtype="fp32") for r in gemm_rows(1.0, 40.0, 1.0, 0.13, 12.0)]
     return Measurements(
         device_name="Test CPU",
@@ -263,12 +274,15 @@ def test_profile_built_from_synthetic_tables_carries_the_truth() -> None:
     assert em.half_bandwidth_transfer_bytes == pytest.approx(12e3, rel=0.05)  # 12 GB/s × 1 µs
     assert em.launch_eager_us == pytest.approx(4.0, rel=1e-3)
     assert em.kernel_fixed_latency_us == em.launch_eager_us  # CPU: dispatch then work, in sequence
+    assert em.launch_eager_gemm_us == pytest.approx(11.0, rel=1e-3)  # its own line, apart from the tiny ops
+    assert any("x[1,64] @ W[64,64]" in a for a in profile.provenance.assumptions)
     assert ds.peak_dense_tflops["fp32"] > 0
     assert profile.provenance.kind == "measured"
     assert set(profile.fit_quality) >= {
         "memory_cache_knee",
         "transfer_ramp",
         "launch_eager",
+        "launch_eager_gemm",
         "gemm_efficiency_fp32",
     }
     assert all(math.isfinite(v) for q in profile.fit_quality.values() for v in q.values())
@@ -328,3 +342,61 @@ def test_gpu_profile_takes_the_bundled_datasheet() -> None:
     assert profile.empirical.memory_bandwidth_fraction == pytest.approx(4200.0 / 4800.0, rel=0.02)
     assert profile.datasheet.peak_dense_tflops["bf16"] == pytest.approx(989.4)
     assert not profile.is_cpu
+
+
+def test_launch_table_without_gemm_rows_leaves_the_gemm_launch_unset() -> None:
+    tables = synthetic_tables()
+    assert tables.launch is not None
+    tables.launch = [r for r in tables.launch if r["kind"] != "eager_gemm_host"]
+    profile, _ = build_profile(tables, "old-csv")
+    assert profile.empirical.launch_eager_gemm_us is None
+    assert any("launch_eager_gemm_us not measured" in a for a in profile.provenance.assumptions)
+    assert "launch_eager_gemm_us" not in profile_to_dict(profile)["empirical"]  # TOML has no null
+    assert profile_from_dict(profile_to_dict(profile), "x") == profile
+
+
+def _h200_tables(memory: list[dict[str, float]]) -> Measurements:
+    launch = [{"kind": "eager_host", "n_kernels": n, "seconds": 8e-6 * n} for n in (16, 64, 256)]
+    launch += [{"kind": "graph_device", "n_kernels": n, "seconds": 1.1e-6 * n} for n in (16, 64, 256)]
+    launch += [
+        {"kind": "single_kernel", "n_kernels": 1, "seconds": 3.3e-6},
+        {"kind": "empty_events", "n_kernels": 0, "seconds": 1.3e-6},
+    ]
+    return Measurements(
+        device_name="NVIDIA H200",
+        backend="cuda",
+        dtypes=["bf16"],
+        memory_capacity_bytes=141e9,
+        reported_llc_bytes=50 * MIB,
+        compute_units=132,
+        memory=memory,
+        launch=launch,
+        date="2026-01-01",
+    )
+
+
+def test_gpu_sweep_without_a_cache_plateau_falls_back_for_the_cache_only() -> None:
+    from moesim.simulator.hardware import load_profile
+
+    sizes = np.geomspace(2 * MIB, 4096 * MIB, 40)
+    flat = fit.two_level_cache_curve(sizes, 4400.0, 4450.0, 4350.0, 1 * MIB, 1500 * MIB, 5.0)
+    memory = [
+        {"kind": "working_set", "size_bytes": float(s), "bandwidth_gbps": float(b)}
+        for s, b in zip(sizes, flat, strict=True)
+    ]
+    profile, _ = build_profile(_h200_tables(memory), "h200-test")
+    bundled = load_profile("h200").empirical
+    em = profile.empirical
+    assert em.cache_effective_bytes == bundled.cache_effective_bytes
+    assert em.cache_bandwidth_gbps == bundled.cache_bandwidth_gbps
+    assert em.memory_bandwidth_fraction < 1.0  # the memory plateau is still the measured one
+    assert any("no cache plateau" in a for a in profile.provenance.assumptions)
+    # With a real plateau the measured knee is kept.
+    knee = fit.two_level_cache_curve(sizes, 12000.0, 11000.0, 4350.0, 1 * MIB, 30 * MIB, 5.0)
+    memory = [
+        {"kind": "working_set", "size_bytes": float(s), "bandwidth_gbps": float(b)}
+        for s, b in zip(sizes, knee, strict=True)
+    ]
+    kept, _ = build_profile(_h200_tables(memory), "h200-test")
+    assert kept.empirical.cache_effective_bytes == pytest.approx(30 * MIB, rel=0.15)
+    assert kept.empirical.cache_bandwidth_gbps > 2 * 4350

@@ -29,6 +29,8 @@ TINY = Plan(
     min_timed_s=0.0003,
     launch_counts=(10, 20, 40),
     launch_repeats=3,
+    launch_gemm_mkn=(1, 32, 32),
+    launch_gemm_counts=(10, 20, 40),
     gemm_m=(1, 4, 16, 64),
     gemm_shapes=((64, 64),),
     gemm_repeats=3,
@@ -214,10 +216,81 @@ def test_each_suite_runs_at_tiny_size_on_cpu() -> None:
     assert all(r["median_s"] > 0 for r in mem_rows)
     assert fractions[-1] == 1.0 and fractions == sorted(fractions)
     launch_rows = launch.run_launch(timer, device, MICRO)
-    assert [r["n_kernels"] for r in launch_rows] == list(MICRO.launch_counts)
+    eager = [r["n_kernels"] for r in launch_rows if r["kind"] == "eager_host"]
+    gemms = [r for r in launch_rows if r["kind"] == "eager_gemm_host"]
+    assert eager == list(MICRO.launch_counts)
+    assert [r["n_kernels"] for r in gemms] == list(MICRO.launch_gemm_counts)
+    assert all(
+        r["seconds"] > 0
+        and r["n"] == MICRO.launch_repeats
+        and (r["gemm_m"], r["gemm_k"], r["gemm_n"]) == MICRO.launch_gemm_mkn
+        for r in gemms
+    )
+    # Host time of a batch grows with the GEMMs in it (each call at least dispatches).
+    assert gemms[-1]["seconds"] > gemms[0]["seconds"]
     gemm_rows = gemm.run_gemm(timer, device, MICRO, ["fp32"])
     assert len(gemm_rows) == len(MICRO.gemm_m) * len(MICRO.gemm_shapes)
     assert all(r["flops"] == 2 * r["m"] * r["k"] * r["n"] for r in gemm_rows)
     moe_rows = moe.run_moe(timer, device, MICRO, "fp32")
     assert {(r["m"], r["distinct"]) for r in moe_rows if r["size_class"] == "small"} >= {(1, 2), (4, 8)}
     assert all(r["distinct"] <= min(r["n_experts"], r["slots"]) for r in moe_rows)
+
+
+def test_from_csv_refits_the_suites_present_and_falls_back_for_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    measured = tmp_path / "run" / "cpu.toml"
+    measured.parent.mkdir()
+    monkeypatch.setattr(runner, "_run_suite", fake_suites([]))
+    original = calibrate("cpu", measured, plan=TINY, name="cpu-run")
+    suite_path(measured, "moe").unlink()
+
+    def no_device(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("--from-csv must not measure")
+
+    monkeypatch.setattr(runner, "_run_suite", no_device)
+    out = tmp_path / "repo" / "rebuilt.toml"
+    out.parent.mkdir()
+    result = runner.rebuild_from_csv("cpu", out, source=measured.with_suffix(""), name="cpu-rebuilt")
+    assert result.failures.keys() == {"moe"}
+    rebuilt = load_profile(str(out))
+    assert rebuilt.name == "cpu-rebuilt" and rebuilt.provenance.kind == "measured"
+    assert rebuilt.empirical == original.profile.empirical  # same rows, same fit
+    assert any("moe suite missing" in a for a in rebuilt.provenance.assumptions)
+    # The CSVs now live beside the rebuilt profile, under its stem, byte for byte the same rows.
+    for suite in ("memory", "launch", "gemm"):
+        assert read_rows(suite_path(out, suite)) == read_rows(suite_path(measured, suite))
+    assert not suite_path(out, "moe").exists()
+    # Rebuilding again from the copies beside it (the flag without a stem) gives the same profile.
+    again = runner.rebuild_from_csv("cpu", out, name="cpu-rebuilt")
+    assert again.profile.empirical == rebuilt.empirical
+
+
+def test_from_csv_builds_a_gpu_profile_without_a_gpu(tmp_path: Path) -> None:
+    from tests.test_calibrate_fit import _h200_tables
+
+    tables = _h200_tables(synthetic_tables().memory or [])
+    stem = tmp_path / "h200-run"
+    for suite in ("memory", "launch"):
+        meta = {"suite": suite, "device": "NVIDIA H200", "backend": "cuda", "plan": "x", "quick": False}
+        runner.write_rows(suite_path(stem.with_suffix(".toml"), suite), getattr(tables, suite), meta)
+    out = tmp_path / "h200.toml"
+    result = cli(["--device", "cuda", "--from-csv", str(stem), "--output", str(out), "--name", "h200-m"])
+    assert result.exit_code == 0, result.output
+    profile = load_profile(str(out))
+    assert profile.name == "h200-m" and not profile.is_cpu
+    assert profile.empirical.launch_eager_us == pytest.approx(8.0, rel=1e-3)
+    assert profile.empirical.gemm_efficiency == load_profile("h200").empirical.gemm_efficiency  # fell back
+    notes = profile.provenance.assumptions
+    assert any("gemm suite missing" in a for a in notes) and any("moe suite missing" in a for a in notes)
+    # Measured elsewhere than cuda: refused in one line.
+    wrong = cli(["--device", "cpu", "--from-csv", str(stem), "--output", str(tmp_path / "c.toml")])
+    assert wrong.exit_code == 2 and "measured on cuda" in wrong.output
+
+
+def test_from_csv_errors(tmp_path: Path) -> None:
+    out = str(tmp_path / "x.toml")
+    nothing = cli(["--device", "cuda", "--from-csv", str(tmp_path / "none"), "--output", out])
+    assert nothing.exit_code == 2 and "no suite CSV" in nothing.output
+    clash = cli(["--device", "cuda", "--from-csv", "--quick", "--output", out])
+    assert clash.exit_code == 2 and "--quick" in clash.output

@@ -120,6 +120,8 @@ class LaunchParams:
     eager: fit.FitResult
     graph: fit.FitResult | None
     notes: tuple[str, ...] = ()
+    launch_eager_gemm_us: float | None = None  # None: no eager_gemm_host rows in this table
+    eager_gemm: fit.FitResult | None = None
 
 
 def fit_launch_table(rows: list[Row], is_gpu: bool) -> LaunchParams:
@@ -128,6 +130,24 @@ def fit_launch_table(rows: list[Row], is_gpu: bool) -> LaunchParams:
         column(rows, "n_kernels", kind="eager_host"), column(rows, "seconds", kind="eager_host")
     )
     eager_us = max(eager.params["slope"], 0.0) * 1e6
+    gemm_counts = column(rows, "n_kernels", kind="eager_gemm_host")
+    eager_gemm: fit.FitResult | None = None
+    gemm_us: float | None = None
+    gemm_notes: list[str] = []
+    if len(gemm_counts) >= 2:
+        eager_gemm = fit.fit_line(gemm_counts, column(rows, "seconds", kind="eager_gemm_host"))
+        gemm_us = max(eager_gemm.params["slope"], 0.0) * 1e6
+        shape = next(r for r in rows if r.get("kind") == "eager_gemm_host")
+        gemm_notes.append(
+            f"empirical.launch_eager_gemm_us = host seconds per call of N back-to-back eager "
+            f"x[{shape.get('gemm_m')},{shape.get('gemm_k')}] @ W[{shape.get('gemm_k')},{shape.get('gemm_n')}] {shape.get('dtype')} "
+            "GEMMs (line slope over N" + (", queued behind a spin kernel)" if is_gpu else "; cpu: dispatch)")
+        )
+    else:
+        gemm_notes.append(
+            "empirical.launch_eager_gemm_us not measured in this launch table (no eager_gemm_host rows): "
+            "left unset, so GEMMs are charged launch_eager_us like any kernel"
+        )
     if not is_gpu:
         return LaunchParams(
             launch_eager_us=eager_us,
@@ -141,7 +161,10 @@ def fit_launch_table(rows: list[Row], is_gpu: bool) -> LaunchParams:
                 "cpu: launch_eager_us = kernel_fixed_latency_us = measured per-op dispatch cost: the host thread "
                 "that dispatches also runs the op, so each op costs its dispatch plus its work, in sequence",
                 "cpu: no graph replay and no device sync: launch_graph_gap_us = graph_launch_us = sync_us = 0",
+                *gemm_notes,
             ),
+            launch_eager_gemm_us=gemm_us,
+            eager_gemm=eager_gemm,
         )
     graph = fit.fit_line(
         column(rows, "n_kernels", kind="graph_device"), column(rows, "seconds", kind="graph_device")
@@ -163,7 +186,10 @@ def fit_launch_table(rows: list[Row], is_gpu: bool) -> LaunchParams:
         notes=(
             "kernel_fixed_latency_us = one tiny kernel between CUDA events minus empty events (capped at the "
             "graph per-kernel time); launch_graph_gap_us = graph-replay per-kernel time minus that",
+            *gemm_notes,
         ),
+        launch_eager_gemm_us=gemm_us,
+        eager_gemm=eager_gemm,
     )
 
 
@@ -310,6 +336,7 @@ class Measurements:
     notes: list[str] = field(default_factory=list)
 
 
+CACHE_PLATEAU_MIN_RATIO = 1.1  # fitted cache / memory bandwidth below this: no cache plateau was measured
 _KNOWN_GPUS = ("h200", "h100", "h800", "a100", "a800", "b200", "mi300x", "l40s", "4090", "rtx-pro-6000")
 
 
@@ -353,16 +380,14 @@ def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[
                 f"datasheet section from the bundled profile '{match}'; empirical values measured against it"
             )
 
-    def fallback(param: str, suite: str) -> Any:
+    def fallback(param: str, suite: str, why: str = "missing") -> Any:
         if reference is None:
             raise MoesimError(
                 f"{suite} suite",
                 f"failed or was not run, and no bundled profile matches {meas.device_name!r} to take {param} from",
                 "rerun with that suite included; completed suites' CSVs are reused",
             )
-        notes.append(
-            f"empirical.{param}: {suite} suite missing, value from bundled profile '{reference.name}'"
-        )
+        notes.append(f"empirical.{param}: {suite} suite {why}, value from bundled profile '{reference.name}'")
         return getattr(reference.empirical, param)
 
     mem = fit_memory_table(meas.memory) if meas.memory else None
@@ -375,6 +400,17 @@ def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[
             quality["transfer_ramp"] = mem.ramp.quality()
         if not mem.cache_gbps > mem.memory_gbps:
             notes.append("warning: measured cache bandwidth is not above the memory plateau (noisy run?)")
+    # A knee is only identified when the warm sweep shows a cache plateau clearly above the memory one; a
+    # read kernel held back by its own fixed latency at cache-sized reads (seen on an H200 with torch.sum)
+    # shows none, and the fitted knee is then noise. A GPU with a bundled datasheet falls back for both.
+    cache_measured = mem is not None and mem.cache_gbps > CACHE_PLATEAU_MIN_RATIO * mem.memory_gbps
+    if mem is not None and not cache_measured and is_gpu and reference is not None:
+        notes.append(
+            f"memory suite: no cache plateau above the memory one (fitted cache {mem.cache_gbps:.0f} GB/s vs "
+            f"memory {mem.memory_gbps:.0f} GB/s, knee {mem.cache_bytes / 2**20:.0f} MiB): the read kernel's "
+            "fixed latency hides the cache at cache-sized reads, so cache_bandwidth_gbps and "
+            "cache_effective_bytes are not taken from it"
+        )
     launch = fit_launch_table(meas.launch, is_gpu) if meas.launch else None
     if launch is not None:
         fits["launch_eager"] = launch.eager
@@ -382,6 +418,9 @@ def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[
         if launch.graph is not None:
             fits["launch_graph"] = launch.graph
             quality["launch_graph"] = launch.graph.quality()
+        if launch.eager_gemm is not None:
+            fits["launch_eager_gemm"] = launch.eager_gemm
+            quality["launch_eager_gemm"] = launch.eager_gemm.quality()
         notes.extend(launch.notes)
 
     # Datasheet: the bundled one for a known GPU, otherwise what was measured here.
@@ -464,11 +503,15 @@ def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[
     empirical = Empirical(
         memory_bandwidth_fraction=round(float(fraction), 6),
         cache_bandwidth_gbps=round(float(mem.cache_gbps), 3)
-        if mem
-        else fallback("cache_bandwidth_gbps", "memory"),
+        if mem and (cache_measured or reference is None)
+        else fallback(
+            "cache_bandwidth_gbps", "memory", "missing" if mem is None else "shows no cache plateau"
+        ),
         cache_effective_bytes=float(round(mem.cache_bytes))
-        if mem
-        else fallback("cache_effective_bytes", "memory"),
+        if mem and (cache_measured or reference is None)
+        else fallback(
+            "cache_effective_bytes", "memory", "missing" if mem is None else "shows no cache plateau"
+        ),
         half_bandwidth_transfer_bytes=float(round(half)),
         kernel_fixed_latency_us=round(float(fixed_us), 4),
         launch_eager_us=round(launch.launch_eager_us, 4) if launch else fallback("launch_eager_us", "launch"),
@@ -478,6 +521,11 @@ def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[
         graph_launch_us=round(launch.graph_launch_us, 4) if launch else fallback("graph_launch_us", "launch"),
         sync_us=round(launch.sync_us, 4) if launch else fallback("sync_us", "launch"),
         gemm_efficiency=gemm_curve,
+        launch_eager_gemm_us=(
+            None if launch.launch_eager_gemm_us is None else round(launch.launch_eager_gemm_us, 4)
+        )
+        if launch
+        else fallback("launch_eager_gemm_us", "launch"),
     )
     software = dict(meas.software)
     software.setdefault("device", "cpu" if not is_gpu else meas.backend)

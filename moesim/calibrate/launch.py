@@ -1,7 +1,10 @@
 """Launch suite: host cost of an eager launch (CPU: operator dispatch), graph replay, tiny-kernel latency, sync.
 
 Each quantity comes from a batch of N tiny kernels timed for several N, so a line fit separates the
-per-kernel cost (slope) from the per-batch cost (intercept).
+per-kernel cost (slope) from the per-batch cost (intercept). Eager launches are timed for two op classes:
+a tiny elementwise op (`eager_host`) and a small GEMM (`eager_gemm_host`), whose cuBLAS path (heuristics,
+sometimes a split-K + reduce pair) costs the host several times more; on a GPU the GEMMs are queued behind
+a spin kernel so the host is measured as in a real eager step, never waiting for the device.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from moesim.calibrate.plan import Plan
-from moesim.calibrate.timing import DeviceInfo, Timer, summarise
+from moesim.calibrate.timing import LEAD_FACTOR, MAX_LEAD_S, MIN_LEAD_S, DeviceInfo, Timer, summarise
 
 Row = dict[str, Any]
 
@@ -26,7 +29,11 @@ def run_launch(
         x.add_(1.0)
 
     rows: list[Row] = []
-    steps = len(plan.launch_counts) * (2 if device.is_gpu else 1) + (3 if device.is_gpu else 0)
+    steps = (
+        len(plan.launch_counts) * (2 if device.is_gpu else 1)
+        + len(plan.launch_gemm_counts)
+        + (3 if device.is_gpu else 0)
+    )
     done = 0
 
     def tick() -> None:
@@ -49,10 +56,46 @@ def run_launch(
             times.append(timer.host_time(batch, 1))
         rows.append(_row("eager_host", n, times))
         tick()
+    rows.extend(_gemm_rows(timer, device, plan, tick))
 
     if device.is_gpu:
         rows.extend(_gpu_rows(timer, plan, tiny, tick))
     progress(1.0)
+    return rows
+
+
+def _gemm_rows(timer: Timer, device: DeviceInfo, plan: Plan, tick: Callable[[], None]) -> list[Row]:
+    """Host seconds to issue N small GEMMs back to back (on a GPU behind a spin that outlasts the issue)."""
+    torch = timer.torch
+    m, k, n_out = plan.launch_gemm_mkn
+    dtype = torch.bfloat16 if device.is_gpu else torch.float32
+    x = torch.ones((m, k), dtype=dtype, device=device.torch_device)
+    w = torch.full((k, n_out), 0.01, dtype=dtype, device=device.torch_device)
+
+    def gemm() -> None:
+        torch.mm(x, w)
+
+    for _ in range(20):
+        gemm()
+    timer.sync()
+    rows: list[Row] = []
+    per_call_s = 0.0  # learnt from the previous batch: the spin is sized to outlast the next issue
+    for count in plan.launch_gemm_counts:
+        times = []
+        for _ in range(plan.launch_repeats):
+            timer.sync()
+            timer.busy_ahead(min(max(2 * LEAD_FACTOR * count * per_call_s, MIN_LEAD_S), MAX_LEAD_S))
+            t0 = timer.clock_ns()
+            for _ in range(count):
+                gemm()
+            seconds = (timer.clock_ns() - t0) * 1e-9
+            timer.sync()
+            times.append(seconds)
+            per_call_s = seconds / count
+        row = _row("eager_gemm_host", count, times)
+        row.update({"gemm_m": m, "gemm_k": k, "gemm_n": n_out, "dtype": "bf16" if device.is_gpu else "fp32"})
+        rows.append(row)
+        tick()
     return rows
 
 

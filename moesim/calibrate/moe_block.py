@@ -79,8 +79,15 @@ class ExpertBlock(nn.Module):
         return 3 * self.hidden * self.expert_width * self.w_gate.element_size()
 
     @torch.no_grad()
-    def forward(self, x: torch.Tensor, forced: torch.Tensor | None = None) -> torch.Tensor:
-        """Apply the block to tokens x (M, hidden); `forced` (M, top_k) pins the experts each token uses."""
+    def forward(
+        self, x: torch.Tensor, forced: torch.Tensor | None = None, counts: list[int] | None = None
+    ) -> torch.Tensor:
+        """Apply the block to tokens x (M, hidden); `forced` (M, top_k) pins the experts each token uses.
+
+        `counts` (tokens per expert, known on the host when the routing is forced) skips the one host
+        sync the reference code pays to read them, so a calibration can queue whole blocks behind a
+        busy device and time device work only.
+        """
         logits = x @ self.router
         if forced is not None:
             allowed = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, forced, True)
@@ -89,9 +96,8 @@ class ExpertBlock(nn.Module):
         gates = torch.softmax(top_logits.float(), dim=-1).to(x.dtype).reshape(-1)
         flat = top_experts.reshape(-1)
         order = torch.argsort(flat, stable=True)
-        counts = torch.bincount(
-            flat, minlength=self.n_experts
-        ).tolist()  # one host sync, as in HF reference code
+        if counts is None:
+            counts = torch.bincount(flat, minlength=self.n_experts).tolist()  # one host sync, as in HF code
         tokens = torch.div(order, self.top_k, rounding_mode="floor")
         gates = gates[order]
         out = torch.zeros_like(x)

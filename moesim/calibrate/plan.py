@@ -31,6 +31,12 @@ class Plan:
     rotate_bytes: int  # rotating weight pools exceed this so every call reads from memory
     memory_budget_bytes: int  # largest single allocation a suite may make
     flush_bytes: int  # cold reads are preceded by reading this many bytes (≥ 2× the last-level cache)
+    launch_gemm_mkn: tuple[int, int, int] = (1, 64, 64)  # x[M,K] @ W[K,N] whose eager host cost is timed
+    launch_gemm_counts: tuple[int, ...] = (
+        25,
+        50,
+        100,
+    )  # GEMMs per batch (GPU: ≤ 2 kernels each, queue-sized)
 
 
 def _geom(lo: float, hi: float, per_octave: float) -> tuple[int, ...]:
@@ -53,6 +59,8 @@ def make_plan(is_gpu: bool, llc_bytes: float, memory_bytes: float, quick: bool) 
             min_timed_s=0.002,
             launch_counts=(16, 64, 256) if quick else (16, 32, 64, 128, 256, 512),
             launch_repeats=7 if quick else 15,
+            launch_gemm_mkn=(4, 2048, 768),  # a decode-sized projection: cuBLAS, maybe split-K + reduce
+            launch_gemm_counts=(16, 64, 256) if quick else (16, 32, 64, 128, 256),
             gemm_m=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
             gemm_shapes=((4096, 4096), (7168, 2048))
             if quick
@@ -78,6 +86,8 @@ def make_plan(is_gpu: bool, llc_bytes: float, memory_bytes: float, quick: bool) 
         min_timed_s=0.001,
         launch_counts=(25, 50, 100, 200) if quick else (25, 50, 100, 200, 400),
         launch_repeats=21 if quick else 41,
+        launch_gemm_mkn=(1, 64, 64),  # tiny, so the time is the matmul's dispatch, not its arithmetic
+        launch_gemm_counts=(25, 50, 100, 200) if quick else (25, 50, 100, 200, 400),
         gemm_m=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
         if quick
         else (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048),

@@ -12,6 +12,8 @@ import csv
 import hashlib
 import io
 import json
+import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,6 +105,7 @@ class CalibrationResult:
     failures: dict[str, str]
     fit_path: Path
     notes: list[str] = field(default_factory=list)
+    wall_s: dict[str, float] = field(default_factory=dict)  # seconds each measured suite took
 
 
 def _plan_digest(plan: Plan) -> str:
@@ -120,7 +123,12 @@ def _suite_meta(suite: str, device: Any, plan: Plan, dtypes: list[str]) -> dict[
     }
     if suite in ("gemm", "moe"):
         meta["dtypes"] = ",".join(dtypes)
+    # Stable software versions (not clocks), so a profile rebuilt from these files alone can name them.
+    meta["software"] = {k: v for k, v in device.details.items() if k in _META_SOFTWARE}
     return meta
+
+
+_META_SOFTWARE = ("torch", "cuda", "rocm", "driver", "compute_capability", "cpu_model")
 
 
 def default_dtypes(is_gpu: bool) -> list[str]:
@@ -175,6 +183,7 @@ def calibrate(
     csv_paths: dict[str, Path] = {}
     resumed: list[str] = []
     failures: dict[str, str] = {}
+    wall_s: dict[str, float] = {}
     for suite in SUITES:
         path = suite_path(output, suite)
         meta = _suite_meta(suite, device, plan, dtypes)
@@ -193,6 +202,7 @@ def calibrate(
             tables[suite] = None
             continue
         bar = report(suite)
+        started = time.perf_counter()
         try:
             rows = _run_suite(suite, timer, device, plan, dtypes, bar.update)
         except KeyboardInterrupt:
@@ -208,7 +218,8 @@ def calibrate(
         write_rows(path, rows, meta)
         tables[suite] = rows
         csv_paths[suite] = path
-        bar.done(f"{len(rows)} rows → {path.name}")
+        wall_s[suite] = time.perf_counter() - started
+        bar.done(f"{len(rows)} rows → {path.name} in {wall_s[suite]:.2f} s")
 
     notes = [
         f"calibration dtypes: {','.join(dtypes)}"
@@ -220,6 +231,10 @@ def calibrate(
         )
     for suite, message in failures.items():
         notes.append(f"{suite} suite failed: {message}")
+    if wall_s:
+        notes.append(
+            "suite wall time: " + ", ".join(f"{suite} {seconds:.2f} s" for suite, seconds in wall_s.items())
+        )
     meas = Measurements(
         device_name=device.name,
         backend=device.backend,
@@ -248,7 +263,151 @@ def calibrate(
     fit_path = output.with_name(f"{output.stem}.fit.csv")
     write_rows(fit_path, fit_rows(fits), {"suite": "fit", "profile": profile.name})
     save_profile_file(profile, output, command)
-    return CalibrationResult(profile, output, csv_paths, resumed, failures, fit_path, notes)
+    return CalibrationResult(profile, output, csv_paths, resumed, failures, fit_path, notes, wall_s)
+
+
+def rebuild_from_csv(
+    device_kind: str,
+    output: str | Path,
+    *,
+    source: str | Path | None = None,
+    name: str | None = None,
+    reporter: ProgressFactory | None = None,
+    command: str = "",
+) -> CalibrationResult:
+    """Fit a profile from suite CSVs already measured (`<source>.<suite>.csv`), without touching a device.
+
+    `source` is a path stem (default: the output's own stem beside it). Suites whose CSV is missing or
+    unreadable fall back exactly as a failed suite does (bundled datasheet values, noted in the profile's
+    assumptions). CSVs read from elsewhere are copied beside the output under its stem.
+    """
+    output = Path(output)
+    if output.suffix != ".toml":
+        raise MoesimError(
+            "--output", f"profile files end in .toml, got {output.name!r}", "e.g. --output cpu.toml"
+        )
+    stem = Path(source) if source else output.with_suffix("")
+    report = reporter or (lambda suite: SuiteReporter())
+    tables: dict[str, list[Row] | None] = {}
+    metas: dict[str, dict[str, Any]] = {}
+    csv_paths: dict[str, Path] = {}
+    missing: dict[str, str] = {}
+    for suite in SUITES:
+        path = stem.with_name(f"{stem.name}.{suite}.csv")
+        try:
+            meta, rows = read_rows(path)
+        except FileNotFoundError:
+            missing[suite] = f"no {path.name}"
+        except (ValueError, OSError, json.JSONDecodeError) as error:
+            missing[suite] = f"unreadable {path.name}: {error}"
+        else:
+            if meta.get("suite") != suite or not rows:
+                missing[suite] = f"{path.name} is not a {suite} suite table with rows"
+            else:
+                tables[suite], metas[suite] = rows, meta
+        if suite in missing:
+            tables[suite] = None
+            report(suite).done(f"missing: {missing[suite]}")
+            continue
+        target = suite_path(output, suite)
+        if path.resolve() != target.resolve():
+            write_rows(target, tables[suite] or [], metas[suite])
+        csv_paths[suite] = target
+        report(suite).done(f"{len(rows)} rows from {path.name}")
+    if not metas:
+        raise MoesimError(
+            "--from-csv",
+            f"no suite CSV found at {stem}.<suite>.csv",
+            "point --from-csv at the stem of an earlier run's files, e.g. out/h200 for out/h200.memory.csv",
+        )
+    first = next(iter(metas.values()))
+    backend = str(first.get("backend", device_kind))
+    if (backend == "cpu") != (device_kind == "cpu"):
+        raise MoesimError(
+            "--device",
+            f"the CSVs were measured on {backend}, not {device_kind}",
+            f"use --device {device_kind}",
+        )
+    for suite, meta in metas.items():
+        if meta.get("device") != first.get("device") or meta.get("backend") != backend:
+            raise MoesimError(
+                "--from-csv",
+                f"{suite} CSV was measured on {meta.get('device')!r}, the others on {first.get('device')!r}",
+                "rebuild from one device's files",
+            )
+    device_name = str(first.get("device", ""))
+    if backend != "cpu":
+        from moesim.calibrate.build import bundled_match
+
+        if bundled_match(device_name) is None:
+            raise MoesimError(
+                "--from-csv",
+                f"no bundled datasheet matches {device_name!r}, and without the device its capacity and "
+                "peaks are unknown",
+                "rerun `moesim calibrate` on that GPU (completed suites' CSVs are reused)",
+            )
+    dtype_text = next((str(m["dtypes"]) for m in metas.values() if m.get("dtypes")), "")
+    dtypes = dtype_text.split(",") if dtype_text else default_dtypes(backend != "cpu")
+    memory_bytes, llc_bytes, units = 0.0, 0.0, 1
+    if backend == "cpu":
+        from moesim.calibrate.timing import cpu_caches, cpu_model
+
+        if cpu_model() != device_name:
+            raise MoesimError(
+                "--from-csv",
+                f"CPU CSVs from {device_name!r} cannot be rebuilt on {cpu_model()!r}: a CPU profile's datasheet "
+                "(capacity, caches) is read from the machine itself",
+                "rebuild on the machine that measured them, or rerun the calibration here",
+            )
+        from moesim.calibrate.timing import _mem_total_bytes
+
+        llc_bytes = cpu_caches()[0]
+        memory_bytes = _mem_total_bytes()
+        units = os.cpu_count() or 1
+    notes = [
+        f"rebuilt from suite CSVs without a device ({stem.name}.<suite>.csv); calibration dtypes: "
+        + ",".join(dtypes)
+    ]
+    plans = sorted({str(m.get("plan")) for m in metas.values()})
+    quick = sorted({bool(m.get("quick")) for m in metas.values()})
+    notes.append(f"suite plans: {', '.join(plans)}; quick: {', '.join(str(q) for q in quick)}")
+    for suite, why in missing.items():
+        notes.append(f"{suite} suite missing ({why}): treated as a failed suite")
+    if "moe" in missing:
+        notes.append("no MoE-block measurements: fit_quality has no moe_* evidence of per-expert cost")
+    software: dict[str, str] = {"device": device_name, "backend": backend, "dtypes": ",".join(dtypes)}
+    for meta in metas.values():
+        software.update({k: str(v) for k, v in dict(meta.get("software") or {}).items()})
+    if "threads" in first:
+        software["threads"] = str(first["threads"])
+    if not any(k in software for k in ("torch", "cuda", "rocm")):
+        notes.append("software versions: not recorded in these suite CSVs (written before moesim kept them)")
+    from moesim import __version__
+
+    software["moesim"] = __version__
+    from moesim.calibrate.timing import today
+
+    meas = Measurements(
+        device_name=device_name,
+        backend=backend,
+        dtypes=dtypes,
+        memory_capacity_bytes=memory_bytes,
+        reported_llc_bytes=llc_bytes,
+        compute_units=units,
+        memory=tables.get("memory"),
+        launch=tables.get("launch"),
+        gemm=tables.get("gemm"),
+        moe=tables.get("moe"),
+        software=software,
+        source=command or f"moesim calibrate --device {device_kind} --from-csv {stem}",
+        date=today(),
+        notes=notes,
+    )
+    profile, fits = build_profile(meas, name or default_name(device_name, backend))
+    fit_path = output.with_name(f"{output.stem}.fit.csv")
+    write_rows(fit_path, fit_rows(fits), {"suite": "fit", "profile": profile.name})
+    save_profile_file(profile, output, meas.source)
+    return CalibrationResult(profile, output, csv_paths, [], dict(missing), fit_path, notes)
 
 
 def save_profile_file(profile: HardwareProfile, output: Path, command: str) -> None:

@@ -236,7 +236,9 @@ def summarise(times_s: list[float]) -> Sample:
 # Bounds of the spin that keeps the device busy ahead of a timed batch (seconds).
 MIN_LEAD_S = 2e-4
 MAX_LEAD_S = 0.2
-LEAD_RETRIES = 4
+# One retry at most: a batch the host cannot issue within a spin twice its measured issue time is blocked on
+# the device (a host sync inside it, or a full launch queue), and longer spins would only cost wall time.
+LEAD_RETRIES = 1
 LEAD_FACTOR = 1.25  # spin this many times the host issue time of the previous batch
 
 
@@ -308,7 +310,9 @@ class Timer:
         On a GPU this is device time: a spin kernel queued before the start event keeps the device busy
         until the host has issued the whole batch, so the kernels run back to back with no host launch
         time between the events. The start event still pending when the host finishes proves it; if
-        not, the batch is retimed with a longer spin (at most LEAD_RETRIES times).
+        not, the batch is retimed once with a spin twice the issue time just seen (LEAD_RETRIES), then
+        counted in `lead_failures`. One spin covers the whole batch of `inner` calls, so its wall cost is
+        about LEAD_FACTOR × the batch's host issue time, paid once per batch, not per call.
         """
         if not self.device.is_gpu:
             if before is not None:
@@ -334,14 +338,15 @@ class Timer:
             end.synchronize()
             elapsed = start.elapsed_time(end) * 1e-3 / inner
             grown = lead_seconds(issue_s)
-            self._lead_s = grown if covered else max(grown, 2.0 * self._lead_s)
-            self._lead_s = min(self._lead_s, MAX_LEAD_S)
+            self._lead_s = grown if covered else min(max(2.0 * issue_s, 2.0 * self._lead_s), MAX_LEAD_S)
             if covered or not self.can_spin:
                 if not covered:
                     self.lead_failures += 1
                 return elapsed
             if attempt == LEAD_RETRIES:
                 self.lead_failures += 1
+                # Blocked, not slow: don't let the next batch inherit a spin this batch could not use.
+                self._lead_s = MIN_LEAD_S
         return elapsed
 
     def measure(

@@ -68,6 +68,16 @@ def _suites(text: str | None) -> tuple[str, ...]:
     default=None,
     help="Only these suites (memory,launch,gemm,moe); others resume or fall back.",
 )
+@click.option(
+    "--from-csv",
+    "from_csv",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[STEM]",
+    help="Measure nothing: refit the suite CSVs STEM.<suite>.csv (alone: the output's own) into the "
+    "profile; missing suites fall back as failed ones do.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the fitted parameters as JSON.")
 @handle_errors
 def calibrate_command(
@@ -79,16 +89,33 @@ def calibrate_command(
     fresh: bool,
     threads: int | None,
     suites_text: str | None,
+    from_csv: str | None,
     as_json: bool,
 ) -> None:
     """Measure memory, launch, GEMM and MoE-block costs on this device and fit them into a profile."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from moesim.calibrate.runner import SuiteReporter, calibrate
+    from moesim.calibrate.runner import SuiteReporter, calibrate, rebuild_from_csv
 
     if threads is not None and device != "cpu":
         raise MoesimError("--threads", "only applies to --device cpu", "drop --threads")
+    if from_csv is not None:
+        clashing = [
+            flag
+            for flag, given in (
+                ("--quick", quick),
+                ("--dtype", dtype_text),
+                ("--fresh", fresh),
+                ("--threads", threads is not None),
+                ("--suites", suites_text),
+            )
+            if given
+        ]
+        if clashing:
+            raise MoesimError(
+                clashing[0], "does not apply with --from-csv (nothing is measured)", f"drop {clashing[0]}"
+            )
     console = Console(stderr=True)
     command = " ".join(
         ["moesim calibrate --device", device]
@@ -96,6 +123,7 @@ def calibrate_command(
         + (["--dtype", dtype_text] if dtype_text else [])
         + (["--threads", str(threads)] if threads is not None else [])
         + (["--suites", suites_text] if suites_text else [])
+        + (["--from-csv", Path(from_csv).name] if from_csv else ["--from-csv"] if from_csv == "" else [])
         + ["--output", Path(output).name]
     )
 
@@ -120,18 +148,23 @@ def calibrate_command(
             def done(self, status: str) -> None:
                 progress.update(self.task, completed=1.0, status=status)
 
-        result = calibrate(
-            device,
-            Path(output),
-            quick=quick,
-            dtypes=_dtypes(dtype_text),
-            name=name,
-            fresh=fresh,
-            threads=threads,
-            suites=_suites(suites_text),
-            reporter=Bar,
-            command=command,
-        )
+        if from_csv is not None:
+            result = rebuild_from_csv(
+                device, Path(output), source=from_csv or None, name=name, reporter=Bar, command=command
+            )
+        else:
+            result = calibrate(
+                device,
+                Path(output),
+                quick=quick,
+                dtypes=_dtypes(dtype_text),
+                name=name,
+                fresh=fresh,
+                threads=threads,
+                suites=_suites(suites_text),
+                reporter=Bar,
+                command=command,
+            )
     summary = _summary(result)
     if as_json:
         emit_json(summary)
@@ -150,12 +183,18 @@ def calibrate_command(
     )
     console.print(f"  half-bandwidth read   {em.half_bandwidth_transfer_bytes / 2**10:10.1f} KiB")
     console.print(f"  eager launch/dispatch {em.launch_eager_us:10.2f} us")
+    if em.launch_eager_gemm_us is not None:
+        console.print(f"  eager GEMM launch     {em.launch_eager_gemm_us:10.2f} us")
     console.print(f"  kernel fixed latency  {em.kernel_fixed_latency_us:10.2f} us")
     if not result.profile.is_cpu:
         console.print(f"  graph gap / launch    {em.launch_graph_gap_us:10.2f} / {em.graph_launch_us:.2f} us")
         console.print(f"  sync                  {em.sync_us:10.2f} us")
     for dtype, peak in ds.peak_dense_tflops.items():
         console.print(f"  peak {dtype:<5}            {peak:10.3f} TFLOP/s")
+    if result.wall_s:
+        console.print(
+            "  suite wall time       " + ", ".join(f"{k} {v:.2f} s" for k, v in result.wall_s.items())
+        )
     if result.failures:
         for suite, message in result.failures.items():
             console.print(f"[yellow]  {suite} suite failed: {message}[/yellow]")
@@ -171,4 +210,5 @@ def _summary(result: Any) -> dict[str, Any]:
         "fit_csv": str(result.fit_path),
         "resumed": result.resumed,
         "failures": result.failures,
+        "wall_s": result.wall_s,
     }

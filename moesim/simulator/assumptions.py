@@ -92,6 +92,12 @@ JUSTIFICATIONS: dict[str, str] = {
         "launching one kernel from PyTorch eager mode costs the host 6-8 us (Python and ATen dispatch plus "
         "the driver call)"
     ),
+    "launch_eager_gemm_us": (
+        "not set (None): a GEMM launch is charged launch_eager_us like any kernel unless calibration measured "
+        "it; on an H200 with torch 2.11 an eager aten::mm costs the host about 30 us (cuBLAS/cuBLASLt "
+        "heuristics and sometimes a split-K plus reduce pair of kernels) against 8-15 us for elementwise ops, "
+        "so `moesim calibrate` measures it (small x @ W queued behind a busy device) rather than assume it"
+    ),
     "launch_graph_gap_us": (
         "inside CUDA-graph replay back-to-back kernels keep a gap of 1-2 us, about half the eager gap"
     ),

@@ -118,10 +118,20 @@ def _gpu_to_gpu(measured: HardwareProfile, target: Datasheet) -> tuple[Empirical
         + ("" if same_vendor else " (scaled by the vendor ratio)")
         + ": they assume a similar GPU generation; across generations treat them as approximate"
     )
+    gemm_launch = measured.empirical.launch_eager_gemm_us
+    if gemm_launch is not None:
+        # Host-side like launch_eager_us: kept as measured, or scaled by the vendor launch-path ratio.
+        factor = _ratio(tgt_default.launch_eager_us, src_default.launch_eager_us)
+        gemm_launch = gemm_launch * factor
+        notes.append(
+            f"empirical.launch_eager_gemm_us (host-side eager GEMM launch cost) = measured "
+            f"{measured.empirical.launch_eager_gemm_us:.6g} x {factor:.6g} = {gemm_launch:.6g}"
+        )
     empirical = Empirical(
         gemm_efficiency=_transfer_gemm(
             measured.empirical.gemm_efficiency, src_default.gemm_efficiency, tgt_default.gemm_efficiency
         ),
+        launch_eager_gemm_us=gemm_launch,
         **values,
     )
     return empirical, notes

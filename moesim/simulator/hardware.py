@@ -74,6 +74,8 @@ class Empirical:
     sync_us: float  # host-device synchronisation at the end of a step
     gemm_efficiency: GemmEfficiency
     elementwise_bandwidth_fraction: float = 1.0  # small fused elementwise kernels vs streaming bandwidth
+    # Host time to launch one GEMM (cuBLAS/cuBLASLt path) from eager torch; None = same as launch_eager_us.
+    launch_eager_gemm_us: float | None = None
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,10 @@ def profile_to_dict(p: HardwareProfile) -> dict[str, Any]:
     for f in fields(Empirical):
         if f.name == "gemm_efficiency":
             continue
-        empirical[f.name] = _plain_number(f.name, getattr(em, f.name))
+        value = getattr(em, f.name)
+        if value is None:  # optional parameter not set: TOML has no null, so the key is left out
+            continue
+        empirical[f.name] = _plain_number(f.name, value)
     empirical["gemm_efficiency"] = {
         "m_tokens": [float(m) for m in em.gemm_efficiency.m_tokens],
         "efficiency": [float(e) for e in em.gemm_efficiency.efficiency],
@@ -363,6 +368,9 @@ def _read_empirical(source: str, data: Any) -> Empirical:
         sync_us=r.number("sync_us", strict=False),
         gemm_efficiency=_read_gemm_efficiency(r),
         elementwise_bandwidth_fraction=r.number("elementwise_bandwidth_fraction", default=1.0),
+        launch_eager_gemm_us=r.number("launch_eager_gemm_us", strict=False)
+        if "launch_eager_gemm_us" in r.data
+        else None,
     )
 
 
