@@ -21,7 +21,7 @@ moesim() { python3 -m moesim "$@"; }
 } 2>&1 | tee "$RESULTS/device.txt"
 
 SECONDS=0
-timeout 260 python3 -m moesim calibrate --device cuda --name h200-measured \
+timeout 150 python3 -m moesim calibrate --device cuda --name h200-measured \
   --output "$RESULTS/calibration/h200-measured.toml" 2>&1 | tee "$RESULTS/calibrate.log"
 echo "calibration: ${SECONDS}s" | tee -a "$RESULTS/calibrate.log"
 

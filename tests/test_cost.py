@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moesim.simulator.cache import CacheState, repeat_traffic
-from moesim.simulator.cost import CostParams, kernel_time_s, kernel_times_s
+from moesim.simulator.cost import CostParams, compute_time_s, kernel_time_s, kernel_times_s
 from moesim.simulator.fastpath import residency
 from moesim.simulator.kernels import Kernel, TensorRead
 from tests.core_fixtures import h200
@@ -125,3 +125,94 @@ def test_stack_distances_equal_the_lru_state(accesses: list[tuple[int, float]], 
     got = residency(dense.reshape(-1), size, capacity)
     assert got is not None
     assert np.allclose(got, expected, atol=1e-6)
+
+
+# --- eager host launch cost per kernel class -------------------------------------------------------------
+
+
+def _with_gemm_launch(gemm_us: float | None):
+    from dataclasses import replace
+
+    hw = h200()
+    return replace(hw, empirical=replace(hw.empirical, launch_eager_us=5.0, launch_eager_gemm_us=gemm_us))
+
+
+def _tiny_plan():
+    from moesim.simulator.plan_reference import even_loads, reference_step_plan
+    from moesim.validation.shapes import validation_model
+
+    spec = validation_model("fine", "cuda", "bf16", 2)
+    loads = [even_loads(spec, 4, 12.0) for _ in range(spec.n_moe_layers)]
+    return reference_step_plan(spec, 1, 4, 128, loads)
+
+
+def test_eager_gemm_launch_cost_equals_in_engine_and_fast_path() -> None:
+    from moesim.simulator.engine import run_engine
+    from moesim.simulator.fastpath import fast_step
+
+    plan = _tiny_plan()
+    for gemm_us in (None, 5.0, 30.0):
+        hw = _with_gemm_launch(gemm_us)
+        engine = run_engine(plan, hw, "eager").step_s
+        assert np.isclose(fast_step(plan, hw, "eager").step_s, engine, rtol=1e-9)
+
+
+def test_eager_gemm_launch_cost_none_means_the_plain_launch_cost() -> None:
+    from moesim.simulator.fastpath import fast_step
+
+    plan = _tiny_plan()
+    assert (
+        fast_step(plan, _with_gemm_launch(None), "eager").step_s
+        == fast_step(plan, _with_gemm_launch(5.0), "eager").step_s
+    )
+
+
+def test_host_bound_eager_step_grows_by_the_gemm_launch_difference() -> None:
+    """Launch-bound (tiny kernels, slow host): each GEMM adds exactly its extra host time; graph unchanged."""
+    from moesim.simulator.fastpath import fast_step
+
+    plan = _tiny_plan()
+    n_gemm = sum(1 for k in plan.kernels if k.m_tokens > 0)
+    base = fast_step(plan, _with_gemm_launch(50.0), "eager").step_s
+    slower = fast_step(plan, _with_gemm_launch(80.0), "eager").step_s
+    assert np.isclose(slower - base, 30e-6 * n_gemm, rtol=1e-6)
+    graph = [fast_step(plan, _with_gemm_launch(g), "graph").step_s for g in (50.0, 80.0)]
+    assert graph[0] == graph[1]
+
+
+# --- one-row GEMMs are weight streams ---------------------------------------------------------------------
+
+
+def test_one_row_gemm_costs_its_memory_term_alone() -> None:
+    """M = 1 uses each weight once: the calibrated small-M efficiency (itself a memory measurement) must
+    not be charged again as compute, on any profile."""
+    from moesim.simulator.hardware import load_profile
+
+    for hw in (h200(), load_profile("docs/validation/cpu/cpu.toml")):
+        p = CostParams.from_hardware(hw)
+        dtype = "fp32" if hw.is_cpu else "bf16"
+        for k, n in ((512, 38016), (4096, 4096), (192, 512)):
+            nbytes = k * n * (4 if dtype == "fp32" else 2)
+            total, compute, memory = kernel_times_s(
+                np.array([2.0 * k * n]),
+                np.array([1.0]),
+                np.array([p.peak(dtype)]),
+                np.array([float(nbytes)]),
+                np.array([0.0]),
+                p,
+            )
+            assert compute[0] < memory[0]
+            assert np.isclose(total[0], p.fixed_s + (nbytes + p.half_bandwidth_bytes) / p.memory_bytes_per_s)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(1.0, 600.0), st.floats(1.0, 600.0))
+def test_gemm_compute_time_never_falls_as_rows_grow(m1: float, m2: float) -> None:
+    """More rows of the same weight never take less arithmetic time (compute ∝ M / efficiency(M))."""
+    from moesim.simulator.hardware import load_profile
+
+    for hw in (h200(), load_profile("docs/validation/cpu/cpu.toml")):
+        p = CostParams.from_hardware(hw)
+        lo, hi = sorted((m1, m2))
+        t = compute_time_s(np.array([2.0 * lo, 2.0 * hi]), np.array([lo, hi]), p.peak("bf16"), p)
+        assert t[0] <= t[1] * (1 + 1e-12)

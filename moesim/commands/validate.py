@@ -17,6 +17,7 @@ Examples:
   moesim validate --profile cpu.toml --device cpu --quick --json
   moesim validate --profile measured/h200 --device cuda --quick --report docs/validation/h200
   moesim validate --profile h200 --measured bench.csv --engine fused --launch graph
+  moesim validate --repredict run/result.json --profile measured/h200 --report out
 """
 
 
@@ -117,6 +118,14 @@ Examples:
     show_default=True,
     help="With --measured: the engine style of the measured system.",
 )
+@click.option(
+    "--repredict",
+    "repredict_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Re-score the measured rows of an earlier torch run (its result.json) with --profile, offline: "
+    "each row's plan is rebuilt and its routing re-sampled with the run's recorded seed.",
+)
 @click.option("--schema", is_flag=True, help="Print the --measured CSV schema and exit.")
 @click.option(
     "--report",
@@ -144,6 +153,7 @@ def validate_command(
     seed: int,
     cross_profiles: tuple[str, ...],
     measured_path: str | None,
+    repredict_path: str | None,
     engine: str,
     schema: bool,
     report_dir: str | None,
@@ -157,7 +167,14 @@ def validate_command(
     hardware = load_profile(profile)
     if context_len < 0:
         raise MoesimError("--context-len", f"must be ≥ 0, got {context_len}")
-    if measured_path:
+    if measured_path and repredict_path:
+        raise MoesimError("--repredict", "give --repredict or --measured, not both")
+    if repredict_path:
+        from moesim.validation.repredict import load_result, repredict_result
+
+        cross = {name: load_profile(name) for name in cross_profiles}
+        result = repredict_result(load_result(repredict_path), hardware, cross, source=repredict_path)
+    elif measured_path:
         result = _measured(measured_path, profile, context_len, launch, engine, routing)
     else:
         result = _torch(

@@ -2,6 +2,7 @@
 
     time = fixed latency + max(compute, memory)
     compute = FLOPs / (peak[dtype] × gemm_efficiency(M))        for GEMM-like kernels (m_tokens > 0)
+              (a one-row GEMM, M ≤ 1, is a matrix–vector product: see `stream_efficiency`)
             = FLOPs / (peak[bf16] × NON_GEMM_PEAK_FRACTION)     for everything else
     memory  = (HBM bytes + ramp) / achieved bandwidth + cache bytes / cache bandwidth
 
@@ -14,12 +15,22 @@ Everything here is pure and works on numpy arrays so the fast path can cost a wh
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from moesim.simulator.hardware import HardwareProfile
 from moesim.simulator.kernels import Kernel
+
+# A GEMM with one row uses each weight once (0.5 FLOP per fp32 byte, 1 per bf16 byte: far below any
+# device's ridge point), so it is a weight stream whose arithmetic never binds. The calibrated efficiency
+# at M = 1 is the calibration GEMM's own weight stream (plus its per-call overheads) expressed in FLOP/s;
+# charging it again as compute made every M = 1 GEMM cost max(its bytes at the calibration shape's
+# streaming rate, its bytes at the memory term's rate) instead of the memory term alone. Between M = 1 and
+# the next calibrated M the efficiency is interpolated (in log M) from this stream value.
+GEMV_EFFICIENCY = 1.0
+GEMV_M_TOKENS = 1.0
 
 # Non-GEMM arithmetic (norms, softmax, top-k, recurrences) runs on the vector units, not the tensor cores:
 # FP32 CUDA-core throughput is about 1/15 of the dense BF16 tensor peak on A100/H100/H200 (67 of 989 TF).
@@ -65,8 +76,13 @@ class CostParams:
         return self.peak_flops.get(dtype, self.peak_flops["bf16"])
 
     def gemm_efficiency(self, m_tokens: np.ndarray | float) -> np.ndarray:
-        log_m = np.log(np.maximum(np.asarray(m_tokens, dtype=float), 1.0))
-        return np.interp(log_m, self.gemm_m, self.gemm_eff)
+        """Achieved fraction of peak of a GEMM with M rows (M ≤ 1: a weight stream, see GEMV_EFFICIENCY)."""
+        log_m = np.log(np.maximum(np.asarray(m_tokens, dtype=float), GEMV_M_TOKENS))
+        grid_m, grid_eff = self.gemm_m, self.gemm_eff
+        above = grid_m > math.log(GEMV_M_TOKENS)
+        grid_m = np.concatenate([[math.log(GEMV_M_TOKENS)], grid_m[above]])
+        grid_eff = np.concatenate([[GEMV_EFFICIENCY], grid_eff[above]])
+        return np.interp(log_m, grid_m, grid_eff)
 
 
 def compute_time_s(

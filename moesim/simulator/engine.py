@@ -1,7 +1,8 @@
 """The discrete-event engine (simpy): a host issues launches, device streams execute kernels, bandwidth is shared.
 
-- The host process issues the plan's kernels in order: in eager mode one every `launch_eager_us`; in graph
-  replay the whole step after one `graph_launch_us`.
+- The host process issues the plan's kernels in order: in eager mode one every `launch_eager_us` (a GEMM
+  every `launch_eager_gemm_us` where the profile sets it: the cuBLAS launch path costs the host more);
+  in graph replay the whole step after one `graph_launch_us`.
 - One process per device stream runs its kernels in issue order: a kernel starts `gap` after both its launch
   and its predecessor (eager gap = twice the graph-replay gap), takes the fixed latency, then
   max(compute, memory) where its memory time is work on a shared memory-bandwidth server (processor
@@ -225,6 +226,7 @@ def run_engine(
         launch_params = launch_params.without_launch_and_sync()
     first_issue = launch_params.first_issue_s
     per_issue = launch_params.per_kernel_issue_s
+    host_costs = launch_params.host_costs_s(n, m > 0)
     env = simpy.Environment()
     issued = [env.event() for _ in range(n)]
     done = [env.event() for _ in range(n)]
@@ -242,7 +244,7 @@ def run_engine(
         yield env.timeout(first_issue)
         for i, event in enumerate(issued):
             if i:
-                yield env.timeout(per_issue)
+                yield env.timeout(host_costs[i])
             event.succeed()
 
     def stream(indices: list[int]) -> Any:

@@ -45,6 +45,8 @@ class LaunchParams:
     per_kernel_issue_s: float  # eager: host time per launch; graph: 0
     gap_s: float
     sync_s: float
+    # eager: host time to launch one GEMM (the cuBLAS path: heuristics, possibly two kernels); None = same
+    per_gemm_issue_s: float | None = None
 
     @classmethod
     def from_hardware(cls, hw: HardwareProfile, mode: str) -> LaunchParams:
@@ -56,27 +58,50 @@ class LaunchParams:
                 "graph", em.graph_launch_us * 1e-6, 0.0, em.launch_graph_gap_us * 1e-6, em.sync_us * 1e-6
             )
         if mode == "eager":
+            gemm_us = getattr(em, "launch_eager_gemm_us", None)
             return cls(
                 "eager",
                 em.launch_eager_us * 1e-6,
                 em.launch_eager_us * 1e-6,
                 EAGER_GAP_OVER_GRAPH_GAP * em.launch_graph_gap_us * 1e-6,
                 em.sync_us * 1e-6,
+                None if gemm_us is None else float(gemm_us) * 1e-6,
             )
         raise MoesimError("launch", f"unknown launch mode {mode!r}", "choose eager or graph")
 
     def without_launch_and_sync(self) -> LaunchParams:
         """The same mode inside a longer sequence: no graph launch, no final sync (eager still launches)."""
-        return LaunchParams(self.mode, self.per_kernel_issue_s, self.per_kernel_issue_s, self.gap_s, 0.0)
+        return LaunchParams(
+            self.mode,
+            self.per_kernel_issue_s,
+            self.per_kernel_issue_s,
+            self.gap_s,
+            0.0,
+            self.per_gemm_issue_s,
+        )
 
     @property
     def overhead_s(self) -> float:
         """The one-off cost around a sequence of kernels: the graph launch (graph mode) and the sync."""
         return (self.first_issue_s if self.per_kernel_issue_s == 0.0 else 0.0) + self.sync_s
 
-    def issue_times(self, n: int) -> np.ndarray:
-        """Host time at which each of n kernels (in issue order) has been launched."""
-        return self.first_issue_s + self.per_kernel_issue_s * np.arange(n, dtype=float)
+    def host_costs_s(self, n: int, is_gemm: np.ndarray | None = None) -> np.ndarray:
+        """Host seconds to launch each of n kernels (eager; GEMMs at the GEMM launch cost when it is set)."""
+        costs = np.full(n, self.per_kernel_issue_s)
+        if self.per_kernel_issue_s > 0.0 and self.per_gemm_issue_s is not None and is_gemm is not None:
+            costs = np.where(np.asarray(is_gemm, dtype=bool), self.per_gemm_issue_s, costs)
+        return costs
+
+    def issue_times(self, n: int, is_gemm: np.ndarray | None = None) -> np.ndarray:
+        """Host time at which each of n kernels (in issue order) has been launched; `is_gemm` marks the
+        GEMMs (m_tokens > 0), whose eager launch costs `per_gemm_issue_s` when set."""
+        if n == 0:
+            return np.zeros(0)
+        costs = self.host_costs_s(n, is_gemm)
+        if self.per_kernel_issue_s == 0.0:  # graph replay: everything is issued by the one launch
+            return np.full(n, self.first_issue_s)
+        # the first launch keeps `first_issue_s` (its own cost), each later one adds its own host cost
+        return self.first_issue_s - costs[0] + np.cumsum(costs)
 
 
 @dataclass(frozen=True)
@@ -349,7 +374,12 @@ class FastStep:
 
 
 def schedule(
-    durations: np.ndarray, memory_s: np.ndarray, stream: np.ndarray, join: np.ndarray, launch: LaunchParams
+    durations: np.ndarray,
+    memory_s: np.ndarray,
+    stream: np.ndarray,
+    join: np.ndarray,
+    launch: LaunchParams,
+    is_gemm: np.ndarray | None = None,
 ) -> tuple[float, np.ndarray]:
     """Step seconds and the exposed device seconds of each kernel under the launch model."""
     n = durations.size
@@ -358,7 +388,7 @@ def schedule(
     side = np.nonzero(stream != 0)[0]
     if side.size:
         exposed, gaps = _fold_side_streams(durations, memory_s, stream, join, gaps, launch.gap_s)
-    issue = launch.issue_times(n)
+    issue = launch.issue_times(n, is_gemm)
     per = gaps + exposed
     suffix = np.cumsum(per[::-1])[::-1]
     end = float(np.max(issue + suffix)) if n else launch.first_issue_s
@@ -420,7 +450,9 @@ def fast_step(
         launch_params = launch_params.without_launch_and_sync()
     arrays = plan_arrays(plan)
     costs = cost_plan(arrays, params)
-    step_s, exposed = schedule(costs.total_s, costs.memory_s, arrays.stream, arrays.join, launch_params)
+    step_s, exposed = schedule(
+        costs.total_s, costs.memory_s, arrays.stream, arrays.join, launch_params, arrays.m_tokens > 0
+    )
     per_category = np.bincount(arrays.category, weights=exposed, minlength=len(CATEGORIES))
     per_category[IDLE] = max(0.0, step_s - float(np.sum(exposed)))
     return FastStep(

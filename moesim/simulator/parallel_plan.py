@@ -407,7 +407,7 @@ def fast_parallel_step(
     is_comm = ~np.isnan(comm)
     total = np.where(is_comm, comm, costs.total_s)
     memory = np.where(is_comm, 0.0, costs.memory_s)
-    step_s, exposed = schedule(total, memory, arrays.stream, arrays.join, launch_params)
+    step_s, exposed = schedule(total, memory, arrays.stream, arrays.join, launch_params, arrays.m_tokens > 0)
     per_category = np.bincount(arrays.category, weights=exposed, minlength=len(CATEGORIES))
     per_category[IDLE] = max(0.0, step_s - float(np.sum(exposed)))
     return FastStep(

@@ -141,6 +141,9 @@ def run_torch_validation(
             "routing": default_routing(
                 validation_model(options.models[0], options.device, dtype, options.layers), options.routing
             ).description,
+            "routing_name": options.routing,
+            "seed": options.seed,
+            "layers": options.layers,
             "context_len": options.context_len,
             "grid": {"batches": sorted({b for b, _ in grid}), "draft_lens": sorted({k for _, k in grid})},
             "rounds": settings.rounds,

@@ -50,7 +50,7 @@ class MeasureSettings:
 
     @classmethod
     def for_mode(cls, quick: bool) -> MeasureSettings:
-        return cls(rounds=2, repeats=3, warmup=1) if quick else cls(rounds=3, repeats=5, warmup=2)
+        return cls(rounds=3, repeats=4, warmup=1) if quick else cls(rounds=3, repeats=5, warmup=2)
 
 
 @dataclass

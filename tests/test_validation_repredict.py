@@ -1,0 +1,144 @@
+"""Offline re-prediction of an earlier torch run's measured rows (`moesim validate --repredict`)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from moesim.commands.validate import validate_command
+from moesim.errors import MoesimError
+from moesim.simulator.hardware import load_profile
+from moesim.validation.predict import predict_reference_step
+from moesim.validation.report import add_errors_and_ratios, summarise
+from moesim.validation.repredict import repredict_result, row_routing, run_layers
+from moesim.validation.routing_replay import sample_step_routing
+from moesim.validation.runner import config_seed, default_routing
+from moesim.validation.shapes import validation_model
+
+GRID = [(1, 0), (1, 3), (4, 0), (4, 1)]
+
+
+def fake_run(profile: str, device: str = "cuda", seed: int = 3, launch: str = "eager") -> dict:
+    """A result.json as the measuring run writes it, built the way `measure_model` builds rows (measured
+    times are invented: re-prediction never looks at them)."""
+    hw = load_profile(profile)
+    rows = []
+    for key in ("fine", "shared"):
+        spec = validation_model(key, device, "bf16", 2)
+        routing = default_routing(spec, "typical")
+        moe_layers = tuple(i for i, kind in enumerate(spec.layer_ffn) if kind == "moe")
+        for batch, draft in GRID:
+            step = sample_step_routing(
+                routing,
+                spec.n_experts,
+                spec.top_k,
+                batch,
+                draft + 1,
+                moe_layers,
+                config_seed(spec.name, batch, draft, seed),
+            )
+            pred = predict_reference_step(spec, hw, batch, draft + 1, 512, step.loads, launch)
+            rows.append(
+                {
+                    "model": spec.name,
+                    "shape": key,
+                    "device": device,
+                    "launch": launch,
+                    "batch": batch,
+                    "draft_len": draft,
+                    "context_len": 512,
+                    "distinct_experts": float(np.mean(step.distinct_experts())),
+                    "n_kernels": pred.n_kernels,
+                    "measured_s": pred.step_s * (1.1 + 0.01 * batch),
+                    "predicted_s": pred.step_s,
+                    "round_spread": 0.02,
+                    "spread": 0.03,
+                }
+            )
+    add_errors_and_ratios(rows)
+    meta = {"device": device, "dtype": "bf16", "launch": launch, "seed": seed, "profile": hw.name}
+    return {"rows": rows, "summary": summarise(rows), "meta": meta, "notes": []}
+
+
+def test_repredicting_with_the_same_profile_reproduces_the_predictions_exactly():
+    run = fake_run("h200")
+    again = repredict_result(run, load_profile("h200"))
+    assert [r["predicted_s"] for r in again["rows"]] == [r["predicted_s"] for r in run["rows"]]
+    assert [r["measured_s"] for r in again["rows"]] == [r["measured_s"] for r in run["rows"]]
+    assert again["summary"]["mape"] == pytest.approx(run["summary"]["mape"], rel=1e-12)
+    assert [r["n_kernels"] for r in again["rows"]] == [r["n_kernels"] for r in run["rows"]]
+
+
+def test_another_profile_changes_predictions_not_measurements():
+    run = fake_run("h200")
+    other = repredict_result(run, load_profile("h100-sxm"), {"a100-80gb": load_profile("a100-80gb")})
+    assert all(a["measured_s"] == b["measured_s"] for a, b in zip(run["rows"], other["rows"], strict=True))
+    # H100 has less bandwidth than H200: every (memory-bound, small) step is predicted slower
+    assert all(b["predicted_s"] > a["predicted_s"] for a, b in zip(run["rows"], other["rows"], strict=True))
+    assert set(other["summary"]["cross_device"]) == {"a100-80gb"}
+    assert other["meta"]["profile"] == load_profile("h100-sxm").name
+
+
+def test_a_wrong_seed_is_detected_by_the_distinct_expert_counts():
+    run = fake_run("h200", seed=3)
+    run["meta"]["seed"] = 4
+    with pytest.raises(MoesimError, match="routing differs"):
+        repredict_result(run, load_profile("h200"))
+
+
+def test_the_routing_is_the_seeded_sample_of_the_row():
+    run = fake_run("h200")
+    row = run["rows"][1]
+    spec = validation_model("fine", "cuda", "bf16", 2)
+    a = row_routing(run["meta"], spec, row)
+    b = row_routing(run["meta"], spec, row)
+    assert all(np.array_equal(x, y) for x, y in zip(a.loads, b.loads, strict=True))
+    assert all(int(x.sum()) == row["batch"] * (row["draft_len"] + 1) * spec.top_k for x in a.loads)
+
+
+def test_layers_come_from_meta_or_the_spec_name():
+    assert run_layers({"layers": 3}, "qwen3-30b-a3b-4L-gpu") == 3
+    assert run_layers({}, "qwen3-30b-a3b-4L-gpu") == 4
+    assert run_layers({"layers": None}, "mixtral-8x7b-2L-cpu") == 2
+
+
+def test_cli_repredict_writes_a_report(tmp_path):
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(fake_run("h200")))
+    out = tmp_path / "report"
+    result = CliRunner().invoke(
+        validate_command,
+        ["--repredict", str(path), "--profile", "h200", "--json", "--report", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["summary"]["n"] == 2 * len(GRID)
+    assert "--repredict" in data["meta"]["command"] or data["meta"]["repredicted_from"] == str(path)
+    assert (out / "report.md").read_text().count("re-predicted") >= 1
+    assert (out / "predicted_vs_measured.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [(None, "does not exist"), ("{", "cannot read"), ('{"rows": []}', "no measured rows")],
+)
+def test_cli_repredict_bad_input_is_one_line_exit_2(tmp_path, content, problem):
+    path = tmp_path / "result.json"
+    if content is not None:
+        path.write_text(content)
+    result = CliRunner().invoke(validate_command, ["--repredict", str(path), "--profile", "h200"])
+    assert result.exit_code == 2
+    assert problem in result.output
+    assert "Traceback" not in result.output
+
+
+def test_measured_csv_rows_are_refused(tmp_path):
+    run = fake_run("h200")
+    del run["meta"]["device"]
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(run))
+    result = CliRunner().invoke(validate_command, ["--repredict", str(path), "--profile", "h200"])
+    assert result.exit_code == 2 and "not a torch-reference run" in result.output
