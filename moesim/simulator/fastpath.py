@@ -442,17 +442,25 @@ def fast_step(
     launch: str = "graph",
     params: CostParams | None = None,
     include_launch_and_sync: bool = True,
+    external_time_s: np.ndarray | None = None,
 ) -> FastStep:
-    """Step time and breakdown of `plan` in closed form (equals the engine on one stream)."""
+    """Step time and breakdown of `plan` in closed form (equals the engine on one stream).
+
+    `external_time_s` (one entry per kernel, NaN where absent) replaces the roofline of kernels timed
+    elsewhere, such as collectives on their links; those kernels move no memory bytes.
+    """
     params = params or CostParams.from_hardware(hardware)
     launch_params = LaunchParams.from_hardware(hardware, launch)
     if not include_launch_and_sync:
         launch_params = launch_params.without_launch_and_sync()
     arrays = plan_arrays(plan)
     costs = cost_plan(arrays, params)
-    step_s, exposed = schedule(
-        costs.total_s, costs.memory_s, arrays.stream, arrays.join, launch_params, arrays.m_tokens > 0
-    )
+    total, memory = costs.total_s, costs.memory_s
+    if external_time_s is not None:
+        external = ~np.isnan(external_time_s)
+        total = np.where(external, external_time_s, total)
+        memory = np.where(external, 0.0, memory)
+    step_s, exposed = schedule(total, memory, arrays.stream, arrays.join, launch_params, arrays.m_tokens > 0)
     per_category = np.bincount(arrays.category, weights=exposed, minlength=len(CATEGORIES))
     per_category[IDLE] = max(0.0, step_s - float(np.sum(exposed)))
     return FastStep(

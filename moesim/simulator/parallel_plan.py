@@ -32,9 +32,9 @@ from moesim.simulator import plan as pl
 from moesim.simulator.collectives import Link, all_gather_s, all_reduce_s, all_to_all_s, node_link
 from moesim.simulator.cost import CostParams
 from moesim.simulator.engine import StepResult, run_engine
-from moesim.simulator.fastpath import IDLE, FastStep, LaunchParams, cost_plan, plan_arrays, schedule
+from moesim.simulator.fastpath import FastStep, fast_step
 from moesim.simulator.hardware import HardwareProfile
-from moesim.simulator.kernels import CATEGORIES, Kernel, TensorRead
+from moesim.simulator.kernels import Kernel, TensorRead
 from moesim.simulator.model_spec import AttentionLayerKind, FfnLayerKind, ModelSpec
 from moesim.simulator.parallel import ParallelLayout, RankExperts, moe_traffic, rank_experts
 from moesim.simulator.routing.base import RoutingModel
@@ -389,34 +389,15 @@ def fast_parallel_step(
     include_launch_and_sync: bool = True,
 ) -> FastStep:
     """`fastpath.fast_step` for a parallel plan: collectives take their link time instead of the roofline."""
-    params = params or CostParams.from_hardware(hardware)
-    launch_params = LaunchParams.from_hardware(hardware, launch)
-    if not include_launch_and_sync:
-        launch_params = launch_params.without_launch_and_sync()
-    plan = step.plan
-    arrays = plan_arrays(plan)
-    costs = cost_plan(arrays, params)
     cached: dict[int, np.ndarray] = {}
     parts = []
-    for segment in plan.segments:
+    for segment in step.plan.segments:
         key = id(segment.kernels)
         if key not in cached:
             cached[key] = _comm_vector(segment.kernels, step)
         parts.append(cached[key])
     comm = np.concatenate(parts) if parts else np.zeros(0)
-    is_comm = ~np.isnan(comm)
-    total = np.where(is_comm, comm, costs.total_s)
-    memory = np.where(is_comm, 0.0, costs.memory_s)
-    step_s, exposed = schedule(total, memory, arrays.stream, arrays.join, launch_params, arrays.m_tokens > 0)
-    per_category = np.bincount(arrays.category, weights=exposed, minlength=len(CATEGORIES))
-    per_category[IDLE] = max(0.0, step_s - float(np.sum(exposed)))
-    return FastStep(
-        step_s=step_s,
-        breakdown_s={name: float(per_category[i]) for i, name in enumerate(CATEGORIES)},
-        hbm_bytes=float(np.sum(costs.hbm_bytes)),
-        cache_bytes=float(np.sum(costs.cache_bytes)),
-        n_kernels=arrays.n_kernels,
-    )
+    return fast_step(step.plan, hardware, launch, params, include_launch_and_sync, external_time_s=comm)
 
 
 def engine_parallel_step(
