@@ -122,14 +122,43 @@ class LaunchParams:
     notes: tuple[str, ...] = ()
     launch_eager_gemm_us: float | None = None  # None: no eager_gemm_host rows in this table
     eager_gemm: fit.FitResult | None = None
+    eager_tight: fit.FitResult | None = None  # the identical-op tight loop, kept for reference
+    chain_graph: fit.FitResult | None = None  # graph replay of the dependent mixed chain
+
+
+def _line(rows: list[Row], kind: str) -> fit.FitResult | None:
+    """The N-versus-seconds line of one row kind, or None when fewer than two valid batches exist."""
+    n, t = column(rows, "n_kernels", kind=kind), column(rows, "seconds", kind=kind)
+    ok = np.isfinite(n) & np.isfinite(t)
+    if ok.sum() < 2:
+        return None
+    return fit.fit_line(n[ok], t[ok])
 
 
 def fit_launch_table(rows: list[Row], is_gpu: bool) -> LaunchParams:
-    """Per-kernel eager cost from the batch line; on GPUs also graph gap, tiny-kernel latency and sync."""
-    eager = fit.fit_line(
+    """Per-kernel eager cost from the batch line; on GPUs also graph gap, tiny-kernel latency and sync.
+
+    Where the table has the dependent mixed chain (`chain_eager_host`, `chain_graph_device`), its slopes
+    set the eager host cost per op and the graph per-kernel time; the identical-op figures stay in the
+    fits for reference. Older tables without the chain keep the identical-op rule.
+    """
+    tight = fit.fit_line(
         column(rows, "n_kernels", kind="eager_host"), column(rows, "seconds", kind="eager_host")
     )
+    chain_eager = _line(rows, "chain_eager_host")
+    eager = chain_eager if chain_eager is not None else tight
+    eager_tight = tight if chain_eager is not None else None
     eager_us = max(eager.params["slope"], 0.0) * 1e6
+    tight_us = max(tight.params["slope"], 0.0) * 1e6
+    eager_notes = [
+        "empirical.launch_eager_us = host seconds per op of a dependent chain of mixed tiny ops (mul, small "
+        "mm, add, amax, index_select; each allocates its output) issued eagerly (line slope over N"
+        + (", queued behind a spin kernel)" if is_gpu else "; cpu: dispatch plus negligible work)")
+        + f"; the identical-op tight loop x.add_(1.0) gives {tight_us:.2f} us (fit 'launch_eager_tight')"
+        if chain_eager is not None
+        else "empirical.launch_eager_us = host seconds per x.add_(1.0) in a tight loop (no dependent-chain "
+        "rows in this launch table)"
+    ]
     gemm_counts = column(rows, "n_kernels", kind="eager_gemm_host")
     eager_gemm: fit.FitResult | None = None
     gemm_us: float | None = None
@@ -161,10 +190,12 @@ def fit_launch_table(rows: list[Row], is_gpu: bool) -> LaunchParams:
                 "cpu: launch_eager_us = kernel_fixed_latency_us = measured per-op dispatch cost: the host thread "
                 "that dispatches also runs the op, so each op costs its dispatch plus its work, in sequence",
                 "cpu: no graph replay and no device sync: launch_graph_gap_us = graph_launch_us = sync_us = 0",
+                *eager_notes,
                 *gemm_notes,
             ),
             launch_eager_gemm_us=gemm_us,
             eager_gemm=eager_gemm,
+            eager_tight=eager_tight,
         )
     graph = fit.fit_line(
         column(rows, "n_kernels", kind="graph_device"), column(rows, "seconds", kind="graph_device")
@@ -172,24 +203,53 @@ def fit_launch_table(rows: list[Row], is_gpu: bool) -> LaunchParams:
     per_kernel_graph_us = max(graph.params["slope"], 0.0) * 1e6
     single = float(np.median(column(rows, "seconds", kind="single_kernel")))
     empty = float(np.median(column(rows, "seconds", kind="empty_events")))
-    fixed_us = min(max(single - empty, 0.0) * 1e6, per_kernel_graph_us)
+    isolated_us = min(max(single - empty, 0.0) * 1e6, per_kernel_graph_us)
+    # The gap: what identical back-to-back replayed kernels cost beyond one isolated kernel (0 where the
+    # GPU pipelines them faster than one kernel's latency).
+    gap_us = max(per_kernel_graph_us - isolated_us, 0.0)
+    chain = _line(rows, "chain_graph_device")
+    if chain is not None:
+        chain_us = max(chain.params["slope"], 0.0) * 1e6
+        # Graph replay charges each kernel gap + fixed + work; the chain's work (4x64 activations, a 64x64
+        # weight: ~10 KiB per op, nanoseconds at any GPU bandwidth) is not subtracted, so a replayed chain
+        # of tiny dependent kernels costs fixed + gap = the measured chain slope per kernel.
+        fixed_us = max(chain_us - gap_us, 0.0)
+        graph_notes = [
+            f"kernel_fixed_latency_us = graph-replay slope per kernel of a DEPENDENT chain of mixed tiny kernels "
+            f"(mul, small mm, add, amax, index_select: {chain_us:.3f} us) minus launch_graph_gap_us, so a "
+            "replayed dependent chain costs fixed + gap = that slope per kernel (the chain's own roofline work, "
+            "~10 KiB per kernel, is negligible and not subtracted); launch_graph_gap_us = identical tiny kernels' "
+            f"replay slope ({per_kernel_graph_us:.3f} us) minus one isolated tiny kernel between CUDA events "
+            f"({isolated_us:.3f} us), clamped >= 0: identical kernels pipeline back to back, dependent ones "
+            "do not"
+        ]
+    else:
+        fixed_us = isolated_us
+        failed = [r for r in rows if r.get("kind") == "chain_graph_failed"]
+        graph_notes = [
+            "kernel_fixed_latency_us = one tiny kernel between CUDA events minus empty events (capped at the "
+            "graph per-kernel time); launch_graph_gap_us = graph-replay per-kernel time minus that"
+            + (
+                f" (the dependent-chain graph capture failed: {failed[0].get('error')})"
+                if failed
+                else " (no dependent-chain rows in this launch table)"
+            )
+        ]
     graph_host = column(rows, "seconds", kind="graph_host")
     sync = column(rows, "seconds", kind="sync")
     return LaunchParams(
         launch_eager_us=eager_us,
         kernel_fixed_latency_us=fixed_us,
-        launch_graph_gap_us=max(per_kernel_graph_us - fixed_us, 0.0),
+        launch_graph_gap_us=gap_us,
         graph_launch_us=float(np.median(graph_host)) * 1e6 if len(graph_host) else 0.0,
         sync_us=float(np.median(sync)) * 1e6 if len(sync) else 0.0,
         eager=eager,
         graph=graph,
-        notes=(
-            "kernel_fixed_latency_us = one tiny kernel between CUDA events minus empty events (capped at the "
-            "graph per-kernel time); launch_graph_gap_us = graph-replay per-kernel time minus that",
-            *gemm_notes,
-        ),
+        notes=(*graph_notes, *eager_notes, *gemm_notes),
         launch_eager_gemm_us=gemm_us,
         eager_gemm=eager_gemm,
+        eager_tight=eager_tight,
+        chain_graph=chain,
     )
 
 
@@ -418,13 +478,31 @@ def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[
         if launch.graph is not None:
             fits["launch_graph"] = launch.graph
             quality["launch_graph"] = launch.graph.quality()
-        if launch.eager_gemm is not None:
-            fits["launch_eager_gemm"] = launch.eager_gemm
-            quality["launch_eager_gemm"] = launch.eager_gemm.quality()
+        for key, extra_fit in (
+            ("launch_eager_gemm", launch.eager_gemm),
+            ("launch_eager_tight", launch.eager_tight),
+            ("launch_chain_graph", launch.chain_graph),
+        ):
+            if extra_fit is not None:
+                fits[key] = extra_fit
+                quality[key] = extra_fit.quality()
+        if launch.eager_tight is not None:
+            quality["launch_eager_tight"]["slope_us"] = max(launch.eager_tight.params["slope"], 0.0) * 1e6
         notes.extend(launch.notes)
 
     # Datasheet: the bundled one for a known GPU, otherwise what was measured here.
     memory_gbps_measured = mem.memory_gbps if mem else None
+    elementwise_fraction = 1.0
+    if not is_gpu and mem is not None and meas.gemm and meas.dtypes:
+        gemm_gbps = m1_gemm_streaming_gbps(meas.gemm, meas.dtypes[0])
+        if gemm_gbps > mem.memory_gbps:
+            memory_gbps_measured, elementwise_fraction = cpu_bandwidths(mem.memory_gbps, gemm_gbps)
+            notes.append(
+                f"cpu: memory_bandwidth_gbps = the M=1 {meas.dtypes[0]} GEMMs' weight streaming rate "
+                f"({gemm_gbps:.2f} GB/s, best over the gemm suite's shapes), above the torch.sum plateau "
+                f"({mem.memory_gbps:.2f} GB/s); elementwise_bandwidth_fraction = sum plateau / that rate "
+                f"= {elementwise_fraction:.3f}, so non-GEMM kernels stream at the measured sum rate"
+            )
     if reference is not None:
         datasheet = reference.datasheet
         node = reference.node
@@ -452,7 +530,7 @@ def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[
 
     # Empirical parameters.
     fraction = (
-        min(mem.memory_gbps / datasheet.memory_bandwidth_gbps, 1.0)
+        min(float(memory_gbps_measured or mem.memory_gbps) / datasheet.memory_bandwidth_gbps, 1.0)
         if mem
         else fallback("memory_bandwidth_fraction", "memory")
     )
@@ -502,6 +580,7 @@ def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[
 
     empirical = Empirical(
         memory_bandwidth_fraction=round(float(fraction), 6),
+        elementwise_bandwidth_fraction=round(float(elementwise_fraction), 6),
         cache_bandwidth_gbps=round(float(mem.cache_gbps), 3)
         if mem and (cache_measured or reference is None)
         else fallback(
@@ -542,6 +621,21 @@ def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[
         },
     )
     return profile, fits
+
+
+def m1_gemm_streaming_gbps(gemm_rows: list[Row], dtype: str) -> float:
+    """Best bytes/s of the M=1 (memory-bound) GEMMs of one dtype: weights streamed by x·W; 0 if none."""
+    m = column(gemm_rows, "m", dtype=dtype)
+    nbytes = column(gemm_rows, "bytes", dtype=dtype)
+    t = column(gemm_rows, "median_s", dtype=dtype)
+    ok = (m == 1) & np.isfinite(nbytes) & np.isfinite(t) & (t > 0) & (nbytes > 0)
+    return float(np.max(nbytes[ok] / t[ok])) / 1e9 if ok.any() else 0.0
+
+
+def cpu_bandwidths(sum_plateau_gbps: float, gemm_stream_gbps: float) -> tuple[float, float]:
+    """CPU (memory bandwidth, elementwise fraction): the faster streaming rate, and the sum plateau's share."""
+    memory_gbps = max(sum_plateau_gbps, gemm_stream_gbps)
+    return memory_gbps, min(sum_plateau_gbps / memory_gbps, 1.0) if memory_gbps > 0 else 1.0
 
 
 def _vendor(device_name: str) -> str:
