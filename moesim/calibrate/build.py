@@ -56,6 +56,35 @@ class MemoryParams:
     notes: tuple[str, ...] = ()
 
 
+def outermost_cache_level(sizes: np.ndarray, bw: np.ndarray) -> fit.CacheFit:
+    """The last-level cache: the cache fit, or a further clear step behind its knee when it found only one.
+
+    A CPU shows a private L2 and a shared L3 in front of DRAM; whether the two-level curve wins can hinge on a
+    point or two near the first knee, and the one-level fit then reports the L2. The simulator's cache is the
+    last level, so behind that knee a monotone (isotonic) fit of log bandwidth against log size is taken, and
+    a clear step in it (≥ 30%, two measured sizes on each side) gives the LLC: its plateau, the memory
+    plateau, and the knee where the curve crosses their geometric mean.
+    """
+    from sklearn.isotonic import IsotonicRegression
+
+    knee = fit.fit_cache_knee(sizes, bw)
+    beyond = sizes > 3.0 * knee.knee_bytes  # past the first knee's own transition
+    if knee.levels != 1 or int(beyond.sum()) < 8:
+        return knee
+    tail_sizes = sizes[beyond]
+    curve = np.exp(IsotonicRegression(increasing=False).fit_transform(np.log(tail_sizes), np.log(bw[beyond])))
+    level = float(np.median(curve[:3]))
+    memory = float(np.median(curve[-max(3, len(curve) // 4) :]))
+    below = np.flatnonzero(curve < np.sqrt(level * memory))
+    if level < 1.3 * memory or not below.size:
+        return knee
+    crossing = int(below[0])
+    if crossing < 2 or len(curve) - crossing < 2:
+        return knee
+    knee_bytes = float(np.sqrt(tail_sizes[crossing - 1] * tail_sizes[crossing]))
+    return fit.CacheFit(level, memory, knee_bytes, knee.knee_bytes, knee.cache_gbps, 2, knee.fit)
+
+
 def fit_memory_table(rows: list[Row]) -> MemoryParams:
     """Cache knee and plateaus from the warm sweep; the ramp from the cold single reads."""
     sizes = column(rows, "size_bytes", kind="working_set")
@@ -72,7 +101,7 @@ def fit_memory_table(rows: list[Row]) -> MemoryParams:
     # by the cache: fit from the peak on (peak of a 3-point running median, so one lucky point can't move it).
     smooth = np.array([np.median(bw[max(i - 1, 0) : i + 2]) for i in range(len(bw))])
     start = min(int(np.argmax(smooth)), len(bw) - 5)
-    knee = fit.fit_cache_knee(sizes[start:], bw[start:])
+    knee = outermost_cache_level(sizes[start:], bw[start:])
     # The ramp: the cost model's own formula, fixed + (S + h) / bandwidth, fitted to the cold single reads
     # with the read kernel's warm fixed time and the streaming plateau given (see fit_transfer_latency).
     t_sizes = column(rows, "size_bytes", kind="transfer")
