@@ -186,9 +186,10 @@ def test_host_bound_eager_step_grows_by_the_gemm_launch_difference() -> None:
 def test_one_row_gemm_costs_its_memory_term_alone() -> None:
     """M = 1 uses each weight once: the calibrated small-M efficiency (itself a memory measurement) must
     not be charged again as compute, on any profile."""
-    from moesim.simulator.hardware import load_profile
+    from moesim.simulator.hardware import list_profiles, load_profile
 
-    for hw in (h200(), load_profile("docs/validation/cpu/cpu.toml")):
+    shipped = [load_profile(name) for name in list_profiles()]
+    for hw in (h200(), load_profile("docs/validation/cpu/cpu.toml"), *shipped):
         p = CostParams.from_hardware(hw)
         dtype = "fp32" if hw.is_cpu else "bf16"
         for k, n in ((512, 38016), (4096, 4096), (192, 512)):
@@ -209,9 +210,10 @@ def test_one_row_gemm_costs_its_memory_term_alone() -> None:
 @given(st.floats(1.0, 600.0), st.floats(1.0, 600.0))
 def test_gemm_compute_time_never_falls_as_rows_grow(m1: float, m2: float) -> None:
     """More rows of the same weight never take less arithmetic time (compute ∝ M / efficiency(M))."""
-    from moesim.simulator.hardware import load_profile
+    from moesim.simulator.hardware import list_profiles, load_profile
 
-    for hw in (h200(), load_profile("docs/validation/cpu/cpu.toml")):
+    shipped = [load_profile(name) for name in list_profiles()]
+    for hw in (h200(), load_profile("docs/validation/cpu/cpu.toml"), *shipped):
         p = CostParams.from_hardware(hw)
         lo, hi = sorted((m1, m2))
         t = compute_time_s(np.array([2.0 * lo, 2.0 * hi]), np.array([lo, hi]), p.peak("bf16"), p)

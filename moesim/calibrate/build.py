@@ -85,6 +85,18 @@ def outermost_cache_level(sizes: np.ndarray, bw: np.ndarray) -> fit.CacheFit:
     return fit.CacheFit(level, memory, knee_bytes, knee.knee_bytes, knee.cache_gbps, 2, knee.fit)
 
 
+def never_faster_with_more_rows(m_tokens: np.ndarray, efficiency: np.ndarray) -> np.ndarray:
+    """Cap each point so compute time M / e(M) never falls as M grows: e₂ ≤ e₁ · M₂ / M₁.
+
+    The cost model interpolates e as a power law between points, so holding this at the points holds it
+    everywhere. A fitted power above 1 would break it at small M (more rows finishing sooner), which no GEMM does.
+    """
+    capped = np.array(efficiency, dtype=float)
+    for i in range(1, len(capped)):
+        capped[i] = min(capped[i], capped[i - 1] * m_tokens[i] / m_tokens[i - 1])
+    return capped
+
+
 def fit_memory_table(rows: list[Row]) -> MemoryParams:
     """Cache knee and plateaus from the warm sweep; the ramp from the cold single reads."""
     sizes = column(rows, "size_bytes", kind="working_set")
@@ -369,6 +381,7 @@ def fit_gemm_table(
     curve = np.clip(fit.efficiency_curve(grid, e_max, m_half, power), 1e-6, 1.0)
     # Monotone in M by construction of the curve; isotonic regression guards against round-off only.
     curve = IsotonicRegression(increasing=True, y_min=1e-6, y_max=1.0).fit_transform(grid, curve)
+    curve = never_faster_with_more_rows(grid, curve)
     del log_res
     return GemmParams(
         dtype=dtype,

@@ -28,7 +28,7 @@ from moesim.simulator.kernels import Kernel
 # at M = 1 is the calibration GEMM's own weight stream (plus its per-call overheads) expressed in FLOP/s;
 # charging it again as compute made every M = 1 GEMM cost max(its bytes at the calibration shape's
 # streaming rate, its bytes at the memory term's rate) instead of the memory term alone. Between M = 1 and
-# the next calibrated M the efficiency is interpolated (in log M) from this stream value.
+# the next calibrated M the efficiency is interpolated (log e against log M) from this stream value.
 GEMV_EFFICIENCY = 1.0
 GEMV_M_TOKENS = 1.0
 
@@ -82,7 +82,7 @@ class CostParams:
         above = grid_m > math.log(GEMV_M_TOKENS)
         grid_m = np.concatenate([[math.log(GEMV_M_TOKENS)], grid_m[above]])
         grid_eff = np.concatenate([[GEMV_EFFICIENCY], grid_eff[above]])
-        return np.interp(log_m, grid_m, grid_eff)
+        return np.exp(np.interp(log_m, grid_m, np.log(grid_eff)))
 
 
 def compute_time_s(

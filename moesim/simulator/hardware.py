@@ -49,14 +49,18 @@ class Datasheet:
 
 @dataclass(frozen=True)
 class GemmEfficiency:
-    """Achieved fraction of peak FLOP/s against the token count M of a GEMM, interpolated in log M."""
+    """Achieved fraction of peak FLOP/s against the token count M of a GEMM.
+
+    Interpolated as a power law between points (log e linear in log M), so compute time M / e(M) never falls
+    between two points whose compute times do not.
+    """
 
     m_tokens: tuple[float, ...]
     efficiency: tuple[float, ...]
 
     def at(self, m_tokens: np.ndarray | float) -> np.ndarray:
         log_m = np.log(np.maximum(np.asarray(m_tokens, dtype=float), 1.0))
-        return np.interp(log_m, np.log(self.m_tokens), self.efficiency)
+        return np.exp(np.interp(log_m, np.log(self.m_tokens), np.log(self.efficiency)))
 
 
 @dataclass(frozen=True)
