@@ -35,8 +35,8 @@ from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.routing.correlated import (
     CorrelatedRouting,
     LayerRouting,
-    _bank_parents,
-    _miss_probability,
+    bank_parents,
+    miss_probability,
 )
 from moesim.simulator.routing.independent import IndependentRouting, sample_topk_without_replacement
 
@@ -420,7 +420,7 @@ def _independent_inclusion(popularity_alpha: float, seed: int, n_experts: int, t
 
 def _correlated_miss(params: LayerRouting, tokens: int, seed: int) -> np.ndarray:
     """P(one sequence's `tokens` tokens never use expert e), from the correlated model's cached bank."""
-    return np.asarray(_miss_probability(params, _bank_parents(tokens), tokens, seed))
+    return np.asarray(miss_probability(params, bank_parents(tokens), tokens, seed))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -34,10 +34,10 @@ from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.speculative import (
     Drafter,
     StepTime,
-    _with_fusion_projection,
     draft_time_s,
     drafter_model,
     drafter_pass_plan,
+    with_fusion_projection,
 )
 
 TOKEN_ID_BYTES = 8  # int64 token ids, as the engines pass them
@@ -143,7 +143,7 @@ def parallel_draft_time_s(
         context = pl.PlanContext(
             rank, draft_layout.sequences_per_group(draft_batch), 1, context_len, hardware
         )
-        step = replace(step, plan=_with_fusion_projection(step.plan, rank, context))
+        step = replace(step, plan=with_fusion_projection(step.plan, rank, context))
     return draft_len * parallel_step_time(step, False) + launch_overhead_s
 
 

@@ -181,7 +181,7 @@ def mtp_module(target: ModelSpec) -> ModelSpec:
     )
 
 
-def _with_fusion_projection(plan: StepPlan, model: ModelSpec, context: PlanContext) -> StepPlan:
+def with_fusion_projection(plan: StepPlan, model: ModelSpec, context: PlanContext) -> StepPlan:
     """Prepend the 2h → h projection that fuses the target's hidden state with the token embedding."""
     fc = Matrix(model.hidden, 2 * model.hidden, model.dense_format)
     kernel = gemm_kernel("draft_fc", "dense_weights", "draft.fc", fc, context.m_tokens, "h", "resid")
@@ -253,5 +253,5 @@ def drafter_pass_plan(
     style = engine if engine in ("fused", "per-token") else "fused"
     plan = build_plan(model, batch, 1, context_len, style, routing, hardware)
     if drafter.kind in ("eagle", "mtp"):
-        plan = _with_fusion_projection(plan, model, PlanContext(model, batch, 1, context_len, hardware))
+        plan = with_fusion_projection(plan, model, PlanContext(model, batch, 1, context_len, hardware))
     return plan

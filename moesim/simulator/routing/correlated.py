@@ -161,14 +161,14 @@ def _bank(layer: LayerRouting, parents: tuple[int, ...], n_sequences: int, seed:
 
 
 @functools.lru_cache(maxsize=4096)
-def _miss_probability(layer: LayerRouting, parents: tuple[int, ...], tokens: int, seed: int) -> np.ndarray:
+def miss_probability(layer: LayerRouting, parents: tuple[int, ...], tokens: int, seed: int) -> np.ndarray:
     """q_e: fraction of bank sequences whose first `tokens` tokens never use expert e (smoothed off 0)."""
     bank = _bank(layer, parents, BANK_SEQUENCES, seed)
     hit = _expert_masks(bank[:, :tokens], layer.n_experts).mean(axis=0)
     return np.clip(1.0 - hit, 0.0, 1.0)
 
 
-def _bank_parents(tokens: int) -> tuple[int, ...]:
+def bank_parents(tokens: int) -> tuple[int, ...]:
     """Chains share one bank: BANK_MIN_TOKENS tokens, or the next power of two ≥ tokens beyond that."""
     size = BANK_MIN_TOKENS if tokens <= BANK_MIN_TOKENS else 1 << (tokens - 1).bit_length()
     return chain_parents(size)
@@ -247,7 +247,7 @@ class CorrelatedRouting:
     ) -> float:
         """Mean distinct experts: Σ_e 1 − q_e(T)^B (exact for independent sequences given q)."""
         params = self._resolve(n_experts, top_k, batch, tokens_per_seq, layer)
-        q = _miss_probability(params, _bank_parents(tokens_per_seq), tokens_per_seq, self.seed)
+        q = miss_probability(params, bank_parents(tokens_per_seq), tokens_per_seq, self.seed)
         return float(np.sum(1.0 - q**batch))
 
     def expected_distinct_tree(
@@ -257,7 +257,7 @@ class CorrelatedRouting:
         parents = tuple(parents)
         params = self._resolve(n_experts, top_k, batch, len(parents), layer)
         _check_parents(parents)
-        q = _miss_probability(params, parents, len(parents), self.seed)
+        q = miss_probability(params, parents, len(parents), self.seed)
         return float(np.sum(1.0 - q**batch))
 
     # ---- distributions: B sequences drawn (without repeats) from the cached bank ----
@@ -289,7 +289,7 @@ class CorrelatedRouting:
         """Integer array [n_samples, n_experts]: token assignments each expert receives in one step."""
         tokens = len(parents) if parents is not None else tokens_per_seq
         params = self._resolve(n_experts, top_k, batch, tokens, layer)
-        tree = tuple(parents) if parents is not None else _bank_parents(tokens)
+        tree = tuple(parents) if parents is not None else bank_parents(tokens)
         sets = self._step_sets(params, batch, tokens, tree, n_samples, rng).reshape(n_samples, -1)
         loads = np.zeros((n_samples, n_experts), dtype=np.int64)
         np.add.at(loads, (np.repeat(np.arange(n_samples), sets.shape[1]), sets.ravel()), 1)
