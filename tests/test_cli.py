@@ -114,3 +114,16 @@ def test_models_and_profiles_list_the_bundled_files() -> None:
     code, out, _ = invoke("profiles", "--json")
     profiles = {row["name"] for row in json.loads(out)["profiles"]}
     assert code == 0 and {"h200", "b200", "mi300x", "rtx-pro-6000"} <= profiles
+
+
+def test_written_files_get_the_usual_permissions(tmp_path: Path) -> None:
+    import os
+
+    from moesim.atomic import atomic_write_text
+
+    target = tmp_path / "out.txt"
+    atomic_write_text(target, "x")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~mask
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]  # no temporary file left behind
