@@ -24,6 +24,8 @@ from moesim.simulator.hardware import (
     HardwareProfile,
     NodeSpec,
     Provenance,
+    list_profiles,
+    load_profile,
 )
 
 Row = dict[str, Any]
@@ -65,8 +67,6 @@ def outermost_cache_level(sizes: np.ndarray, bw: np.ndarray) -> fit.CacheFit:
     a clear step in it (≥ 30%, two measured sizes on each side) gives the LLC: its plateau, the memory
     plateau, and the knee where the curve crosses their geometric mean.
     """
-    from sklearn.isotonic import IsotonicRegression
-
     knee = fit.fit_cache_knee(sizes, bw)
     beyond = sizes > 3.0 * knee.knee_bytes  # past the first knee's own transition
     if knee.levels != 1 or int(beyond.sum()) < 8:
@@ -367,7 +367,7 @@ def fit_gemm_table(
     assert best is not None
     e_max, m_half, power = math.exp(best.x[0]), math.exp(best.x[1]), float(best.x[2])
     pred = roofline_time_s(flops, nbytes, m, peak * 1e12, bw, half_bytes, fixed_s, e_max, m_half, power)
-    log_r2, log_rmse, log_res = fit.goodness(np.log(t), np.log(pred))
+    log_r2, log_rmse, _ = fit.goodness(np.log(t), np.log(pred))
     result = fit._result(
         {"e_max": e_max, "m_half": m_half, "power": power, "peak_tflops": peak},
         m,
@@ -381,13 +381,13 @@ def fit_gemm_table(
     curve = np.clip(fit.efficiency_curve(grid, e_max, m_half, power), 1e-6, 1.0)
     # Monotone in M by construction of the curve; isotonic regression guards against round-off only.
     curve = IsotonicRegression(increasing=True, y_min=1e-6, y_max=1.0).fit_transform(grid, curve)
-    curve = never_faster_with_more_rows(grid, curve)
-    del log_res
+    # Round for a readable profile first, then cap: rounding after the cap could undo it.
+    curve = never_faster_with_more_rows(grid, np.round(curve, 6))
     return GemmParams(
         dtype=dtype,
         peak_tflops=best_tflops,
         efficiency=GemmEfficiency(
-            m_tokens=tuple(float(v) for v in grid), efficiency=tuple(round(float(e), 6) for e in curve)
+            m_tokens=tuple(float(v) for v in grid), efficiency=tuple(float(e) for e in curve)
         ),
         fit=result,
     )
@@ -444,8 +444,6 @@ _KNOWN_GPUS = ("h200", "h100", "h800", "a100", "a800", "b200", "mi300x", "l40s",
 
 def bundled_match(device_name: str) -> str | None:
     """The bundled profile name for a GPU whose name contains a known part (H200, H100, A100...)."""
-    from moesim.simulator.hardware import list_profiles
-
     lowered = device_name.lower().replace(" ", "")
     for key in _KNOWN_GPUS:
         if key.replace("-", "") in lowered:
@@ -467,8 +465,6 @@ def default_name(device_name: str, backend: str) -> str:
 
 def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[str, fit.FitResult]]:
     """Fit every available table and assemble the profile; missing suites fall back where one exists."""
-    from moesim.simulator.hardware import load_profile
-
     is_gpu = meas.backend != "cpu"
     notes = list(meas.notes)
     fits: dict[str, fit.FitResult] = {}
@@ -482,6 +478,10 @@ def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[
                 f"datasheet section from the bundled profile '{match}'; empirical values measured against it"
             )
 
+    def record(key: str, result: fit.FitResult) -> None:
+        fits[key] = result
+        quality[key] = result.quality()
+
     def fallback(param: str, suite: str, why: str = "missing") -> Any:
         if reference is None:
             raise MoesimError(
@@ -494,12 +494,10 @@ def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[
 
     mem = fit_memory_table(meas.memory) if meas.memory else None
     if mem is not None:
-        fits["memory_cache_knee"] = mem.knee.fit
-        quality["memory_cache_knee"] = mem.knee.fit.quality()
+        record("memory_cache_knee", mem.knee.fit)
         notes.extend(mem.notes)
         if mem.ramp is not None:
-            fits["transfer_ramp"] = mem.ramp
-            quality["transfer_ramp"] = mem.ramp.quality()
+            record("transfer_ramp", mem.ramp)
         if not mem.cache_gbps > mem.memory_gbps:
             notes.append("warning: measured cache bandwidth is not above the memory plateau (noisy run?)")
     # A knee is only identified when the warm sweep shows a cache plateau clearly above the memory one; a
@@ -515,19 +513,16 @@ def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[
         )
     launch = fit_launch_table(meas.launch, is_gpu) if meas.launch else None
     if launch is not None:
-        fits["launch_eager"] = launch.eager
-        quality["launch_eager"] = launch.eager.quality()
+        record("launch_eager", launch.eager)
         if launch.graph is not None:
-            fits["launch_graph"] = launch.graph
-            quality["launch_graph"] = launch.graph.quality()
+            record("launch_graph", launch.graph)
         for key, extra_fit in (
             ("launch_eager_gemm", launch.eager_gemm),
             ("launch_eager_tight", launch.eager_tight),
             ("launch_chain_graph", launch.chain_graph),
         ):
             if extra_fit is not None:
-                fits[key] = extra_fit
-                quality[key] = extra_fit.quality()
+                record(key, extra_fit)
         if launch.eager_tight is not None:
             quality["launch_eager_tight"]["slope_us"] = max(launch.eager_tight.params["slope"], 0.0) * 1e6
         notes.extend(launch.notes)
@@ -595,8 +590,7 @@ def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[
             if not len(column(meas.gemm, "m", dtype=dtype)):
                 continue
             g = fit_gemm_table(meas.gemm, dtype, peaks.get(dtype), achieved_gbps, half, fixed_us)
-            fits[f"gemm_efficiency_{dtype}"] = g.fit
-            quality[f"gemm_efficiency_{dtype}"] = g.fit.quality()
+            record(f"gemm_efficiency_{dtype}", g.fit)
             if dtype not in peaks:
                 peaks[dtype] = round(g.peak_tflops, 4)
                 notes.append(
@@ -617,8 +611,7 @@ def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[
 
     if meas.moe:
         for size_class, result in fit_moe_table(meas.moe).items():
-            fits[f"moe_{size_class}"] = result
-            quality[f"moe_{size_class}"] = result.quality()
+            record(f"moe_{size_class}", result)
 
     empirical = Empirical(
         memory_bandwidth_fraction=round(float(fraction), 6),
