@@ -340,16 +340,11 @@ def fit_gemm_efficiency(m_tokens: np.ndarray, efficiency: np.ndarray) -> FitResu
         maxfev=20000,
     )
     pred = efficiency_curve(m, math.exp(log_e_max), math.exp(log_m_half), power)
-    result = _result(
-        {"e_max": math.exp(log_e_max), "m_half": math.exp(log_m_half), "power": power}, m, eff, pred
-    )
     log_r2, _, _ = goodness(np.log(eff), np.log(pred))
-    return FitResult(
-        params=result.params,
-        r2=result.r2,
-        rmse=result.rmse,
-        residuals=result.residuals,
-        x=result.x,
-        predicted=result.predicted,
-        extra={"log_r2": log_r2},
+    return _result(
+        {"e_max": math.exp(log_e_max), "m_half": math.exp(log_m_half), "power": power},
+        m,
+        eff,
+        pred,
+        log_r2=log_r2,
     )

@@ -16,11 +16,12 @@ op mix (`chain_eager_host`); replayed from a CUDA graph it gives the device time
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from typing import Any
 
 from moesim.calibrate.plan import Plan
-from moesim.calibrate.timing import LEAD_FACTOR, MAX_LEAD_S, MIN_LEAD_S, DeviceInfo, Timer, summarise
+from moesim.calibrate.timing import DeviceInfo, Timer, lead_seconds, summarise
 
 Row = dict[str, Any]
 
@@ -123,7 +124,7 @@ def _issue_rows(
         times = []
         for _ in range(plan.launch_repeats):
             timer.sync()
-            timer.busy_ahead(min(max(2 * LEAD_FACTOR * count * per_call_s, MIN_LEAD_S), MAX_LEAD_S))
+            timer.busy_ahead(lead_seconds(2 * count * per_call_s))
             t0 = timer.clock_ns()
             run(count)
             seconds = (timer.clock_ns() - t0) * 1e-9
@@ -226,8 +227,6 @@ def _gpu_rows(timer: Timer, plan: Plan, tiny: Callable[[], None], tick: Callable
     tick()
 
     # Synchronisation of an idle device, as the host sees it.
-    import time
-
     sync_times = []
     for _ in range(20 * repeats):
         torch.cuda.synchronize()

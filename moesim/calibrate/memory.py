@@ -44,12 +44,12 @@ def run_memory(
     # Calibrate the batch length per size once, from a single untimed-then-timed read.
     sizes = list(plan.working_set_bytes)
     inner: dict[int, int] = {}
+    cap = GPU_MAX_INNER if device.is_gpu else 2000
     for size in [TINY_BYTES, *sizes]:
         fn = read(buffer[: size // 4])
         fn()
         timer.sync()
         # The fastest of three: one preempted call must not shrink the batch to a single read.
-        cap = GPU_MAX_INNER if device.is_gpu else 2000
         inner[size] = _inner_for(min(timer.time_once(fn, 1) for _ in range(3)), plan.min_timed_s, cap)
 
     # Interleaved rounds: a burst of interference spreads over all sizes instead of bending one of them.

@@ -32,11 +32,8 @@ class Plan:
     memory_budget_bytes: int  # largest single allocation a suite may make
     flush_bytes: int  # cold reads are preceded by reading this many bytes (≥ 2× the last-level cache)
     launch_gemm_mkn: tuple[int, int, int] = (1, 64, 64)  # x[M,K] @ W[K,N] whose eager host cost is timed
-    launch_gemm_counts: tuple[int, ...] = (
-        25,
-        50,
-        100,
-    )  # GEMMs per batch (GPU: ≤ 2 kernels each, queue-sized)
+    # GEMMs per batch (GPU: ≤ 2 kernels each, queue-sized)
+    launch_gemm_counts: tuple[int, ...] = (25, 50, 100)
 
 
 def _geom(lo: float, hi: float, per_octave: float) -> tuple[int, ...]:

@@ -19,11 +19,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moesim import __version__
 from moesim.atomic import atomic_write_text
-from moesim.calibrate.build import Measurements, build_profile, default_name, fit_rows
+from moesim.calibrate.build import Measurements, build_profile, bundled_match, default_name, fit_rows
 from moesim.calibrate.plan import Plan, make_plan
+from moesim.calibrate.timing import (
+    Timer,
+    check_dtype,
+    cpu_caches,
+    cpu_model,
+    mem_total_bytes,
+    provenance_software,
+    resolve_device,
+    today,
+)
 from moesim.errors import MoesimError
-from moesim.simulator.hardware import HardwareProfile
+from moesim.simulator.hardware import HardwareProfile, save_profile
 
 SUITES = ("memory", "launch", "gemm", "moe")
 HEADER_PREFIX = "# moesim-calibrate "
@@ -32,7 +43,7 @@ HEADER_PREFIX = "# moesim-calibrate "
 # measures with more; the profile records the count, and CPU runs it predicts must use the same.
 CPU_DEFAULT_THREADS = 1
 Row = dict[str, Any]
-# progress(suite, fraction) → None; `start(suite)`/`finish(suite, status)` framing is the reporter's job.
+# reporter(suite) → the SuiteReporter that shows that suite's progress and outcome.
 ProgressFactory = Callable[[str], "SuiteReporter"]
 
 
@@ -112,6 +123,9 @@ def _plan_digest(plan: Plan) -> str:
     return hashlib.sha256(repr(plan).encode()).hexdigest()[:16]
 
 
+_META_SOFTWARE = ("torch", "cuda", "rocm", "driver", "compute_capability", "cpu_model")
+
+
 def _suite_meta(suite: str, device: Any, plan: Plan, dtypes: list[str]) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "suite": suite,
@@ -126,9 +140,6 @@ def _suite_meta(suite: str, device: Any, plan: Plan, dtypes: list[str]) -> dict[
     # Stable software versions (not clocks), so a profile rebuilt from these files alone can name them.
     meta["software"] = {k: v for k, v in device.details.items() if k in _META_SOFTWARE}
     return meta
-
-
-_META_SOFTWARE = ("torch", "cuda", "rocm", "driver", "compute_capability", "cpu_model")
 
 
 def default_dtypes(is_gpu: bool) -> list[str]:
@@ -151,19 +162,7 @@ def calibrate(
     command: str = "",
 ) -> CalibrationResult:
     """Measure, fit and write a profile for the local `device_kind`; returns the profile and file paths."""
-    from moesim.calibrate.timing import (
-        Timer,
-        check_dtype,
-        provenance_software,
-        resolve_device,
-        today,
-    )
-
-    output = Path(output)
-    if output.suffix != ".toml":
-        raise MoesimError(
-            "--output", f"profile files end in .toml, got {output.name!r}", "e.g. --output cpu.toml"
-        )
+    output = _profile_path(output)
     unknown = [s for s in suites if s not in SUITES]
     if unknown:
         raise MoesimError("--suites", f"unknown suite {unknown[0]!r}", f"choose from {', '.join(SUITES)}")
@@ -259,10 +258,9 @@ def calibrate(
         )
     if device.kind == "cpu" and device.inner_cache_bytes:
         meas.software["reported_l2_bytes"] = str(int(device.inner_cache_bytes))
-    profile, fits = build_profile(meas, name or default_name(device.name, device.backend))
-    fit_path = output.with_name(f"{output.stem}.fit.csv")
-    write_rows(fit_path, fit_rows(fits), {"suite": "fit", "profile": profile.name})
-    save_profile_file(profile, output, command)
+    profile, fit_path = _build_and_write(
+        meas, name or default_name(device.name, device.backend), output, command
+    )
     return CalibrationResult(profile, output, csv_paths, resumed, failures, fit_path, notes, wall_s)
 
 
@@ -281,11 +279,7 @@ def rebuild_from_csv(
     unreadable fall back exactly as a failed suite does (bundled datasheet values, noted in the profile's
     assumptions). CSVs read from elsewhere are copied beside the output under its stem.
     """
-    output = Path(output)
-    if output.suffix != ".toml":
-        raise MoesimError(
-            "--output", f"profile files end in .toml, got {output.name!r}", "e.g. --output cpu.toml"
-        )
+    output = _profile_path(output)
     stem = Path(source) if source else output.with_suffix("")
     report = reporter or (lambda suite: SuiteReporter())
     tables: dict[str, list[Row] | None] = {}
@@ -336,22 +330,17 @@ def rebuild_from_csv(
                 "rebuild from one device's files",
             )
     device_name = str(first.get("device", ""))
-    if backend != "cpu":
-        from moesim.calibrate.build import bundled_match
-
-        if bundled_match(device_name) is None:
-            raise MoesimError(
-                "--from-csv",
-                f"no bundled datasheet matches {device_name!r}, and without the device its capacity and "
-                "peaks are unknown",
-                "rerun `moesim calibrate` on that GPU (completed suites' CSVs are reused)",
-            )
+    if backend != "cpu" and bundled_match(device_name) is None:
+        raise MoesimError(
+            "--from-csv",
+            f"no bundled datasheet matches {device_name!r}, and without the device its capacity and "
+            "peaks are unknown",
+            "rerun `moesim calibrate` on that GPU (completed suites' CSVs are reused)",
+        )
     dtype_text = next((str(m["dtypes"]) for m in metas.values() if m.get("dtypes")), "")
     dtypes = dtype_text.split(",") if dtype_text else default_dtypes(backend != "cpu")
     memory_bytes, llc_bytes, units = 0.0, 0.0, 1
     if backend == "cpu":
-        from moesim.calibrate.timing import cpu_caches, cpu_model
-
         if cpu_model() != device_name:
             raise MoesimError(
                 "--from-csv",
@@ -359,10 +348,8 @@ def rebuild_from_csv(
                 "(capacity, caches) is read from the machine itself",
                 "rebuild on the machine that measured them, or rerun the calibration here",
             )
-        from moesim.calibrate.timing import _mem_total_bytes
-
         llc_bytes = cpu_caches()[0]
-        memory_bytes = _mem_total_bytes()
+        memory_bytes = mem_total_bytes()
         units = os.cpu_count() or 1
     notes = [
         f"rebuilt from suite CSVs without a device ({stem.name}.<suite>.csv); calibration dtypes: "
@@ -382,11 +369,7 @@ def rebuild_from_csv(
         software["threads"] = str(first["threads"])
     if not any(k in software for k in ("torch", "cuda", "rocm")):
         notes.append("software versions: not recorded in these suite CSVs (written before moesim kept them)")
-    from moesim import __version__
-
     software["moesim"] = __version__
-    from moesim.calibrate.timing import today
-
     meas = Measurements(
         device_name=device_name,
         backend=backend,
@@ -403,17 +386,35 @@ def rebuild_from_csv(
         date=today(),
         notes=notes,
     )
-    profile, fits = build_profile(meas, name or default_name(device_name, backend))
+    profile, fit_path = _build_and_write(
+        meas, name or default_name(device_name, backend), output, meas.source
+    )
+    return CalibrationResult(profile, output, csv_paths, [], dict(missing), fit_path, notes)
+
+
+def _profile_path(output: str | Path) -> Path:
+    """The profile file to write, refused unless it is a .toml."""
+    path = Path(output)
+    if path.suffix != ".toml":
+        raise MoesimError(
+            "--output", f"profile files end in .toml, got {path.name!r}", "e.g. --output cpu.toml"
+        )
+    return path
+
+
+def _build_and_write(
+    meas: Measurements, name: str, output: Path, command: str
+) -> tuple[HardwareProfile, Path]:
+    """Fit the profile, write its fit residuals (`<stem>.fit.csv`) and then the profile itself."""
+    profile, fits = build_profile(meas, name)
     fit_path = output.with_name(f"{output.stem}.fit.csv")
     write_rows(fit_path, fit_rows(fits), {"suite": "fit", "profile": profile.name})
-    save_profile_file(profile, output, meas.source)
-    return CalibrationResult(profile, output, csv_paths, [], dict(missing), fit_path, notes)
+    save_profile_file(profile, output, command)
+    return profile, fit_path
 
 
 def save_profile_file(profile: HardwareProfile, output: Path, command: str) -> None:
     """Write the profile atomically with a header naming the command and the raw CSVs."""
-    from moesim.simulator.hardware import save_profile
-
     header = (
         f"moesim hardware profile '{profile.name}' (measured).\n"
         f"Made by: {command or 'moesim calibrate'}\n"

@@ -109,7 +109,8 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _mem_total_bytes() -> float:
+def mem_total_bytes() -> float:
+    """Installed memory from /proc/meminfo; 0 if unreadable."""
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal:"):
@@ -145,16 +146,16 @@ def resolve_device(kind: str, threads: int | None = None) -> DeviceInfo:
                 raise MoesimError("--threads", f"must be ≥ 1, got {threads}")
             torch.set_num_threads(threads)
         llc, l2 = cpu_caches()
-        details["cpu_model"] = cpu_model()
+        details["cpu_model"] = name = cpu_model()
         details["threads"] = str(torch.get_num_threads())
         return DeviceInfo(
             kind="cpu",
             backend="cpu",
-            name=cpu_model(),
+            name=name,
             torch_device="cpu",
             last_level_cache_bytes=llc,
             inner_cache_bytes=l2,
-            memory_capacity_bytes=_mem_total_bytes(),
+            memory_capacity_bytes=mem_total_bytes(),
             compute_units=os.cpu_count() or 1,
             threads=torch.get_num_threads(),
             details=details,
@@ -196,7 +197,7 @@ def resolve_device(kind: str, threads: int | None = None) -> DeviceInfo:
 
 def check_dtype(device: DeviceInfo, name: str) -> None:
     """Refuse dtypes the device cannot multiply, with one clear message."""
-    dtype = torch_dtype(name)
+    torch_dtype(name)  # refuses a dtype torch does not have
     if name == "fp8":
         torch = import_torch()
         if not device.is_gpu:
@@ -206,7 +207,6 @@ def check_dtype(device: DeviceInfo, name: str) -> None:
             raise MoesimError(
                 "--dtype", f"fp8 needs compute capability ≥ 8.9, this GPU has {major}.{minor}", "drop fp8"
             )
-    del dtype
 
 
 @dataclass(frozen=True)

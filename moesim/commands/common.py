@@ -6,7 +6,7 @@ import functools
 import json
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -96,6 +96,13 @@ def parse_float_list(field: str, text: str) -> list[float]:
         return [float(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise MoesimError(field, f"expected numbers like 0.5,0.3, got {text!r}") from None
+
+
+def apply_options(func: F, options: Sequence[Callable[[Any], Any]]) -> F:
+    """Decorate `func` with click options so that they appear in the order listed."""
+    for option in reversed(options):
+        func = option(func)
+    return func
 
 
 def model_options(func: F) -> F:

@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 
 import click
 
+from moesim.commands.common import apply_options
 from moesim.simulator.parallel import DRAFT_ON, PLACEMENTS, SHARED_EXPERT_MODES, LayoutRequest
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -54,9 +55,7 @@ def parallel_options(func: F) -> F:
             help="Run the drafter on the target's GPUs (shared) or on a GPU of its own (separate).",
         ),
     ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+    return apply_options(func, options)
 
 
 def layout_from_kwargs(kwargs: dict[str, Any]) -> LayoutRequest:

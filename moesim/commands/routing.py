@@ -235,6 +235,7 @@ def predict_command(
     as_json: bool,
 ) -> None:
     """Distinct experts per layer for B sequences × T tokens (mean and p10/p50/p90)."""
+    from moesim.simulator.routing.base import DistinctExperts
     from moesim.simulator.routing.correlated import CorrelatedRouting, rank_summary
     from moesim.simulator.routing.independent import expected_distinct_uniform
     from moesim.simulator.routing.presets import routing_from_cli
@@ -256,14 +257,13 @@ def predict_command(
     per_layer = []
     for index in layers:
         loads = model.sample_expert_loads(n_experts, top_k, batch, tokens, n_samples, rng, index)
-        counts = (loads > 0).sum(axis=1)
-        q10, q50, q90 = np.quantile(counts, (0.1, 0.5, 0.9))
+        spread = DistinctExperts.from_samples((loads > 0).sum(axis=1))
         entry: dict[str, Any] = {
             "layer": index,
             "distinct_experts": model.expected_distinct(n_experts, top_k, batch, tokens, index),
-            "p10": float(q10),
-            "p50": float(q50),
-            "p90": float(q90),
+            "p10": spread.p10,
+            "p50": spread.p50,
+            "p90": spread.p90,
         }
         if ranks is not None:
             if ranks < 1 or n_experts % ranks:

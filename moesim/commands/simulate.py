@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from moesim.commands.common import (
+    apply_options,
     emit_json,
     handle_errors,
     hardware_option,
@@ -70,9 +71,7 @@ def step_options(func: F) -> F:
             "--baseline-overlap", type=float, default=None, help="Overlap between different sequences."
         ),
     ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+    return apply_options(func, options)
 
 
 def sd_options(func: F) -> F:
@@ -101,9 +100,7 @@ def sd_options(func: F) -> F:
             help="Mean tokens per verification step instead of --acceptance (capped at K+1).",
         ),
     ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+    return apply_options(func, options)
 
 
 def _routing_for(spec: Any, routing_spec: str | None, overlap: str | None, baseline: float | None) -> Any:

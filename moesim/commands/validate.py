@@ -177,24 +177,36 @@ def validate_command(
     elif measured_path:
         result = _measured(measured_path, profile, context_len, launch, engine, routing)
     else:
-        result = _torch(
-            hardware,
-            device,
-            models_text,
-            quick,
-            launch,
-            batch_text,
-            draft_text,
-            context_len,
-            layers,
-            dtype,
-            threads,
-            routing,
-            clock,
-            seed,
-            as_json,
-            cross_profiles,
+        from moesim.validation.run import ValidationOptions, run_torch_validation
+        from moesim.validation.shapes import SHAPES
+
+        models = tuple(m.strip() for m in models_text.split(",") if m.strip())
+        unknown = [m for m in models if m not in SHAPES]
+        if unknown or not models:
+            raise MoesimError(
+                "--models",
+                f"unknown validation model(s) {', '.join(unknown) or '(none)'}",
+                f"choose from {', '.join(SHAPES)}",
+            )
+        draft_lens = tuple(_draft_lens(draft_text)) if draft_text is not None else None
+        options = ValidationOptions(
+            device=device,
+            models=models,
+            quick=quick,
+            launch=launch,
+            context_len=context_len,
+            batches=tuple(parse_int_list("--batch", batch_text)) if batch_text else None,
+            draft_lens=draft_lens,
+            layers=layers,
+            dtype=dtype,
+            threads=threads,
+            routing=routing,
+            seed=seed,
+            clock=clock,
         )
+        progress = None if as_json else (lambda text: click.echo(f"  measuring {text}", err=True))
+        cross = {name: load_profile(name) for name in cross_profiles}
+        result = run_torch_validation(hardware, options, progress, cross)
     result["meta"]["command"] = "moesim validate " + " ".join(
         sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "validate" else sys.argv[1:]
     )
@@ -232,59 +244,8 @@ def _measured(
     }
 
 
-def _torch(
-    hardware: Any,
-    device: str,
-    models_text: str,
-    quick: bool,
-    launch: str,
-    batch_text: str | None,
-    draft_text: str | None,
-    context_len: int,
-    layers: int | None,
-    dtype: str | None,
-    threads: int | None,
-    routing: str,
-    clock: str,
-    seed: int,
-    as_json: bool,
-    cross_profiles: tuple[str, ...] = (),
-) -> dict[str, Any]:
-    from moesim.validation.run import ValidationOptions, run_torch_validation
-    from moesim.validation.shapes import SHAPES
-
-    models = tuple(m.strip() for m in models_text.split(",") if m.strip())
-    unknown = [m for m in models if m not in SHAPES]
-    if unknown or not models:
-        raise MoesimError(
-            "--models",
-            f"unknown validation model(s) {', '.join(unknown) or '(none)'}",
-            f"choose from {', '.join(SHAPES)}",
-        )
-    draft_lens = tuple(_ints(draft_text)) if draft_text is not None else None
-    options = ValidationOptions(
-        device=device,
-        models=models,
-        quick=quick,
-        launch=launch,
-        context_len=context_len,
-        batches=tuple(parse_int_list("--batch", batch_text)) if batch_text else None,
-        draft_lens=draft_lens,
-        layers=layers,
-        dtype=dtype,
-        threads=threads,
-        routing=routing,
-        seed=seed,
-        clock=clock,
-    )
-    progress = None if as_json else (lambda text: click.echo(f"  measuring {text}", err=True))
-    from moesim.simulator.hardware import load_profile
-
-    cross = {name: load_profile(name) for name in cross_profiles}
-    return run_torch_validation(hardware, options, progress, cross)
-
-
-def _ints(text: str) -> list[int]:
+def _draft_lens(text: str) -> list[int]:
+    """--draft-len values: like parse_int_list, but 0 (plain decode) is allowed."""
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:

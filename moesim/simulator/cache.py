@@ -69,10 +69,6 @@ class CacheState:
         self._resident: OrderedDict[str, float] = OrderedDict()
         self._total = 0.0
 
-    @property
-    def resident_bytes(self) -> float:
-        return self._total
-
     def resident(self, tensor: str) -> float:
         """Bytes of `tensor` in the cache now."""
         return self._resident.get(tensor, 0.0)

@@ -27,6 +27,7 @@ from moesim.simulator.model_spec import (
     ModelSpec,
     apply_overrides,
     layer_pattern,
+    scalar_type,
     validate_spec,
 )
 
@@ -39,19 +40,8 @@ _STRUCTURED = ("layer_attention", "layer_ffn", "attention", "linear_attention")
 _LAYER_KEYS = ("count", "dense_prefix", "moe_every", "moe_offset", "attention_cycle", "attention", "ffn")
 
 
-def _scalar_kind(type_text: str) -> type:
-    """The TOML value type a dataclass field's annotation asks for."""
-    if "bool" in type_text:
-        return bool
-    if "float" in type_text:
-        return float
-    if "int" in type_text and "Literal" not in type_text:
-        return int
-    return str
-
-
 def _check_value(origin: str, key: str, value: object, type_text: str) -> object:
-    expected = _scalar_kind(type_text)
+    expected = scalar_type(type_text)
     optional = "None" in type_text
     where = f"{origin}:{key}"
     if value is None and optional:

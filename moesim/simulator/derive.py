@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -215,7 +216,10 @@ def datasheet_from_file(path: str | Path) -> Datasheet:
     source = str(path)
     if not path.is_file():
         raise MoesimError("to", f"datasheet file {source} does not exist", "give a path to a .toml file")
-    data = parse_toml(path.read_text(encoding="utf-8"), source)
+    return _datasheet_table(parse_toml(path.read_text(encoding="utf-8"), source), source)
+
+
+def _datasheet_table(data: dict[str, Any], source: str) -> Datasheet:
     if "datasheet" not in data:
         raise MoesimError(f"{source}: datasheet", "section is missing", "add a [datasheet] table")
     return datasheet_from_dict(data["datasheet"], source)
@@ -235,7 +239,7 @@ def load_derive_target(name_or_path: str) -> HardwareProfile:
     data = parse_toml(path.read_text(encoding="utf-8"), source)
     if "empirical" in data:
         return profile_from_dict(data, source)
-    datasheet = datasheet_from_file(path)
+    datasheet = _datasheet_table(data, source)
     node = default_node(datasheet)
     if "node" in data:
         node = profile_from_dict(

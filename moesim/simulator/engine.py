@@ -236,12 +236,11 @@ def run_engine(
     deps = _dependencies(kernels)
 
     def host() -> Any:
-        if per_issue == 0.0:
-            yield env.timeout(first_issue)
+        yield env.timeout(first_issue)
+        if per_issue == 0.0:  # graph replay: the one launch issues everything
             for event in issued:
                 event.succeed()
             return
-        yield env.timeout(first_issue)
         for i, event in enumerate(issued):
             if i:
                 yield env.timeout(host_costs[i])

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from moesim.errors import MoesimError
 from moesim.simulator.cache import CacheState, repeat_traffic, write_traffic
 from moesim.simulator.cost import CostParams, kernel_times_s
 from moesim.simulator.hardware import HardwareProfile
@@ -36,6 +37,12 @@ EAGER_GAP_OVER_GRAPH_GAP = 2.0
 LAUNCH_MODES = ("eager", "graph")
 
 
+def check_launch(launch: str) -> None:
+    """Refuse a launch mode other than eager or graph."""
+    if launch not in LAUNCH_MODES:
+        raise MoesimError("launch", f"unknown launch mode {launch!r}", "choose eager or graph")
+
+
 @dataclass(frozen=True)
 class LaunchParams:
     """Host issue times and device gaps of one launch mode."""
@@ -50,24 +57,21 @@ class LaunchParams:
 
     @classmethod
     def from_hardware(cls, hw: HardwareProfile, mode: str) -> LaunchParams:
-        from moesim.errors import MoesimError
-
+        check_launch(mode)
         em = hw.empirical
         if mode == "graph":
             return cls(
                 "graph", em.graph_launch_us * 1e-6, 0.0, em.launch_graph_gap_us * 1e-6, em.sync_us * 1e-6
             )
-        if mode == "eager":
-            gemm_us = getattr(em, "launch_eager_gemm_us", None)
-            return cls(
-                "eager",
-                em.launch_eager_us * 1e-6,
-                em.launch_eager_us * 1e-6,
-                EAGER_GAP_OVER_GRAPH_GAP * em.launch_graph_gap_us * 1e-6,
-                em.sync_us * 1e-6,
-                None if gemm_us is None else float(gemm_us) * 1e-6,
-            )
-        raise MoesimError("launch", f"unknown launch mode {mode!r}", "choose eager or graph")
+        gemm_us = em.launch_eager_gemm_us
+        return cls(
+            "eager",
+            em.launch_eager_us * 1e-6,
+            em.launch_eager_us * 1e-6,
+            EAGER_GAP_OVER_GRAPH_GAP * em.launch_graph_gap_us * 1e-6,
+            em.sync_us * 1e-6,
+            None if gemm_us is None else float(gemm_us) * 1e-6,
+        )
 
     def without_launch_and_sync(self) -> LaunchParams:
         """The same mode inside a longer sequence: no graph launch, no final sync (eager still launches)."""

@@ -235,6 +235,20 @@ def _qwen3_next(cfg: _Config, name: str, family: str) -> ModelSpec:
     )
 
 
+def _grouped_moe_fields(cfg: _Config, shared: int) -> dict[str, Any]:
+    """Routed and shared expert fields of DeepSeek-style configs (DeepSeek-V3, Kimi-K2, GLM-4.5)."""
+    top_k = cfg.integer("num_experts_per_tok")  # read in this order so a missing key is named as before
+    width = cfg.integer("moe_intermediate_size")
+    return {
+        "top_k": top_k,
+        "expert_width": width,
+        "n_shared_experts": shared,
+        "shared_expert_width": width if shared else 0,
+        "n_groups": cfg.integer("n_group", 1),
+        "topk_groups": cfg.integer("topk_group", 1),
+    }
+
+
 def _deepseek(cfg: _Config, name: str, family: str) -> ModelSpec:
     """DeepSeek-V3 / R1 and Kimi-K2 (DeepseekV3 architecture): MLA, dense prefix, grouped sigmoid routing."""
     n = cfg.integer("num_hidden_layers")
@@ -262,12 +276,7 @@ def _deepseek(cfg: _Config, name: str, family: str) -> ModelSpec:
         attention=attention,
         dense_ffn_width=cfg.integer("intermediate_size") if "dense" in ffn else 0,
         n_experts=experts,
-        top_k=cfg.integer("num_experts_per_tok"),
-        expert_width=cfg.integer("moe_intermediate_size"),
-        n_shared_experts=shared,
-        shared_expert_width=cfg.integer("moe_intermediate_size") if shared else 0,
-        n_groups=cfg.integer("n_group", 1),
-        topk_groups=cfg.integer("topk_group", 1),
+        **_grouped_moe_fields(cfg, shared),
         router_score="softmax" if cfg.get("scoring_func", "sigmoid") == "softmax" else "sigmoid",
         router_bias=cfg.get("topk_method", "noaux_tc") == "noaux_tc",
     )
@@ -290,12 +299,7 @@ def _glm4_moe(cfg: _Config, name: str, family: str) -> ModelSpec:
         ),
         dense_ffn_width=cfg.integer("intermediate_size") if "dense" in ffn else 0,
         n_experts=cfg.integer("n_routed_experts"),
-        top_k=cfg.integer("num_experts_per_tok"),
-        expert_width=cfg.integer("moe_intermediate_size"),
-        n_shared_experts=shared,
-        shared_expert_width=cfg.integer("moe_intermediate_size") if shared else 0,
-        n_groups=cfg.integer("n_group", 1),
-        topk_groups=cfg.integer("topk_group", 1),
+        **_grouped_moe_fields(cfg, shared),
         router_score="sigmoid",
         router_bias=True,
     )

@@ -966,11 +966,16 @@ def _field_type(name: str) -> type | None:
     type_text = str(sample[name].type)
     if "Spec" in type_text or "tuple" in type_text:
         return None
+    return scalar_type(type_text)
+
+
+def scalar_type(type_text: str) -> type:
+    """The scalar type (bool, float, int or str) a dataclass field's annotation text asks for."""
     if "bool" in type_text:
         return bool
     if "float" in type_text:
         return float
-    if "int" in type_text:
+    if "int" in type_text and "Literal" not in type_text:
         return int
     return str
 
@@ -1059,6 +1064,7 @@ __all__ = [
     "router_matrix",
     "router_params",
     "router_weight_bytes",
+    "scalar_type",
     "sequence_state_bytes",
     "shared_expert_flops_per_token",
     "shared_expert_matrices",

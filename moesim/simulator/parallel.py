@@ -27,7 +27,6 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
 
 from moesim.errors import MoesimError
 from moesim.simulator.model_spec import ModelSpec
@@ -316,6 +315,8 @@ def _poisson_binomial_pmf(hit: np.ndarray) -> np.ndarray:
     """pmf [m, n+1] of the number of successes among n independent Bernoulli(hit[:, j]) trials."""
     m, n = hit.shape
     if n and np.allclose(hit, hit[:, :1]):
+        from scipy import stats  # lazily: scipy.stats would slow every `moesim` start by ~1 s
+
         return np.asarray(stats.binom.pmf(np.arange(n + 1)[None, :], n, hit[:, :1]))
     pmf = np.zeros((m, n + 1))
     pmf[:, 0] = 1.0
@@ -330,6 +331,8 @@ def _expected_max_normal(mean: np.ndarray, std: np.ndarray) -> np.ndarray:
     """E[max_r X_r] for independent normals X_r ~ N(mean[:, r], std[:, r]) floored at 0, by quadrature."""
     upper = np.max(mean + 8 * std, axis=1, keepdims=True)
     grid = np.linspace(0.0, 1.0, 513)[None, :] * upper  # [m, g]
+    from scipy import stats
+
     z = (grid[:, :, None] - mean[:, None, :]) / np.maximum(std[:, None, :], 1e-12)
     cdf = np.prod(stats.norm.cdf(z), axis=2)  # P(max ≤ x)
     return np.trapezoid(1.0 - cdf, grid, axis=1)

@@ -131,15 +131,17 @@ def ffn_matrices(model: ModelSpec) -> dict[str, Matrix]:
     ws = shared_width(model)
     n_shared = max(1, model.n_shared_experts)
     shared = ms.shared_expert_matrices(model)
-    w13 = _combined(experts, ms.expert_matrices(model), ("gate", "up"))
-    w2 = _combined(experts, ms.expert_matrices(model), ("down",))
-    if getattr(model, "expert_bias", False):  # biases ride along with their matrices, 16-bit
+    expert = ms.expert_matrices(model)
+    dense_ffn = ms.dense_ffn_matrices(model)
+    w13 = _combined(experts, expert, ("gate", "up"))
+    w2 = _combined(experts, expert, ("down",))
+    if model.expert_bias:  # biases ride along with their matrices, 16-bit
         vector_bytes = ms.high_precision_format(model).value_bits / 8
         w13 = replace(w13, exact_bytes=w13.bytes + math.ceil(2 * model.expert_width * vector_bytes))
         w2 = replace(w2, exact_bytes=w2.bytes + math.ceil(h * vector_bytes))
     return {
-        "dense_w13": _combined(dense, ms.dense_ffn_matrices(model), ("gate", "up")),
-        "dense_w2": _combined(dense, ms.dense_ffn_matrices(model), ("down",)),
+        "dense_w13": _combined(dense, dense_ffn, ("gate", "up")),
+        "dense_w2": _combined(dense, dense_ffn, ("down",)),
         "expert_w13": w13,
         "expert_w2": w2,
         "shared_w13": Matrix(

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from moesim.atomic import atomic_path
+from moesim.errors import MoesimError
 
 if TYPE_CHECKING:
     from moesim.simulator.sweep import SweepResult
@@ -21,7 +23,7 @@ def sweep_title(result: SweepResult) -> str:
         if a.get("acceptance_length")
         else f"α = {a.get('acceptance', 0.8):g}"
     )
-    layouts = list(dict.fromkeys(getattr(r, "layout", "1 GPU") for r in result.rows))
+    layouts = list(dict.fromkeys(r.layout for r in result.rows))
     where = f" × {layouts[0]}" if len(layouts) == 1 and layouts[0] != "1 GPU" else ""
     if len(layouts) > 1:
         where = " (the smallest layout that fits each model and batch)"
@@ -37,10 +39,6 @@ def sweep_title(result: SweepResult) -> str:
 
 def plot_sweep(result: SweepResult, path: str) -> None:
     """Speedup against batch size (log axis), one line per model and draft length; written atomically."""
-    from pathlib import Path
-
-    from moesim.errors import MoesimError
-
     suffix = Path(path).suffix.lower()
     if suffix not in PLOT_SUFFIXES:
         raise MoesimError(

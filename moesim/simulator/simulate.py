@@ -22,9 +22,9 @@ import numpy as np
 from moesim.errors import MoesimError
 from moesim.simulator import model_spec as ms
 from moesim.simulator.engine import StepResult, run_engine
-from moesim.simulator.fastpath import LaunchParams
-from moesim.simulator.hardware import HardwareProfile
-from moesim.simulator.memory import MemoryUse, fit_layout
+from moesim.simulator.fastpath import LaunchParams, check_launch
+from moesim.simulator.hardware import HardwareProfile, load_profile
+from moesim.simulator.memory import MemoryUse, drafter_memory_bytes, fit_layout
 from moesim.simulator.model_spec import ModelSpec
 from moesim.simulator.parallel import LayoutRequest, ParallelLayout
 from moesim.simulator.parallel_draft import parallel_draft_time_s
@@ -59,21 +59,12 @@ def resolve_model(model: ModelSpec | str) -> ModelSpec:
 def resolve_hardware(hardware: HardwareProfile | str) -> HardwareProfile:
     if isinstance(hardware, HardwareProfile):
         return hardware
-    from moesim.simulator.hardware import load_profile
-
     return load_profile(hardware)
-
-
-def check_launch(launch: str) -> None:
-    if launch not in ("eager", "graph"):
-        raise MoesimError("launch", f"unknown launch mode {launch!r}", "choose eager or graph")
 
 
 def drafter_bytes(drafter: Drafter, target: ModelSpec, batch: int, context_len: int) -> float:
     """Device memory a drafter adds beside the target (weights and its own KV cache)."""
     if drafter.kind == "model":
-        from moesim.simulator.memory import drafter_memory_bytes
-
         draft = drafter_model(drafter, target)
         assert draft is not None
         return drafter_memory_bytes(draft, batch, context_len)
@@ -312,7 +303,7 @@ def simulate_speculative(
     tokens = expected_tokens(draft_len, acceptance, acceptance_length)
     accept_s = sum(
         float(t)
-        for (name, _, s, e), t in zip(verify.timeline, verify.kernel_times_s, strict=True)
+        for (name, *_), t in zip(verify.timeline, verify.kernel_times_s, strict=True)
         if name == "accept"
     )
     speedup = tokens * decode.step_s / (draft_s + verify.step_s)

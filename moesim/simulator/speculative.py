@@ -87,16 +87,20 @@ def speedup(
     )
 
 
+def _first_best(values: list[int], speedups: list[float]) -> tuple[int, float]:
+    """The value with the highest speedup, the first one on ties."""
+    index = int(np.argmax(np.asarray(speedups)))
+    return values[index], float(speedups[index])
+
+
 def best_draft_len(draft_lens: list[int], speedups: list[float]) -> tuple[int, float]:
     """The draft length with the highest speedup (the shorter one on ties)."""
-    index = int(np.argmax(np.asarray(speedups)))
-    return draft_lens[index], float(speedups[index])
+    return _first_best(draft_lens, speedups)
 
 
 def peak_batch(batches: list[int], speedups: list[float]) -> tuple[int, float]:
     """The batch size at which SD helps most (the smaller one on ties)."""
-    index = int(np.argmax(np.asarray(speedups)))
-    return batches[index], float(speedups[index])
+    return _first_best(batches, speedups)
 
 
 # --- Drafters ---------------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any
 from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
 from moesim.simulator.cost import CostParams
-from moesim.simulator.fastpath import LaunchParams, fast_step
+from moesim.simulator.fastpath import LaunchParams, check_launch, fast_step
 from moesim.simulator.hardware import HardwareProfile
 from moesim.simulator.model_spec import ModelSpec
 from moesim.simulator.parallel import LayoutRequest, ParallelLayout
@@ -26,11 +26,11 @@ from moesim.simulator.parallel_plan import ParallelStep, build_parallel_plan, fa
 from moesim.simulator.plan import StepPlan, build_plan, check_step_inputs, engine_style
 from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.routing.independent import IndependentRouting
+from moesim.simulator.simulate import check_memory, drafter_bytes, resolve_layout
 from moesim.simulator.speculative import (
     DEFAULT_ACCEPTANCE,
     DEFAULT_DRAFTER,
     check_acceptance,
-    draft_time_s,
     expected_tokens,
     parse_drafter,
     peak_batch,
@@ -131,8 +131,6 @@ def _fits(
 ) -> str | ParallelLayout:
     """The layout to run at this batch (one device unless `parallel` says otherwise) when the model fits it,
     else the reason it does not."""
-    from moesim.simulator.simulate import check_memory
-
     try:
         return check_memory(model, hardware, batch, context_len, extra, parallel).layout
     except MoesimError as error:
@@ -162,8 +160,6 @@ def run_sweep(
     `parallel`: None runs every model on one device; a `ParallelLayout` on that layout; a `LayoutRequest`
     without a fixed layout on the smallest layout that fits each (model, batch) (its `gpus` / `layout`).
     """
-    from moesim.simulator.simulate import check_launch, drafter_bytes, resolve_layout
-
     check_launch(launch)
     engine_style(engine)
     check_acceptance(acceptance)
@@ -237,36 +233,21 @@ def run_sweep(
 
             for k in draft_lens:
                 verify_plan, t_verify = timed_plan(k + 1)
-                if layout.is_single and layout.draft_on == "shared":
-                    t_draft = draft_time_s(
-                        parsed,
-                        model,
-                        hardware,
-                        batch,
-                        k,
-                        context_len,
-                        engine,
-                        routing_model,
-                        t_decode,
-                        pass_time,
-                        launch_params.overhead_s,
-                    )
-                else:
-                    t_draft = parallel_draft_time_s(
-                        parsed,
-                        model,
-                        hardware,
-                        layout,
-                        batch,
-                        k,
-                        context_len,
-                        engine,
-                        routing_model,
-                        t_decode,
-                        pass_time,
-                        parallel_step_time,
-                        launch_params.overhead_s,
-                    )
+                t_draft = parallel_draft_time_s(
+                    parsed,
+                    model,
+                    hardware,
+                    layout,
+                    batch,
+                    k,
+                    context_len,
+                    engine,
+                    routing_model,
+                    t_decode,
+                    pass_time,
+                    parallel_step_time,
+                    launch_params.overhead_s,
+                )
                 tokens = expected_tokens(k, acceptance, acceptance_length)
                 rows.append(
                     SweepRow(

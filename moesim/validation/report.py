@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -265,6 +265,7 @@ def predict_measured(
     from moesim.validation.runner import default_routing
 
     hardware = load_profile(hardware_name)
+    params = CostParams.from_hardware(hardware)
     models: dict[str, Any] = {}
     out = []
     for row in rows:
@@ -285,9 +286,7 @@ def predict_measured(
             default_routing(model, routing_name),
             hardware,
         )
-        step_s, breakdown, _, _ = simulate_plan(
-            plan, hardware, row_launch, CostParams.from_hardware(hardware)
-        )
+        step_s, breakdown, _, _ = simulate_plan(plan, hardware, row_launch, params)
         out.append(
             {
                 "model": model.name,
@@ -306,7 +305,7 @@ def predict_measured(
                 "spread": row.get("spread"),
                 "round_spread": None,
                 "predicted_breakdown_s": breakdown,
-                "predicted_terms_s": cost_terms(plan, hardware, step_s),
+                "predicted_terms_s": cost_terms(plan, hardware, step_s, params),
             }
         )
     add_errors_and_ratios(out)
@@ -326,6 +325,16 @@ def add_errors_and_ratios(rows: list[dict[str, Any]]) -> None:
         base = decode.get((r["model"], r.get("launch"), r["batch"], r.get("context_len")))
         r["measured_ratio"] = r["measured_s"] / base["measured_s"] if base else None
         r["predicted_ratio"] = r["predicted_s"] / base["predicted_s"] if base else None
+
+
+def cross_device_summaries(rows: Sequence[dict[str, Any]], names: Iterable[str]) -> dict[str, Any]:
+    """For each other profile in `names`: the summary of the rows re-scored with its `cross_predicted_s`."""
+    summaries = {}
+    for name in names:
+        crossed = [r | {"predicted_s": r["cross_predicted_s"][name], "predicted_terms_s": {}} for r in rows]
+        add_errors_and_ratios(crossed)
+        summaries[name] = summarise(crossed)
+    return summaries
 
 
 # --------------------------------------------------------------------------------------------- report
@@ -496,6 +505,7 @@ __all__ = [
     "add_errors_and_ratios",
     "attribute_error",
     "attribution_sentence",
+    "cross_device_summaries",
     "errors_of",
     "markdown_report",
     "plot_predicted_vs_measured",

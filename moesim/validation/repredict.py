@@ -8,7 +8,6 @@ reported like a fresh run. Re-predicting a run with its own profile reproduces i
 
 from __future__ import annotations
 
-import datetime
 import json
 import re
 from pathlib import Path
@@ -16,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from moesim.calibrate.timing import today
 from moesim.errors import MoesimError
 from moesim.simulator.hardware import HardwareProfile
 from moesim.simulator.model_spec import ModelSpec
 from moesim.validation.predict import predict_reference_step
-from moesim.validation.report import add_errors_and_ratios, summarise
+from moesim.validation.report import add_errors_and_ratios, cross_device_summaries, summarise
 from moesim.validation.routing_replay import StepRouting, sample_step_routing
 from moesim.validation.runner import config_seed, default_routing
 from moesim.validation.shapes import SHAPES, validation_model
@@ -149,12 +149,7 @@ def repredict_result(
         )
     add_errors_and_ratios(rows)
     summary = summarise(rows)
-    crossed_summaries = {}
-    for name in cross_hardware or {}:
-        crossed = [r | {"predicted_s": r["cross_predicted_s"][name], "predicted_terms_s": {}} for r in rows]
-        add_errors_and_ratios(crossed)
-        crossed_summaries[name] = summarise(crossed)
-    summary["cross_device"] = crossed_summaries
+    summary["cross_device"] = cross_device_summaries(rows, cross_hardware or {})
     new_meta = dict(meta) | {
         "title": f"torch reference on {meta.get('device_name', meta.get('device'))} "
         f"({meta.get('launch', 'eager')}), re-predicted with profile {hardware.name}",
@@ -162,7 +157,7 @@ def repredict_result(
         "profile_provenance": f"{hardware.provenance.kind}: {hardware.provenance.source}",
         "repredicted_from": source or meta.get("command", ""),
         "measured_with_profile": meta.get("profile"),
-        "repredicted_date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "repredicted_date": today(),
     }
     notes = list(result.get("notes", []))
     notes.append(

@@ -5,7 +5,6 @@ torch is imported only inside `run_torch_validation` (via the runner and referen
 
 from __future__ import annotations
 
-import datetime
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ from typing import Any
 
 from moesim.errors import MoesimError
 from moesim.simulator.hardware import HardwareProfile
-from moesim.validation.report import add_errors_and_ratios, summarise
+from moesim.validation.report import cross_device_summaries, summarise
 from moesim.validation.runner import (
     MeasureSettings,
     clock_name,
@@ -67,7 +66,7 @@ def run_torch_validation(
     cross_hardware: dict[str, HardwareProfile] | None = None,
 ) -> dict[str, Any]:
     """Measure the torch reference on the grid and compare with the simulator; returns rows + summary."""
-    from moesim.calibrate.timing import resolve_device
+    from moesim.calibrate.timing import resolve_device, today
 
     if options.launch not in ("eager", "graph"):
         raise MoesimError("--launch", f"unknown launch mode {options.launch!r}", "choose eager or graph")
@@ -90,8 +89,8 @@ def run_torch_validation(
     started = time.perf_counter()
     rows = []
     checks: dict[str, bool] = {}
-    for key in options.models:
-        spec = validation_model(key, options.device, dtype, options.layers)
+    specs = [validation_model(key, options.device, dtype, options.layers) for key in options.models]
+    for key, spec in zip(options.models, specs, strict=True):
         rows += measure_model(
             spec,
             key,
@@ -111,14 +110,7 @@ def run_torch_validation(
     fill_ratios(rows)
     as_json = [r.to_json() for r in rows]
     summary = summarise(as_json)
-    cross = {}
-    for name in cross_hardware or {}:
-        crossed = [
-            r | {"predicted_s": r["cross_predicted_s"][name], "predicted_terms_s": {}} for r in as_json
-        ]
-        add_errors_and_ratios(crossed)
-        cross[name] = summarise(crossed)
-    summary["cross_device"] = cross
+    summary["cross_device"] = cross_device_summaries(as_json, cross_hardware or {})
     notes = []
     if not all(checks.values()):
         bad = [name for name, ok in checks.items() if not ok]
@@ -138,9 +130,7 @@ def run_torch_validation(
             "clock": clock_name(options.clock, options.device == "cuda", device.threads),
             "dtype": dtype,
             "launch": options.launch,
-            "routing": default_routing(
-                validation_model(options.models[0], options.device, dtype, options.layers), options.routing
-            ).description,
+            "routing": default_routing(specs[0], options.routing).description,
             "routing_name": options.routing,
             "seed": options.seed,
             "layers": options.layers,
@@ -150,7 +140,7 @@ def run_torch_validation(
             "repeats_per_round": settings.repeats,
             "plan_matches_torch": checks,
             "torch": device.details.get("torch", ""),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "date": today(),
             "wall_s": round(time.perf_counter() - started, 1),
         },
         "notes": notes,

@@ -36,17 +36,15 @@ BATCHES = (1, 2, 4, 8, 16, 32)
 DRAFT_LENS = (0, 1, 3, 7)
 QUICK_BATCHES = (1, 4, 32)
 QUICK_DRAFT_LENS = (0, 1, 3, 7)
-MODEL_KEYS = ("fine", "coarse", "shared")
 
 
 @dataclass(frozen=True)
 class MeasureSettings:
-    """How hard to measure: rounds × repeats per round after warm-up, and a time cap per sample."""
+    """How hard to measure: rounds × repeats per round after warm-up."""
 
     rounds: int = 3
     repeats: int = 5
     warmup: int = 2
-    min_sample_s: float = 0.0  # reserved: one step per sample (steps are ≥ tens of µs)
 
     @classmethod
     def for_mode(cls, quick: bool) -> MeasureSettings:
@@ -297,15 +295,22 @@ def clock_name(clock: str, cuda: bool, threads: int) -> str:
     return "thread CPU time" if step_clock(clock, cuda, threads) is time.thread_time_ns else "wall clock"
 
 
-def _plan_matches_torch(model: Any, routing: RoutingModel, context_len: int, seed: int) -> bool:
+def _small_step(model: Any, routing: RoutingModel, context_len: int, seed: int) -> tuple[Any, Any]:
+    """(prepared inputs, torch-reference plan) of the small step (B = 2, T = 2) the kernel checks run."""
     from moesim.simulator.plan_reference import reference_step_plan
-    from moesim.validation.reference import count_step_ops
 
     spec = model.spec
     step_routing = sample_step_routing(routing, spec.n_experts, spec.top_k, 2, 2, model.moe_layers, seed)
     context = min(context_len, 64)
-    kernels, views = count_step_ops(model, model.prepare(2, 2, context, step_routing))
-    plan = reference_step_plan(spec, 2, 2, context, step_routing.loads)
+    inputs = model.prepare(2, 2, context, step_routing)
+    return inputs, reference_step_plan(spec, 2, 2, context, step_routing.loads)
+
+
+def _plan_matches_torch(model: Any, routing: RoutingModel, context_len: int, seed: int) -> bool:
+    from moesim.validation.reference import count_step_ops
+
+    inputs, plan = _small_step(model, routing, context_len, seed)
+    kernels, views = count_step_ops(model, inputs)
     return not views and [aten_name(k.name) for k in plan.kernels] == [op.lstrip("_") for op in kernels]
 
 
@@ -314,20 +319,14 @@ def _cuda_kernel_counts(model: Any, routing: RoutingModel, context_len: int, see
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from moesim.simulator.plan_reference import reference_step_plan
-
-    spec = model.spec
-    step_routing = sample_step_routing(routing, spec.n_experts, spec.top_k, 2, 2, model.moe_layers, seed)
-    context = min(context_len, 64)
-    inputs = model.prepare(2, 2, context, step_routing)
+    inputs, plan = _small_step(model, routing, context_len, seed)
     model.step(inputs)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         model.step(inputs)
         torch.cuda.synchronize()
     launched = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
-    planned = len(reference_step_plan(spec, 2, 2, context, step_routing.loads).kernels)
-    return launched, planned
+    return launched, len(plan.kernels)
 
 
 KERNEL_TO_ATEN = {
@@ -392,7 +391,6 @@ __all__ = [
     "CLOCKS",
     "DRAFT_LENS",
     "KERNEL_TO_ATEN",
-    "MODEL_KEYS",
     "MeasureSettings",
     "Row",
     "aten_name",

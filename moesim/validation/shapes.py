@@ -84,11 +84,4 @@ def validation_model(key: str, device: str, dtype: str, layers: int | None = Non
     )
 
 
-def validation_models(
-    keys: list[str], device: str, dtype: str, layers: int | None = None
-) -> list[tuple[str, ModelSpec]]:
-    """(key, spec) for each requested shape key."""
-    return [(key, validation_model(key, device, dtype, layers)) for key in keys]
-
-
-__all__ = ["CPU_LAYERS", "GPU_LAYERS", "SHAPES", "ValidationShape", "validation_model", "validation_models"]
+__all__ = ["CPU_LAYERS", "GPU_LAYERS", "SHAPES", "ValidationShape", "validation_model"]

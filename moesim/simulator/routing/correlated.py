@@ -271,8 +271,7 @@ class CorrelatedRouting:
     ) -> np.ndarray:
         bank = self._bank_for(params, batch, parents)
         keys = rng.random((n_samples, bank.shape[0]))
-        picks = np.argpartition(keys, batch - 1, axis=1)[:, :batch] if batch < bank.shape[0] else None
-        assert picks is not None
+        picks = np.argpartition(keys, batch - 1, axis=1)[:, :batch]  # the bank holds ≥ 4·batch sequences
         return bank[picks][:, :, :tokens]  # [samples, batch, tokens, k]
 
     def sample_expert_loads(

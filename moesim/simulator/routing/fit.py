@@ -65,13 +65,6 @@ def _simulate(layer: LayerRouting, tokens: int, n_sequences: int, seed: int) -> 
     return sample_sequences(layer, chain_parents(tokens), n_sequences, np.random.default_rng(seed))
 
 
-def _sim_window_distinct(sets: np.ndarray, n_experts: int) -> np.ndarray:
-    """Mean distinct experts of the first T tokens, T = 1..tokens, from simulated sets [seq, tokens, k]."""
-    return np.array(
-        [_expert_masks(sets[:, :t], n_experts).sum(axis=1).mean() for t in range(1, sets.shape[1] + 1)]
-    )
-
-
 def _sim_curve(sets: np.ndarray, n_experts: int, max_distance: int) -> np.ndarray:
     """Overlap at distances 1..D of simulated sets [seq, tokens, k]."""
     masks = _expert_masks(sets[:, :, None, :], n_experts)  # [seq, tokens, n]

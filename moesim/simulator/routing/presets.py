@@ -124,13 +124,7 @@ def routing_from_cli(
     curve = _parse_overlap(overlap)
     has_summary = bool(curve) or baseline is not None
     if spec in ("independent", "summary"):
-        if has_summary:
-            return summary_routing(n_experts, top_k, curve, baseline, n_groups, topk_groups)
-        return (
-            IndependentRouting()
-            if n_groups == topk_groups
-            else summary_routing(n_experts, top_k, None, None, n_groups, topk_groups)
-        )
+        return summary_routing(n_experts, top_k, curve, baseline, n_groups, topk_groups)
     if has_summary:
         raise MoesimError(
             "--routing",
