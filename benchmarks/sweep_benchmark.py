@@ -17,13 +17,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from moesim.simulator.catalogue import list_models, load_model
-from moesim.simulator.hardware import load_profile
-from moesim.simulator.model_spec import ModelSpec
-from moesim.simulator.parallel import LayoutRequest
+from moesim.simulator.hardware.profile import load_profile
+from moesim.simulator.models.catalogue import list_models, load_model
+from moesim.simulator.models.spec import ModelSpec
+from moesim.simulator.plan.layout import LayoutRequest
 from moesim.simulator.routing import IndependentRouting, RoutingModel
 from moesim.simulator.routing.presets import typical_routing
-from moesim.simulator.sweep import run_sweep
+from moesim.simulator.speculative.sweep import run_sweep
 
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 DRAFT_LENS = list(range(1, 9))

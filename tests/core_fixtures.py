@@ -5,9 +5,9 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
-from moesim.simulator.catalogue import load_model
-from moesim.simulator.hardware import HardwareProfile, load_profile
-from moesim.simulator.model_spec import AttentionSpec, ModelSpec
+from moesim.simulator.hardware.profile import HardwareProfile, load_profile
+from moesim.simulator.models.catalogue import load_model
+from moesim.simulator.models.spec import AttentionSpec, ModelSpec
 
 
 @functools.cache

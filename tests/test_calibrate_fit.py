@@ -19,7 +19,7 @@ from moesim.calibrate.build import (
     fit_moe_table,
     roofline_time_s,
 )
-from moesim.simulator.hardware import profile_from_dict, profile_to_dict
+from moesim.simulator.hardware.profile import profile_from_dict, profile_to_dict
 
 MIB = 2**20
 
@@ -376,7 +376,7 @@ def _h200_tables(memory: list[dict[str, float]]) -> Measurements:
 
 
 def test_gpu_sweep_without_a_cache_plateau_falls_back_for_the_cache_only() -> None:
-    from moesim.simulator.hardware import load_profile
+    from moesim.simulator.hardware.profile import load_profile
 
     sizes = np.geomspace(2 * MIB, 4096 * MIB, 40)
     flat = fit.two_level_cache_curve(sizes, 4400.0, 4450.0, 4350.0, 1 * MIB, 1500 * MIB, 5.0)

@@ -13,8 +13,8 @@ from moesim.calibrate.build import (
     fit_launch_table,
     m1_gemm_streaming_gbps,
 )
-from moesim.simulator.cost import CostParams
-from moesim.simulator.fastpath import LaunchParams
+from moesim.simulator.execution.cost import CostParams
+from moesim.simulator.execution.fastpath import LaunchParams
 from tests.test_calibrate_fit import MIB, synthetic_tables
 
 COUNTS = (16, 32, 64, 128, 256)
@@ -193,7 +193,7 @@ def test_chain_runs_on_cpu_and_the_suite_writes_its_rows() -> None:
 def test_tiny_real_cpu_calibration_takes_eager_cost_from_the_chain(tmp_path) -> None:
     pytest.importorskip("torch")
     from moesim.calibrate.runner import calibrate
-    from moesim.simulator.hardware import load_profile
+    from moesim.simulator.hardware.profile import load_profile
     from tests.test_calibrate_runner import TINY
 
     out = tmp_path / "cpu.toml"

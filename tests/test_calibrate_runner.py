@@ -16,7 +16,7 @@ from moesim.calibrate.plan import Plan  # noqa: E402
 from moesim.calibrate.runner import calibrate, read_rows, suite_path  # noqa: E402
 from moesim.commands.calibrate import calibrate_command  # noqa: E402
 from moesim.errors import MoesimError  # noqa: E402
-from moesim.simulator.hardware import load_profile  # noqa: E402
+from moesim.simulator.hardware.profile import load_profile  # noqa: E402
 from tests.test_calibrate_fit import synthetic_tables  # noqa: E402
 
 KIB, MIB = 2**10, 2**20

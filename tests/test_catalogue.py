@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from moesim.errors import MoesimError
-from moesim.simulator.catalogue import (
+from moesim.simulator.models.catalogue import (
     list_models,
     load_model,
     parse_toml,
@@ -18,7 +18,7 @@ from moesim.simulator.catalogue import (
     spec_to_dict,
     spec_to_toml,
 )
-from moesim.simulator.model_spec import params_as_published
+from moesim.simulator.models.spec import params_as_published
 
 REQUIRED = {
     "mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-next-80b-a3b", "deepseek-v3", "deepseek-r1",

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
-from moesim.simulator.collectives import (
+from moesim.simulator.execution.collectives import (
     ACHIEVED_LINK_FRACTION,
     Link,
     all_gather_s,
@@ -17,7 +17,7 @@ from moesim.simulator.collectives import (
     node_link,
     reduce_scatter_s,
 )
-from moesim.simulator.hardware import NodeSpec
+from moesim.simulator.hardware.profile import NodeSpec
 
 LINK = Link(bandwidth_gbps=400.0, latency_us=2.0)
 ranks_st = st.integers(min_value=2, max_value=64)

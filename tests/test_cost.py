@@ -6,10 +6,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moesim.simulator.cache import CacheState, repeat_traffic
-from moesim.simulator.cost import CostParams, compute_time_s, kernel_time_s, kernel_times_s
-from moesim.simulator.fastpath import residency
-from moesim.simulator.kernels import Kernel, TensorRead
+from moesim.simulator.execution.cache import CacheState, repeat_traffic
+from moesim.simulator.execution.cost import CostParams, compute_time_s, kernel_time_s, kernel_times_s
+from moesim.simulator.execution.fastpath import residency
+from moesim.simulator.plan.kernels import Kernel, TensorRead
 from tests.core_fixtures import h200
 
 
@@ -138,7 +138,7 @@ def _with_gemm_launch(gemm_us: float | None):
 
 
 def _tiny_plan():
-    from moesim.simulator.plan_reference import even_loads, reference_step_plan
+    from moesim.simulator.plan.reference import even_loads, reference_step_plan
     from moesim.validation.shapes import validation_model
 
     spec = validation_model("fine", "cuda", "bf16", 2)
@@ -147,8 +147,8 @@ def _tiny_plan():
 
 
 def test_eager_gemm_launch_cost_equals_in_engine_and_fast_path() -> None:
-    from moesim.simulator.engine import run_engine
-    from moesim.simulator.fastpath import fast_step
+    from moesim.simulator.execution.engine import run_engine
+    from moesim.simulator.execution.fastpath import fast_step
 
     plan = _tiny_plan()
     for gemm_us in (None, 5.0, 30.0):
@@ -158,7 +158,7 @@ def test_eager_gemm_launch_cost_equals_in_engine_and_fast_path() -> None:
 
 
 def test_eager_gemm_launch_cost_none_means_the_plain_launch_cost() -> None:
-    from moesim.simulator.fastpath import fast_step
+    from moesim.simulator.execution.fastpath import fast_step
 
     plan = _tiny_plan()
     assert (
@@ -169,7 +169,7 @@ def test_eager_gemm_launch_cost_none_means_the_plain_launch_cost() -> None:
 
 def test_host_bound_eager_step_grows_by_the_gemm_launch_difference() -> None:
     """Launch-bound (tiny kernels, slow host): each GEMM adds exactly its extra host time; graph unchanged."""
-    from moesim.simulator.fastpath import fast_step
+    from moesim.simulator.execution.fastpath import fast_step
 
     plan = _tiny_plan()
     n_gemm = sum(1 for k in plan.kernels if k.m_tokens > 0)
@@ -186,7 +186,7 @@ def test_host_bound_eager_step_grows_by_the_gemm_launch_difference() -> None:
 def test_one_row_gemm_costs_its_memory_term_alone() -> None:
     """M = 1 uses each weight once: the calibrated small-M efficiency (itself a memory measurement) must
     not be charged again as compute, on any profile."""
-    from moesim.simulator.hardware import list_profiles, load_profile
+    from moesim.simulator.hardware.profile import list_profiles, load_profile
 
     shipped = [load_profile(name) for name in list_profiles()]
     for hw in (h200(), load_profile("docs/validation/cpu/cpu.toml"), *shipped):
@@ -210,7 +210,7 @@ def test_one_row_gemm_costs_its_memory_term_alone() -> None:
 @given(st.floats(1.0, 600.0), st.floats(1.0, 600.0))
 def test_gemm_compute_time_never_falls_as_rows_grow(m1: float, m2: float) -> None:
     """More rows of the same weight never take less arithmetic time (compute ∝ M / efficiency(M))."""
-    from moesim.simulator.hardware import list_profiles, load_profile
+    from moesim.simulator.hardware.profile import list_profiles, load_profile
 
     shipped = [load_profile(name) for name in list_profiles()]
     for hw in (h200(), load_profile("docs/validation/cpu/cpu.toml"), *shipped):

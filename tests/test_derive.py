@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
-from moesim.simulator.assumptions import default_empirical
-from moesim.simulator.derive import datasheet_from_file, derive_profile, load_derive_target
-from moesim.simulator.hardware import (
+from moesim.simulator.hardware.defaults import default_empirical
+from moesim.simulator.hardware.derive import datasheet_from_file, derive_profile, load_derive_target
+from moesim.simulator.hardware.profile import (
     GemmEfficiency,
     HardwareProfile,
     load_profile,

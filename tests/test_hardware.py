@@ -15,14 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
-from moesim.simulator import hardware
-from moesim.simulator.assumptions import (
+from moesim.simulator.hardware import profile as hardware
+from moesim.simulator.hardware.defaults import (
     JUSTIFICATIONS,
     default_assumption_notes,
     default_empirical,
     render_datasheet_profile,
 )
-from moesim.simulator.hardware import (
+from moesim.simulator.hardware.profile import (
     GemmEfficiency,
     HardwareProfile,
     list_profiles,
@@ -95,7 +95,9 @@ def test_shipped_file_is_exactly_what_the_generator_writes(name):
         p.name, p.datasheet, p.node, p.provenance.source, p.provenance.date, extras
     )
     shipped = hardware._bundled_dir().joinpath(f"{name}.toml").read_text(encoding="utf-8")
-    assert text == shipped, "run `python -m moesim.simulator.assumptions` to regenerate the bundled profiles"
+    assert text == shipped, (
+        "run `python -m moesim.simulator.hardware.defaults` to regenerate the bundled profiles"
+    )
 
 
 def test_split_l2_parts_have_less_usable_cache_than_unified_ones():

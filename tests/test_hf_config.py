@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from moesim.errors import MoesimError
-from moesim.simulator.catalogue import load_model
-from moesim.simulator.hf_config import SUPPORTED_MODEL_TYPES, load_hf_config, spec_from_hf_config
-from moesim.simulator.model_spec import param_counts
+from moesim.simulator.models.catalogue import load_model
+from moesim.simulator.models.hf_config import SUPPORTED_MODEL_TYPES, load_hf_config, spec_from_hf_config
+from moesim.simulator.models.spec import param_counts
 
 CONFIGS = Path(__file__).parent / "data" / "hf_configs"
 NAMES = sorted(path.stem for path in CONFIGS.glob("*.json"))

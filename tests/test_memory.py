@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
-from moesim.simulator.hardware import (
+from moesim.simulator.hardware.profile import (
     Datasheet,
     Empirical,
     GemmEfficiency,
@@ -18,7 +18,9 @@ from moesim.simulator.hardware import (
     NodeSpec,
     Provenance,
 )
-from moesim.simulator.memory import (
+from moesim.simulator.models.spec import AttentionSpec, ModelSpec, kv_cache_bytes, total_weight_bytes
+from moesim.simulator.plan.layout import ParallelLayout, default_layout
+from moesim.simulator.plan.memory import (
     RESERVE_FRACTION,
     fit_layout,
     kv_cache_bytes_per_rank,
@@ -26,8 +28,6 @@ from moesim.simulator.memory import (
     smallest_fitting_layout,
     weight_bytes_per_rank,
 )
-from moesim.simulator.model_spec import AttentionSpec, ModelSpec, kv_cache_bytes, total_weight_bytes
-from moesim.simulator.parallel import ParallelLayout, default_layout
 
 GB = 1e9
 

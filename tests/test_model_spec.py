@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
-from moesim.simulator.catalogue import list_models, load_model
-from moesim.simulator.model_spec import (
+from moesim.simulator.models.catalogue import list_models, load_model
+from moesim.simulator.models.spec import (
     OVERRIDE_OPTIONS,
     WEIGHT_FORMATS,
     apply_overrides,

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
-from moesim.simulator.model_spec import AttentionSpec, ModelSpec
-from moesim.simulator.parallel import (
+from moesim.simulator.models.spec import AttentionSpec, ModelSpec
+from moesim.simulator.plan.layout import (
     ParallelLayout,
     candidate_layouts,
     default_layout,
@@ -312,22 +312,22 @@ def test_correlated_routing_closed_form_agrees_with_its_samples(placement: str) 
 
 @pytest.fixture(scope="module")
 def h200():  # type: ignore[no-untyped-def]
-    from moesim.simulator.hardware import load_profile
+    from moesim.simulator.hardware.profile import load_profile
 
     return load_profile("h200")
 
 
 @pytest.fixture(scope="module")
 def deepseek():  # type: ignore[no-untyped-def]
-    from moesim.simulator.catalogue import load_model
+    from moesim.simulator.models.catalogue import load_model
 
     return load_model("deepseek-v3")
 
 
 def test_one_gpu_layout_is_exactly_the_single_gpu_plan(h200, deepseek) -> None:  # type: ignore[no-untyped-def]
-    from moesim.simulator.fastpath import fast_step
-    from moesim.simulator.parallel_plan import build_parallel_plan, fast_parallel_step
-    from moesim.simulator.plan import build_plan
+    from moesim.simulator.execution.fastpath import fast_step
+    from moesim.simulator.plan.parallel import build_parallel_plan, fast_parallel_step
+    from moesim.simulator.plan.step import build_plan
 
     for batch, t in ((1, 1), (4, 4)):
         step = build_parallel_plan(deepseek, batch, t, default_layout(1), h200, 2048)
@@ -339,9 +339,9 @@ def test_one_gpu_layout_is_exactly_the_single_gpu_plan(h200, deepseek) -> None: 
 
 def test_ep_over_one_rank_equals_the_single_gpu_step(h200, deepseek) -> None:  # type: ignore[no-untyped-def]
     """A layout with one expert-parallel rank and no tensor parallelism has no collectives and the same work."""
-    from moesim.simulator.fastpath import fast_step
-    from moesim.simulator.parallel_plan import build_parallel_plan, fast_parallel_step, rank_model
-    from moesim.simulator.plan import build_plan
+    from moesim.simulator.execution.fastpath import fast_step
+    from moesim.simulator.plan.parallel import build_parallel_plan, fast_parallel_step, rank_model
+    from moesim.simulator.plan.step import build_plan
 
     layout = ParallelLayout(1, 1, 1)
     assert rank_model(deepseek, layout) == deepseek
@@ -352,7 +352,7 @@ def test_ep_over_one_rank_equals_the_single_gpu_step(h200, deepseek) -> None:  #
 
 
 def test_engine_and_fast_path_agree_on_parallel_plans(h200, deepseek) -> None:  # type: ignore[no-untyped-def]
-    from moesim.simulator.parallel_plan import build_parallel_plan, engine_parallel_step, fast_parallel_step
+    from moesim.simulator.plan.parallel import build_parallel_plan, engine_parallel_step, fast_parallel_step
 
     for layout in (default_layout(8), ParallelLayout(8, 8, 1), ParallelLayout(8, 2, 8)):
         for batch, t in ((1, 4), (16, 4)):
@@ -363,7 +363,7 @@ def test_engine_and_fast_path_agree_on_parallel_plans(h200, deepseek) -> None:  
 
 
 def test_collectives_are_their_own_kernels_in_the_timeline(h200, deepseek) -> None:  # type: ignore[no-untyped-def]
-    from moesim.simulator.parallel_plan import build_parallel_plan, engine_parallel_step
+    from moesim.simulator.plan.parallel import build_parallel_plan, engine_parallel_step
 
     step = build_parallel_plan(deepseek, 1, 4, default_layout(8), h200, 2048)
     result = engine_parallel_step(step, h200)
@@ -382,7 +382,7 @@ def test_collectives_are_their_own_kernels_in_the_timeline(h200, deepseek) -> No
 
 
 def test_slowest_rank_sets_the_step_and_a_skewed_placement_is_slower(h200, deepseek) -> None:  # type: ignore[no-untyped-def]
-    from moesim.simulator.parallel_plan import build_parallel_plan, fast_parallel_step
+    from moesim.simulator.plan.parallel import build_parallel_plan, fast_parallel_step
 
     skew = IndependentRouting(popularity_alpha=1.0)
     packed = build_parallel_plan(
@@ -398,7 +398,7 @@ def test_slowest_rank_sets_the_step_and_a_skewed_placement_is_slower(h200, deeps
 
 
 def test_collective_times_grow_with_tokens(h200, deepseek) -> None:  # type: ignore[no-untyped-def]
-    from moesim.simulator.parallel_plan import build_parallel_plan
+    from moesim.simulator.plan.parallel import build_parallel_plan
 
     small = build_parallel_plan(deepseek, 1, 1, default_layout(8), h200, 2048).comm_s
     large = build_parallel_plan(deepseek, 64, 4, default_layout(8), h200, 2048).comm_s
@@ -407,7 +407,7 @@ def test_collective_times_grow_with_tokens(h200, deepseek) -> None:  # type: ign
 
 
 def test_rank_model_divides_tensor_parallel_dimensions(deepseek) -> None:  # type: ignore[no-untyped-def]
-    from moesim.simulator.parallel_plan import rank_model
+    from moesim.simulator.plan.parallel import rank_model
 
     rank = rank_model(deepseek, ParallelLayout(8, 8, 8))
     assert rank.attention.num_heads == deepseek.attention.num_heads // 8
@@ -418,7 +418,7 @@ def test_rank_model_divides_tensor_parallel_dimensions(deepseek) -> None:  # typ
 
 
 def test_per_token_engine_is_single_gpu_only(h200, deepseek) -> None:  # type: ignore[no-untyped-def]
-    from moesim.simulator.parallel_plan import build_parallel_plan
+    from moesim.simulator.plan.parallel import build_parallel_plan
 
     with pytest.raises(MoesimError, match="fused"):
         build_parallel_plan(deepseek, 1, 1, default_layout(8), h200, 2048, engine="per-token")

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
-from moesim.simulator import model_spec as ms
-from moesim.simulator.plan import (
+from moesim.simulator.models import spec as ms
+from moesim.simulator.plan.step import (
     ENGINE_STYLES,
     PlanBuilder,
     build_plan,

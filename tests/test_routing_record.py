@@ -14,7 +14,7 @@ transformers = pytest.importorskip("transformers")
 @pytest.mark.torch
 @pytest.mark.slow
 def test_record_from_a_small_config(tmp_path) -> None:
-    from moesim.routing_record import record_trace
+    from moesim.calibrate.routing_record import record_trace
 
     config = transformers.Qwen3MoeConfig(
         vocab_size=300,

@@ -10,11 +10,11 @@ from click.testing import CliRunner
 
 from moesim.commands.simulate import simulate_command, sweep_command
 from moesim.errors import MoesimError
-from moesim.simulator.hardware import HardwareProfile
-from moesim.simulator.parallel import LayoutRequest, ParallelLayout, default_layout
+from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout, default_layout
 from moesim.simulator.routing.independent import IndependentRouting
 from moesim.simulator.simulate import simulate_speculative, simulate_step
-from moesim.simulator.sweep import run_sweep
+from moesim.simulator.speculative.sweep import run_sweep
 from tests.core_fixtures import h200, model
 
 EIGHT = default_layout(8)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
 from moesim.simulator.simulate import simulate_expert_block, simulate_speculative, simulate_step
-from moesim.simulator.speculative import (
+from moesim.simulator.speculative.drafters import (
     best_draft_len,
     expected_tokens,
     parse_drafter,

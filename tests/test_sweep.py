@@ -11,10 +11,10 @@ from click.testing import CliRunner
 
 from moesim.commands.simulate import layer_command, simulate_command, sweep_command
 from moesim.errors import MoesimError
-from moesim.simulator.fastpath import fast_step
-from moesim.simulator.plan import build_plan
+from moesim.simulator.execution.fastpath import fast_step
+from moesim.simulator.plan.step import build_plan
 from moesim.simulator.simulate import simulate_speculative
-from moesim.simulator.sweep import ROW_FIELDS, run_sweep
+from moesim.simulator.speculative.sweep import ROW_FIELDS, run_sweep
 from tests.core_fixtures import h200, model
 
 BATCHES = [1, 2, 8, 32]
@@ -60,7 +60,7 @@ def test_sweep_matches_the_engine(sweep) -> None:  # type: ignore[no-untyped-def
 
 
 def test_csv_and_plot_are_written(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from moesim.simulator.plots import plot_sweep
+    from moesim.simulator.speculative.plots import plot_sweep
 
     sweep.write_csv(tmp_path / "rows.csv")
     with open(tmp_path / "rows.csv", newline="") as handle:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
-from moesim.simulator.model_spec import AttentionSpec, ModelSpec
+from moesim.simulator.models.spec import AttentionSpec, ModelSpec
 from moesim.simulator.routing.independent import IndependentRouting
 from moesim.validation.routing_replay import (
     ReplayRouting,
@@ -20,7 +20,7 @@ from moesim.validation.routing_replay import (
 
 torch = pytest.importorskip("torch")
 
-from moesim.simulator.plan_reference import reference_step_plan  # noqa: E402
+from moesim.simulator.plan.reference import reference_step_plan  # noqa: E402
 from moesim.validation.reference import ReferenceModel, count_step_ops, dense_reference_logits  # noqa: E402
 from moesim.validation.runner import aten_name  # noqa: E402
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from moesim.commands.validate import validate_command
 from moesim.errors import MoesimError
-from moesim.simulator.hardware import load_profile
+from moesim.simulator.hardware.profile import load_profile
 from moesim.validation.predict import predict_reference_step
 from moesim.validation.report import add_errors_and_ratios, summarise
 from moesim.validation.repredict import repredict_result, row_routing, run_layers

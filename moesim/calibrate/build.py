@@ -17,7 +17,7 @@ from sklearn.isotonic import IsotonicRegression
 
 from moesim.calibrate import fit
 from moesim.errors import MoesimError
-from moesim.simulator.hardware import (
+from moesim.simulator.hardware.profile import (
     Datasheet,
     Empirical,
     GemmEfficiency,

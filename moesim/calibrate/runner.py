@@ -34,7 +34,7 @@ from moesim.calibrate.timing import (
     today,
 )
 from moesim.errors import MoesimError
-from moesim.simulator.hardware import HardwareProfile, save_profile
+from moesim.simulator.hardware.profile import HardwareProfile, save_profile
 
 SUITES = ("memory", "launch", "gemm", "moe")
 HEADER_PREFIX = "# moesim-calibrate "

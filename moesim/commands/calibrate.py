@@ -201,7 +201,7 @@ def calibrate_command(
 
 
 def _summary(result: Any) -> dict[str, Any]:
-    from moesim.simulator.hardware import profile_to_dict
+    from moesim.simulator.hardware.profile import profile_to_dict
 
     return {
         "output": str(result.output),

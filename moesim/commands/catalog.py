@@ -18,8 +18,8 @@ def models_command(as_json: bool) -> None:
 
     Example: moesim models --json
     """
-    from moesim.simulator.catalogue import list_models, load_model
-    from moesim.simulator.model_spec import param_counts, params_as_published
+    from moesim.simulator.models.catalogue import list_models, load_model
+    from moesim.simulator.models.spec import param_counts, params_as_published
 
     rows: list[dict[str, Any]] = []
     for name in list_models():
@@ -85,7 +85,7 @@ def profiles_group(ctx: click.Context, as_json: bool) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    from moesim.simulator.hardware import list_profiles, load_profile
+    from moesim.simulator.hardware.profile import list_profiles, load_profile
 
     rows: list[dict[str, Any]] = []
     for name in list_profiles():
@@ -146,8 +146,8 @@ def derive_command(source: str, target: str, name: str | None, output: str) -> N
     """
     from pathlib import Path
 
-    from moesim.simulator.derive import derive_profile, load_derive_target
-    from moesim.simulator.hardware import load_profile, save_profile
+    from moesim.simulator.hardware.derive import derive_profile, load_derive_target
+    from moesim.simulator.hardware.profile import load_profile, save_profile
 
     measured = load_profile(source)
     target_profile = load_derive_target(target)

@@ -107,7 +107,7 @@ def apply_options(func: F, options: Sequence[Callable[[Any], Any]]) -> F:
 
 def model_options(func: F) -> F:
     """--model / --model-config plus one flag per overridable model field (hypothetical designs)."""
-    from moesim.simulator.catalogue import OVERRIDE_OPTIONS
+    from moesim.simulator.models.catalogue import OVERRIDE_OPTIONS
 
     for flag, field, kind, help_text in reversed(OVERRIDE_OPTIONS):
         func = click.option(flag, field, type=kind, default=None, help=help_text)(func)
@@ -125,7 +125,7 @@ def model_options(func: F) -> F:
 
 def resolve_model(model_name: str | None, model_config: str | None, options: dict[str, Any]) -> Any:
     """Load the named or imported model and apply any override flags present in `options`."""
-    from moesim.simulator.catalogue import OVERRIDE_OPTIONS, apply_overrides, load_model
+    from moesim.simulator.models.catalogue import OVERRIDE_OPTIONS, apply_overrides, load_model
 
     if (model_name is None) == (model_config is None):
         raise MoesimError("--model", "give exactly one of --model NAME or --model-config PATH")

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import click
 
 from moesim.commands.common import apply_options
-from moesim.simulator.parallel import DRAFT_ON, PLACEMENTS, SHARED_EXPERT_MODES, LayoutRequest
+from moesim.simulator.plan.layout import DRAFT_ON, PLACEMENTS, SHARED_EXPERT_MODES, LayoutRequest
 
 F = TypeVar("F", bound=Callable[..., Any])
 

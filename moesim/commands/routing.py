@@ -354,7 +354,7 @@ def record_command(
     hf_model: str, prompts: str, output: str, max_tokens: int, new_tokens: int, seed: int
 ) -> None:
     """Record a routing trace from a transformers MoE model with forward hooks on its routers (needs torch)."""
-    from moesim.routing_record import record_trace
+    from moesim.calibrate.routing_record import record_trace
     from moesim.simulator.routing.trace import save_trace
 
     lines = [line.strip() for line in Path(prompts).read_text(encoding="utf-8").splitlines() if line.strip()]

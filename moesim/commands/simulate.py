@@ -76,7 +76,7 @@ def step_options(func: F) -> F:
 
 def sd_options(func: F) -> F:
     """--draft, --acceptance, --acceptance-length."""
-    from moesim.simulator.speculative import DEFAULT_ACCEPTANCE, DEFAULT_DRAFTER
+    from moesim.simulator.speculative.drafters import DEFAULT_ACCEPTANCE, DEFAULT_DRAFTER
 
     options = [
         click.option(
@@ -167,7 +167,7 @@ def simulate_command(
 
     Example: moesim simulate --model qwen3-30b-a3b --hardware h200 --batch 1 --draft-len 3
     """
-    from moesim.simulator.hardware import load_profile
+    from moesim.simulator.hardware.profile import load_profile
     from moesim.simulator.simulate import simulate_speculative
 
     request = layout_from_kwargs(overrides)
@@ -257,7 +257,7 @@ def _print_layout(console: Console, parallel: dict[str, Any], chosen: bool) -> N
 
 
 def _models(text: str) -> list[str]:
-    from moesim.simulator.catalogue import list_models
+    from moesim.simulator.models.catalogue import list_models
 
     names = [part.strip() for part in text.split(",") if part.strip()]
     if not names:
@@ -316,10 +316,10 @@ def sweep_command(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from moesim.simulator.catalogue import load_model
-    from moesim.simulator.hardware import load_profile
-    from moesim.simulator.plots import plot_sweep
-    from moesim.simulator.sweep import run_sweep
+    from moesim.simulator.hardware.profile import load_profile
+    from moesim.simulator.models.catalogue import load_model
+    from moesim.simulator.speculative.plots import plot_sweep
+    from moesim.simulator.speculative.sweep import run_sweep
 
     request = layout_from_kwargs(parallel_flags)
     batch_list = parse_int_list("--batch", batches)
@@ -442,7 +442,7 @@ def layer_command(
     This is what `moesim calibrate` measures on real hardware. Example:
     moesim layer --model qwen3-30b-a3b --hardware h200 --tokens 4 --distinct-experts 24
     """
-    from moesim.simulator.hardware import load_profile
+    from moesim.simulator.hardware.profile import load_profile
     from moesim.simulator.simulate import simulate_expert_block
 
     spec = resolve_model(model_name, model_config, overrides)

@@ -162,7 +162,7 @@ def validate_command(
     if schema:
         click.echo(MEASURED_SCHEMA)
         return
-    from moesim.simulator.hardware import load_profile
+    from moesim.simulator.hardware.profile import load_profile
 
     hardware = load_profile(profile)
     if context_len < 0:

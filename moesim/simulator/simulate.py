@@ -20,19 +20,18 @@ from typing import Any
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.simulator import model_spec as ms
-from moesim.simulator.engine import StepResult, run_engine
-from moesim.simulator.fastpath import LaunchParams, check_launch
-from moesim.simulator.hardware import HardwareProfile, load_profile
-from moesim.simulator.memory import MemoryUse, drafter_memory_bytes, fit_layout
-from moesim.simulator.model_spec import ModelSpec
-from moesim.simulator.parallel import LayoutRequest, ParallelLayout
-from moesim.simulator.parallel_draft import parallel_draft_time_s
-from moesim.simulator.parallel_plan import ParallelStep, build_parallel_plan, engine_parallel_step
-from moesim.simulator.plan import StepPlan, build_plan, check_step_inputs, engine_style
+from moesim.simulator.execution.engine import StepResult, run_engine
+from moesim.simulator.execution.fastpath import LaunchParams, check_launch
+from moesim.simulator.hardware.profile import HardwareProfile, load_profile
+from moesim.simulator.models import spec as ms
+from moesim.simulator.models.spec import ModelSpec
+from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout
+from moesim.simulator.plan.memory import MemoryUse, drafter_memory_bytes, fit_layout
+from moesim.simulator.plan.parallel import ParallelStep, build_parallel_plan, engine_parallel_step
+from moesim.simulator.plan.step import StepPlan, build_plan, check_step_inputs, engine_style
 from moesim.simulator.routing.base import DistinctExperts, RoutingModel
 from moesim.simulator.routing.independent import IndependentRouting
-from moesim.simulator.speculative import (
+from moesim.simulator.speculative.drafters import (
     DEFAULT_ACCEPTANCE,
     DEFAULT_DRAFTER,
     Drafter,
@@ -41,6 +40,7 @@ from moesim.simulator.speculative import (
     expected_tokens,
     parse_drafter,
 )
+from moesim.simulator.speculative.parallel_draft import parallel_draft_time_s
 
 DEFAULT_CONTEXT_LEN = 2048
 # Sampled routing draws (steps × tokens × experts) for the distinct-expert distribution of one layer.
@@ -51,7 +51,7 @@ DISTRIBUTION_SEED = 0
 def resolve_model(model: ModelSpec | str) -> ModelSpec:
     if isinstance(model, ModelSpec):
         return model
-    from moesim.simulator.catalogue import load_model
+    from moesim.simulator.models.catalogue import load_model
 
     return load_model(model)
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from moesim.simulator.cost import CostParams, memory_time_s
-from moesim.simulator.hardware import HardwareProfile
-from moesim.simulator.model_spec import ModelSpec
-from moesim.simulator.plan import StepPlan
-from moesim.simulator.plan_reference import reference_step_plan
+from moesim.simulator.execution.cost import CostParams, memory_time_s
+from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.models.spec import ModelSpec
+from moesim.simulator.plan.reference import reference_step_plan
+from moesim.simulator.plan.step import StepPlan
 
 TERMS = ("launch", "fixed", "compute", "memory", "cache")
 
@@ -40,7 +40,7 @@ def cost_terms(
     kernels), fixed kernel latency, compute, memory-bandwidth and cache-bandwidth time. Each kernel's
     roofline time goes to compute when compute-bound, else to memory and cache in proportion to their
     times. Uses the fast path's per-kernel costs (the engine's cache semantics and cost formulas)."""
-    from moesim.simulator.fastpath import cost_plan, plan_arrays
+    from moesim.simulator.execution.fastpath import cost_plan, plan_arrays
 
     params = params or CostParams.from_hardware(hardware)
     arrays = plan_arrays(plan)
@@ -69,9 +69,9 @@ def simulate_plan(
     """(step_s, breakdown_s, hbm_bytes, cache_bytes) from the discrete-event engine, or from the closed-form
     fast path (equal to the engine on one stream, as every torch-reference plan is) where simpy is missing."""
     try:
-        from moesim.simulator.engine import run_engine
+        from moesim.simulator.execution.engine import run_engine
     except ImportError:
-        from moesim.simulator.fastpath import fast_step
+        from moesim.simulator.execution.fastpath import fast_step
 
         fast = fast_step(plan, hardware, launch, params=params)
         return fast.step_s, dict(fast.breakdown_s), fast.hbm_bytes, fast.cache_bytes

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from moesim.errors import MoesimError
-from moesim.simulator.model_spec import ModelSpec
+from moesim.simulator.models.spec import ModelSpec
 from moesim.validation.routing_replay import StepRouting
 
 RMS_EPS = 1e-6
@@ -54,7 +54,7 @@ def torch_dtype_for(spec: ModelSpec) -> torch.dtype:
 
 def check_reference_spec(spec: ModelSpec) -> None:
     """Refuse architectures the reference cannot run (it does GQA/MHA full attention only)."""
-    from moesim.simulator.plan_reference import check_reference_model
+    from moesim.simulator.plan.reference import check_reference_model
 
     check_reference_model(spec)
     att = spec.attention

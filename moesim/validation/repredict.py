@@ -17,8 +17,8 @@ import numpy as np
 
 from moesim.calibrate.timing import today
 from moesim.errors import MoesimError
-from moesim.simulator.hardware import HardwareProfile
-from moesim.simulator.model_spec import ModelSpec
+from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.models.spec import ModelSpec
 from moesim.validation.predict import predict_reference_step
 from moesim.validation.report import add_errors_and_ratios, cross_device_summaries, summarise
 from moesim.validation.routing_replay import StepRouting, sample_step_routing

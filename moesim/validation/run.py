@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from moesim.errors import MoesimError
-from moesim.simulator.hardware import HardwareProfile
+from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.validation.report import cross_device_summaries, summarise
 from moesim.validation.runner import (
     MeasureSettings,

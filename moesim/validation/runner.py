@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.simulator.hardware import HardwareProfile
-from moesim.simulator.model_spec import ModelSpec
+from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.routing.base import RoutingModel
 from moesim.validation.predict import predict_reference_step
 from moesim.validation.routing_replay import StepRouting, sample_step_routing
@@ -297,7 +297,7 @@ def clock_name(clock: str, cuda: bool, threads: int) -> str:
 
 def _small_step(model: Any, routing: RoutingModel, context_len: int, seed: int) -> tuple[Any, Any]:
     """(prepared inputs, torch-reference plan) of the small step (B = 2, T = 2) the kernel checks run."""
-    from moesim.simulator.plan_reference import reference_step_plan
+    from moesim.simulator.plan.reference import reference_step_plan
 
     spec = model.spec
     step_routing = sample_step_routing(routing, spec.n_experts, spec.top_k, 2, 2, model.moe_layers, seed)

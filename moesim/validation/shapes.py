@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from moesim.errors import MoesimError
-from moesim.simulator.catalogue import load_model
-from moesim.simulator.model_spec import ModelSpec, apply_overrides
+from moesim.simulator.models.catalogue import load_model
+from moesim.simulator.models.spec import ModelSpec, apply_overrides
 
 
 @dataclass(frozen=True)

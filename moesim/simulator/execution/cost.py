@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from moesim.simulator.hardware import HardwareProfile
-from moesim.simulator.kernels import Kernel
+from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.plan.kernels import Kernel
 
 # A GEMM with one row uses each weight once (0.5 FLOP per fp32 byte, 1 per bf16 byte: far below any
 # device's ridge point), so it is a weight stream whose arithmetic never binds. The calibrated efficiency

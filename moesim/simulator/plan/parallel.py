@@ -28,15 +28,15 @@ from typing import Any
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.simulator import plan as pl
-from moesim.simulator.collectives import Link, all_gather_s, all_reduce_s, all_to_all_s, node_link
-from moesim.simulator.cost import CostParams
-from moesim.simulator.engine import StepResult, run_engine
-from moesim.simulator.fastpath import FastStep, fast_step
-from moesim.simulator.hardware import HardwareProfile
-from moesim.simulator.kernels import Kernel, TensorRead
-from moesim.simulator.model_spec import AttentionLayerKind, FfnLayerKind, ModelSpec
-from moesim.simulator.parallel import ParallelLayout, RankExperts, moe_traffic, rank_experts
+from moesim.simulator.execution.collectives import Link, all_gather_s, all_reduce_s, all_to_all_s, node_link
+from moesim.simulator.execution.cost import CostParams
+from moesim.simulator.execution.engine import StepResult, run_engine
+from moesim.simulator.execution.fastpath import FastStep, fast_step
+from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.models.spec import AttentionLayerKind, FfnLayerKind, ModelSpec
+from moesim.simulator.plan import step as pl
+from moesim.simulator.plan.kernels import Kernel, TensorRead
+from moesim.simulator.plan.layout import ParallelLayout, RankExperts, moe_traffic, rank_experts
 from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.routing.independent import IndependentRouting
 

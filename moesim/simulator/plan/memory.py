@@ -23,8 +23,8 @@ import math
 from dataclasses import dataclass, field
 
 from moesim.errors import MoesimError
-from moesim.simulator.hardware import HardwareProfile
-from moesim.simulator.model_spec import (
+from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.models.spec import (
     ModelSpec,
     attended_tokens,
     attention_projections,
@@ -41,7 +41,7 @@ from moesim.simulator.model_spec import (
     shared_expert_weight_bytes,
     total_weight_bytes,
 )
-from moesim.simulator.parallel import LayoutRequest, ParallelLayout
+from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout
 
 # Serving engines leave 5–10% of each GPU outside weights and KV cache (vLLM's gpu_memory_utilization
 # defaults to 0.9 and is raised to about 0.95 for the largest models; SGLang's mem_fraction_static likewise).

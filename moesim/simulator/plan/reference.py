@@ -34,9 +34,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.simulator.kernels import Category, Kernel, TensorRead
-from moesim.simulator.model_spec import AttentionLayerKind, FfnLayerKind, ModelSpec
-from moesim.simulator.plan import (
+from moesim.simulator.models.spec import AttentionLayerKind, FfnLayerKind, ModelSpec
+from moesim.simulator.plan.kernels import Category, Kernel, TensorRead
+from moesim.simulator.plan.step import (
     DENSE_TILE_M,
     LAYER_PREFIX,
     PlanBuilder,

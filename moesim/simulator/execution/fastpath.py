@@ -20,11 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.simulator.cache import CacheState, repeat_traffic, write_traffic
-from moesim.simulator.cost import CostParams, kernel_times_s
-from moesim.simulator.hardware import HardwareProfile
-from moesim.simulator.kernels import CATEGORIES, Kernel
-from moesim.simulator.plan import LAYER_PREFIX, StepPlan
+from moesim.simulator.execution.cache import CacheState, repeat_traffic, write_traffic
+from moesim.simulator.execution.cost import CostParams, kernel_times_s
+from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.plan.kernels import CATEGORIES, Kernel
+from moesim.simulator.plan.step import LAYER_PREFIX, StepPlan
 
 CATEGORY_INDEX = {name: i for i, name in enumerate(CATEGORIES)}
 IDLE = CATEGORY_INDEX["launch_idle"]

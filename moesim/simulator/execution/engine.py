@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 import simpy
 
-from moesim.simulator.cache import CacheState, footprints
-from moesim.simulator.cost import CostParams, kernel_times_s
-from moesim.simulator.fastpath import LaunchParams
-from moesim.simulator.hardware import HardwareProfile
-from moesim.simulator.kernels import CATEGORIES, Kernel
-from moesim.simulator.plan import StepPlan
+from moesim.simulator.execution.cache import CacheState, footprints
+from moesim.simulator.execution.cost import CostParams, kernel_times_s
+from moesim.simulator.execution.fastpath import LaunchParams
+from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.plan.kernels import CATEGORIES, Kernel
+from moesim.simulator.plan.step import StepPlan
 from moesim.simulator.routing.base import DistinctExperts
 
 TimelineEntry = tuple[str, int, float, float]  # kernel name, stream, start_s, end_s

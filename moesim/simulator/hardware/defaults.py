@@ -5,7 +5,7 @@ GEMM efficiency curve. Until `moesim calibrate` measures them, each comes from a
 the sentence that justifies it. The shipped datasheet profiles are generated from these defaults
 (`render_datasheet_profile`), and a test checks every shipped file still equals `default_empirical` of its
 datasheet, so the files and this module cannot drift apart. After editing a default or a [datasheet] table,
-run `python -m moesim.simulator.assumptions` to regenerate the bundled files.
+run `python -m moesim.simulator.hardware.defaults` to regenerate the bundled files.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from moesim.atomic import atomic_write_text
-from moesim.simulator.hardware import (
+from moesim.simulator.hardware.profile import (
     PROFILE_SUFFIX,
     Datasheet,
     Empirical,
@@ -200,7 +200,7 @@ def default_assumption_notes(datasheet: Datasheet, vendor: str | None = None) ->
     """One line per defaulted parameter, `empirical.<param>: documented default — why`, for provenance."""
     vendor_key = (datasheet.vendor if vendor is None else vendor).strip().lower()
     notes = [
-        f"empirical.{param}: documented default (moesim.simulator.assumptions) - {why}"
+        f"empirical.{param}: documented default (moesim.simulator.hardware.defaults) - {why}"
         for param, why in JUSTIFICATIONS.items()
     ]
     if vendor_key in VENDOR_JUSTIFICATIONS:
@@ -254,7 +254,7 @@ _HEADER = (
     "moesim hardware profile '{name}' (datasheet kind: no measurement behind [empirical]).\n"
     "[datasheet] and [node] hold facts; edit them here. [empirical] is generated from the documented\n"
     "defaults in moesim/simulator/assumptions.py: after editing either, run\n"
-    "`python -m moesim.simulator.assumptions` (a test checks the two agree)."
+    "`python -m moesim.simulator.hardware.defaults` (a test checks the two agree)."
 )
 
 
@@ -273,7 +273,7 @@ def render_datasheet_profile(
 
 def bundled_profiles_dir() -> Path:
     """The source-tree directory of the bundled profiles (for regeneration; reading uses importlib)."""
-    return Path(__file__).resolve().parent.parent / "hardware_profiles"
+    return Path(__file__).resolve().parents[2] / "hardware_profiles"
 
 
 def regenerate_bundled_profiles(directory: Path | None = None) -> list[Path]:

@@ -26,9 +26,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.simulator.hardware import HardwareProfile
-from moesim.simulator.model_spec import AttentionSpec, ModelSpec
-from moesim.simulator.plan import (
+from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.models.spec import AttentionSpec, ModelSpec
+from moesim.simulator.plan.step import (
     Matrix,
     PlanContext,
     Segment,
@@ -234,7 +234,7 @@ def drafter_model(
         return mtp_module(target)
     if drafter.kind == "model":
         if load_model is None:
-            from moesim.simulator.catalogue import load_model as catalogue_load
+            from moesim.simulator.models.catalogue import load_model as catalogue_load
 
             load_model = catalogue_load
         return load_model(drafter.model_name)

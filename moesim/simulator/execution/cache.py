@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from moesim.simulator.kernels import Kernel, TensorRead
+from moesim.simulator.plan.kernels import Kernel, TensorRead
 
 
 def repeat_traffic(

@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.simulator.assumptions import (
+from moesim.simulator.hardware.defaults import (
     datasheet_profile,
     default_empirical,
     default_node,
     defaults_for,
 )
-from moesim.simulator.hardware import (
+from moesim.simulator.hardware.profile import (
     PROFILE_SUFFIX,
     Datasheet,
     Empirical,
@@ -86,7 +86,7 @@ def _gpu_to_gpu(measured: HardwareProfile, target: Datasheet) -> tuple[Empirical
     values: dict[str, float] = {}
     notes = [
         "derive rule: derived = measured x default(target) / default(source), with the documented defaults "
-        "of moesim.simulator.assumptions; the measurement's deviation from the defaults carries over"
+        "of moesim.simulator.hardware.defaults; the measurement's deviation from the defaults carries over"
     ]
     for param, meaning in _RATIO_PARAMS.items():
         measured_value = float(getattr(measured.empirical, param))
@@ -156,7 +156,7 @@ def _from_cpu(measured: HardwareProfile, target: Datasheet) -> tuple[Empirical, 
         f"{measured.empirical.launch_eager_us:.6g}) = {launch:.6g}: a GPU launch from the same PyTorch on the "
         "same host runs the same Python/ATen dispatch plus a driver call, so it is no cheaper than the "
         "measured dispatch",
-        "every other empirical parameter: documented default (moesim.simulator.assumptions)",
+        "every other empirical parameter: documented default (moesim.simulator.hardware.defaults)",
     ]
     return replace(tgt_default, launch_eager_us=launch), notes
 

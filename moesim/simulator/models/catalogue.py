@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from moesim.errors import MoesimError
-from moesim.simulator.model_spec import (
+from moesim.simulator.models.spec import (
     ATTENTION_KINDS,
     FFN_KINDS,
     OVERRIDE_OPTIONS,
@@ -245,7 +245,7 @@ def load_model_file(path: str | Path) -> ModelSpec:
     except OSError as err:
         raise MoesimError(origin, f"cannot be read ({err.strerror})", "check the path") from None
     if text.lstrip().startswith("{"):
-        from moesim.simulator.hf_config import spec_from_hf_config
+        from moesim.simulator.models.hf_config import spec_from_hf_config
 
         try:
             config = json.loads(text)

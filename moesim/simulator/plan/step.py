@@ -23,16 +23,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from moesim.errors import MoesimError
-from moesim.simulator import model_spec as ms
-from moesim.simulator.hardware import HardwareProfile
-from moesim.simulator.kernels import Category, Kernel, TensorRead
-from moesim.simulator.model_spec import (
+from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.models import spec as ms
+from moesim.simulator.models.spec import (
     AttentionLayerKind,
     FfnLayerKind,
     ModelSpec,
     WeightFormat,
     weight_format,
 )
+from moesim.simulator.plan.kernels import Category, Kernel, TensorRead
 from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.routing.independent import IndependentRouting
 

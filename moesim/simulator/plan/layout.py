@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from moesim.errors import MoesimError
-from moesim.simulator.model_spec import ModelSpec
+from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.routing.correlated import (
     CorrelatedRouting,

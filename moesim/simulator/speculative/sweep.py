@@ -16,18 +16,17 @@ from typing import Any
 
 from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
-from moesim.simulator.cost import CostParams
-from moesim.simulator.fastpath import LaunchParams, check_launch, fast_step
-from moesim.simulator.hardware import HardwareProfile
-from moesim.simulator.model_spec import ModelSpec
-from moesim.simulator.parallel import LayoutRequest, ParallelLayout
-from moesim.simulator.parallel_draft import parallel_draft_time_s
-from moesim.simulator.parallel_plan import ParallelStep, build_parallel_plan, fast_parallel_step
-from moesim.simulator.plan import StepPlan, build_plan, check_step_inputs, engine_style
+from moesim.simulator.execution.cost import CostParams
+from moesim.simulator.execution.fastpath import LaunchParams, check_launch, fast_step
+from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.models.spec import ModelSpec
+from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout
+from moesim.simulator.plan.parallel import ParallelStep, build_parallel_plan, fast_parallel_step
+from moesim.simulator.plan.step import StepPlan, build_plan, check_step_inputs, engine_style
 from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.routing.independent import IndependentRouting
 from moesim.simulator.simulate import check_memory, drafter_bytes, resolve_layout
-from moesim.simulator.speculative import (
+from moesim.simulator.speculative.drafters import (
     DEFAULT_ACCEPTANCE,
     DEFAULT_DRAFTER,
     check_acceptance,
@@ -35,6 +34,7 @@ from moesim.simulator.speculative import (
     parse_drafter,
     peak_batch,
 )
+from moesim.simulator.speculative.parallel_draft import parallel_draft_time_s
 
 ROW_FIELDS = (
     "model",

@@ -10,7 +10,7 @@ from moesim.atomic import atomic_path
 from moesim.errors import MoesimError
 
 if TYPE_CHECKING:
-    from moesim.simulator.sweep import SweepResult
+    from moesim.simulator.speculative.sweep import SweepResult
 
 PLOT_SUFFIXES = (".png", ".pdf", ".svg")
 

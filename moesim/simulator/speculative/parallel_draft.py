@@ -24,14 +24,14 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from moesim.errors import MoesimError
-from moesim.simulator import plan as pl
-from moesim.simulator.collectives import node_link
-from moesim.simulator.hardware import HardwareProfile
-from moesim.simulator.model_spec import ModelSpec
-from moesim.simulator.parallel import ParallelLayout
-from moesim.simulator.parallel_plan import ParallelStep, build_parallel_plan, rank_model
+from moesim.simulator.execution.collectives import node_link
+from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.models.spec import ModelSpec
+from moesim.simulator.plan import step as pl
+from moesim.simulator.plan.layout import ParallelLayout
+from moesim.simulator.plan.parallel import ParallelStep, build_parallel_plan, rank_model
 from moesim.simulator.routing.base import RoutingModel
-from moesim.simulator.speculative import (
+from moesim.simulator.speculative.drafters import (
     Drafter,
     StepTime,
     draft_time_s,

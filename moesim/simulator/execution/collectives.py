@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from moesim.errors import MoesimError
-from moesim.simulator.hardware import NodeSpec
+from moesim.simulator.hardware.profile import NodeSpec
 
 AllReduceAlgorithm = Literal["ring", "one_shot", "two_shot", "auto"]
 GatherAlgorithm = Literal["ring", "direct", "auto"]

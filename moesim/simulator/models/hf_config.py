@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from moesim.errors import MoesimError
-from moesim.simulator.model_spec import (
+from moesim.simulator.models.spec import (
     AttentionLayerKind,
     AttentionSpec,
     FfnLayerKind,
