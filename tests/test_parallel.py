@@ -17,15 +17,12 @@ from moesim.simulator.plan.layout import (
     ParallelLayout,
     candidate_layouts,
     default_layout,
-    expert_to_rank,
-    experts_per_rank,
     layout_from_options,
     moe_traffic,
-    rank_experts,
-    rank_experts_from_loads,
-    ranks_per_token,
 )
 from moesim.simulator.routing import IndependentRouting
+from moesim.simulator.routing.per_rank import rank_experts, rank_experts_from_loads, ranks_per_token
+from moesim.simulator.routing.placement import expert_to_rank, experts_per_rank
 
 UNIFORM = IndependentRouting()
 SKEWED = IndependentRouting(popularity_alpha=1.0)

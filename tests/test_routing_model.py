@@ -9,9 +9,10 @@ from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
 from moesim.simulator.routing import CorrelatedRouting, IndependentRouting, LayerRouting, RoutingModel
-from moesim.simulator.routing.correlated import chain_parents, rank_of_expert, sample_sequences
+from moesim.simulator.routing.correlated import chain_parents, sample_sequences
 from moesim.simulator.routing.fit import successive_inclusion
 from moesim.simulator.routing.independent import expected_distinct_uniform
+from moesim.simulator.routing.placement import expert_to_rank
 
 N, K = 32, 4
 
@@ -110,8 +111,8 @@ def test_busiest_rank() -> None:
     eight = m.rank_distribution(N, K, 4, 4, 8, "round_robin")
     assert N / 8 >= eight.max_distinct.mean >= eight.mean_distinct_per_rank
     assert eight.max_tokens.mean >= 4 * 4 * K / 8
-    assert list(rank_of_expert(8, 4, "contiguous")) == [0, 0, 1, 1, 2, 2, 3, 3]
-    assert list(rank_of_expert(8, 4, "round_robin")) == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert list(expert_to_rank(8, 4, "contiguous")) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert list(expert_to_rank(8, 4, "round_robin")) == [0, 1, 2, 3, 0, 1, 2, 3]
     with pytest.raises(MoesimError, match="ranks"):
         m.rank_distribution(N, K, 1, 1, 5)
 

@@ -8,7 +8,8 @@ from typing import Any, TypeVar
 import click
 
 from moesim.commands.common import apply_options
-from moesim.simulator.plan.layout import DRAFT_ON, PLACEMENTS, SHARED_EXPERT_MODES, LayoutRequest
+from moesim.simulator.plan.layout import DRAFT_ON, SHARED_EXPERT_MODES, LayoutRequest
+from moesim.simulator.routing.placement import PLACEMENT_SPELLINGS
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,7 +36,7 @@ def parallel_options(func: F) -> F:
         ),
         click.option(
             "--placement",
-            type=click.Choice(PLACEMENTS),
+            type=click.Choice(PLACEMENT_SPELLINGS),
             default="contiguous",
             show_default=True,
             help="How expert ids map to expert-parallel ranks.",

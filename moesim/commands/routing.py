@@ -10,6 +10,7 @@ import numpy as np
 
 from moesim.commands.common import emit_json, handle_errors, parse_float_list
 from moesim.errors import MoesimError
+from moesim.simulator.routing.placement import PLACEMENT_SPELLINGS
 
 
 @click.group("routing")
@@ -214,9 +215,7 @@ def _plot(path: str, stats: list[dict[str, Any]], independent: np.ndarray, chanc
 )
 @click.option("--topk-groups", type=int, default=1, show_default=True, help="Groups each token may use.")
 @click.option("--ranks", type=int, default=None, help="Expert-parallel ranks: also report the busiest rank.")
-@click.option(
-    "--placement", type=click.Choice(["contiguous", "round_robin"]), default="contiguous", show_default=True
-)
+@click.option("--placement", type=click.Choice(PLACEMENT_SPELLINGS), default="contiguous", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
 def predict_command(

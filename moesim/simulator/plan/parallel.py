@@ -36,9 +36,10 @@ from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import AttentionLayerKind, FfnLayerKind, ModelSpec
 from moesim.simulator.plan import step as pl
 from moesim.simulator.plan.kernels import Kernel, TensorRead
-from moesim.simulator.plan.layout import ParallelLayout, RankExperts, moe_traffic, rank_experts
+from moesim.simulator.plan.layout import ParallelLayout, moe_traffic
 from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.routing.independent import IndependentRouting
+from moesim.simulator.routing.per_rank import RankExperts, rank_experts
 
 COMM_STREAM = 2
 COMM_PREFIX = "comm."

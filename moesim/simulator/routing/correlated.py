@@ -24,14 +24,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
 from moesim.errors import MoesimError
 from moesim.simulator.routing.base import DistinctExperts
-
-Placement = Literal["contiguous", "round_robin"]
+from moesim.simulator.routing.placement import Placement, expert_to_rank, normalise_placement
 
 BANK_SEQUENCES = 1024
 BANK_MIN_TOKENS = 17
@@ -335,18 +333,9 @@ class CorrelatedRouting:
         return rank_summary(loads, n_ranks, placement)
 
 
-def rank_of_expert(n_experts: int, n_ranks: int, placement: Placement) -> np.ndarray:
-    """Rank holding each expert: contiguous blocks, or round-robin (expert e on rank e mod R)."""
-    if placement == "contiguous":
-        return np.arange(n_experts) // (n_experts // n_ranks)
-    if placement == "round_robin":
-        return np.arange(n_experts) % n_ranks
-    raise MoesimError("placement", f"unknown placement {placement!r}", "use contiguous or round_robin")
-
-
 def rank_summary(loads: np.ndarray, n_ranks: int, placement: Placement) -> RankDistinct:
     """Busiest-rank distributions from per-expert loads [samples, experts]."""
-    ranks = rank_of_expert(loads.shape[1], n_ranks, placement)
+    ranks = expert_to_rank(loads.shape[1], n_ranks, placement)
     distinct = np.zeros((loads.shape[0], n_ranks))
     tokens = np.zeros((loads.shape[0], n_ranks))
     for r in range(n_ranks):
@@ -354,7 +343,7 @@ def rank_summary(loads: np.ndarray, n_ranks: int, placement: Placement) -> RankD
         tokens[:, r] = loads[:, ranks == r].sum(axis=1)
     return RankDistinct(
         n_ranks=n_ranks,
-        placement=placement,
+        placement=normalise_placement(placement),
         max_distinct=DistinctExperts.from_samples(distinct.max(axis=1)),
         max_tokens=DistinctExperts.from_samples(tokens.max(axis=1)),
         mean_distinct_per_rank=float(distinct.mean()),
