@@ -20,7 +20,44 @@ from moesim.simulator.models.hf import FAMILIES, WRAPPERS, load_hf_config, spec_
 from moesim.simulator.models.summary import model_summary
 
 FAMILY_DIR = Path(__file__).parent / "data" / "hf_configs" / "families"
-ISSUE_FAMILIES = ["deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_v4", "kimi_k25", "qwen3_vl_moe", "qwen3_omni_moe", "glm4v_moe", "llama4", "qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "minimax", "minimax_m2", "mimo_v2_flash", "gemma4", "gpt_oss", "mixtral", "phimoe", "olmoe", "dbrx", "jetmoe", "granitemoe", "granitemoeshared", "granitemoehybrid", "granitemoe_swa", "ernie4_5_moe", "hunyuan_v1_moe", "lfm2_moe", "exaone_moe", "afmoe", "cohere2_moe"]
+ISSUE_FAMILIES = [
+    "deepseek_v2",
+    "deepseek_v3",
+    "deepseek_v32",
+    "deepseek_v4",
+    "kimi_k25",
+    "qwen3_vl_moe",
+    "qwen3_omni_moe",
+    "glm4v_moe",
+    "llama4",
+    "qwen2_moe",
+    "qwen3_moe",
+    "qwen3_next",
+    "qwen3_5_moe",
+    "glm4_moe",
+    "glm4_moe_lite",
+    "glm_moe_dsa",
+    "minimax",
+    "minimax_m2",
+    "mimo_v2_flash",
+    "gemma4",
+    "gpt_oss",
+    "mixtral",
+    "phimoe",
+    "olmoe",
+    "dbrx",
+    "jetmoe",
+    "granitemoe",
+    "granitemoeshared",
+    "granitemoehybrid",
+    "granitemoe_swa",
+    "ernie4_5_moe",
+    "hunyuan_v1_moe",
+    "lfm2_moe",
+    "exaone_moe",
+    "afmoe",
+    "cohere2_moe",
+]
 FILES = sorted(path.stem for path in FAMILY_DIR.glob("*.json"))
 TOWERS = ("visual", "vision", "audio", "multi_modal_projector", "mm_projector")
 
