@@ -67,7 +67,9 @@ def _attention(spec: ModelSpec, kind: str) -> dict[str, Any]:
         "head_dim": att.head_dim,
         "kv_cache_bytes_per_token": kv_cache_bytes_per_token(spec, kind),  # type: ignore[arg-type]
     }
-    keys = ["sliding_window", "kv_lora_rank", "q_lora_rank"]
+    windowed = kind == "sliding" or kind == "compressed" or att.kv_compress_ratio > 1
+    keys = ["sliding_window"] if windowed else []
+    keys += ["kv_lora_rank", "q_lora_rank"]
     keys += ["index_topk", "index_heads", "index_head_dim", "kv_compress_ratio"] if kind == "full" else []
     keys += ["compressed_ratio"] if kind == "compressed" else []
     out.update({key: getattr(att, key) for key in keys if getattr(att, key) not in (None, 0, 1)})
