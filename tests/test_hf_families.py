@@ -323,3 +323,41 @@ def test_unknown_quantisation_names_the_key() -> None:
             BASE | {"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 48}}, "x"
         )
     assert err.value.field.endswith("group_size")
+
+
+# --- The kernel plan reads what the new attention kinds hold -------------------------------------------------
+
+
+def _attention_weight_reads(plan: Any) -> float:
+    return sum(r.size_bytes for k in plan.kernels for r in k.reads if ".attn." in r.tensor)
+
+
+@pytest.mark.parametrize("family", ["deepseek_v4", "deepseek_v32", "gemma4", "mimo_v2_flash", "qwen3_5_moe"])
+def test_decode_plan_reads_every_attention_weight_once(family: str) -> None:
+    from moesim.simulator.plan.step import build_plan
+
+    spec = load_hf_config(FAMILY_DIR / f"{family}.json")
+    plan = build_plan(spec, 1, 1, 2048)
+    vectors = sum(ms.attention_vector_params(spec, kind) for kind in spec.layer_attention) * 2
+    stored = sum(ms.attention_weight_bytes(spec, kind) for kind in spec.layer_attention) - vectors
+    assert _attention_weight_reads(plan) == pytest.approx(stored, rel=1e-9)
+
+
+def test_indexer_scans_the_context_while_attention_reads_top_k() -> None:
+    from moesim.simulator.plan.step import build_plan
+
+    spec = load_hf_config(FAMILY_DIR / "deepseek_v32.json")
+
+    def reads(context: int, name: str) -> float:
+        plan = build_plan(spec, 1, 1, context)
+        return sum(
+            r.size_bytes
+            for k in plan.kernels
+            if k.name.endswith(name)
+            for r in k.reads
+            if "L" in r.tensor[:2]
+        )
+
+    assert reads(8192, "index_scan") == pytest.approx(2 * reads(4096, "index_scan"), rel=0.01)
+    assert reads(16384, ".attention") == reads(8192, ".attention")  # capped at index_topk = 2048
+    assert reads(1024, ".attention") < reads(8192, ".attention")
