@@ -361,3 +361,13 @@ def test_indexer_scans_the_context_while_attention_reads_top_k() -> None:
     assert reads(8192, "index_scan") == pytest.approx(2 * reads(4096, "index_scan"), rel=0.01)
     assert reads(16384, ".attention") == reads(8192, ".attention")  # capped at index_topk = 2048
     assert reads(1024, ".attention") < reads(8192, ".attention")
+
+
+def test_per_layer_expert_counts_are_read_or_averaged_with_a_statement() -> None:
+    config = _config("hunyuan_v1_moe")
+    n = config["num_hidden_layers"]
+    uniform = spec_from_hf_config(config | {"moe_topk": [8] * n}, "x")
+    assert uniform.top_k == 8 and not any("per-layer" in a for a in uniform.assumptions)
+    varied = spec_from_hf_config(config | {"moe_topk": [4] * (n // 2) + [8] * (n // 2)}, "x")
+    assert varied.top_k == 6
+    assert any("moe_topk: per-layer values 4–8 modelled as their mean 6" in a for a in varied.assumptions)

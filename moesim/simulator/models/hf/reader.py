@@ -8,7 +8,6 @@ the defaults and rules of their transformers configuration class and modelling f
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -239,10 +238,23 @@ class HfConfig:
         return value
 
     def integer(self, key: str, default: Any = _MISSING) -> Any:
-        """An integer key; `default` (which may be None) when absent."""
+        """An integer key; `default` (which may be None) when absent.
+
+        A per-layer list (Hunyuan's `moe_topk`, `moe_intermediate_size`, `num_shared_expert`) gives its
+        common value; a list whose values differ gives their rounded mean, stated as an assumption
+        (the model keeps one value per field for all its layers).
+        """
         value = self.get(key, default)
         if value is None:
             return None
+        if isinstance(value, list) and value and all(isinstance(v, (int, float)) for v in value):
+            if len(set(value)) > 1:
+                mean = round(sum(value) / len(value))
+                self.assume(
+                    f"{self.prefix}{key}: per-layer values {min(value)}–{max(value)} modelled as their mean {mean}"
+                )
+                return mean
+            value = value[0]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
             raise MoesimError(self.field(key), f"expects an integer, got {value!r}", "write a whole number")
         return int(value)
@@ -615,15 +627,3 @@ def dense_width(
 ) -> int:
     """The dense layers' FFN width (0 when every layer is MoE)."""
     return cfg.first_integer(keys) if "dense" in ffn else 0
-
-
-def per_layer_widths_as_mean(cfg: HfConfig, key: str, values: list[int], what: str) -> int:
-    """One width for per-layer widths that differ: their mean (keeps total parameters), stated."""
-    mean = round(sum(values) / len(values))
-    if len(set(values)) > 1:
-        cfg.assume(f"{key}: per-layer {what} {sorted(set(values))} modelled as their mean {mean}")
-    return mean
-
-
-def ceil_div(a: int, b: int) -> int:
-    return math.ceil(a / b)
