@@ -26,6 +26,10 @@ def _moe(
     experts = r.experts(cfg)
     ffn = r.ffn_kinds(cfg, n_layers, experts.get("n_experts", 0), first_dense_default)
     scoring = cfg.get("scoring_func", scoring_default)
+    if scoring not in ("softmax", "sigmoid"):
+        cfg.assume(
+            f"scoring_func {scoring!r}: routed like sigmoid scores (independent per expert, then top-k)"
+        )
     return {
         **experts,
         "layer_ffn": tuple(ffn),
