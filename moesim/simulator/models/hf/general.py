@@ -11,22 +11,16 @@ from typing import Any
 
 from moesim.simulator.models.hf import reader as r
 from moesim.simulator.models.hf.gqa_moe import _moe_block
+from moesim.simulator.models.hf.qwen import qwen_attention
 from moesim.simulator.models.hf.reader import HfConfig
 
 
 def dense(cfg: HfConfig, family: str) -> dict[str, Any]:
     """Dense Qwen2 (QKV bias), Qwen3 (QK-norm), Llama and Mistral: the draft models."""
-    n = cfg.first_integer(r.LAYER_KEYS)
-    hidden = cfg.first_integer(r.HIDDEN_KEYS)
-    kinds = r.attention_kinds(cfg, n, r.sliding_rule(cfg))
-    window = r.window(cfg, kinds)
-    if family == "qwen2":
-        attention = r.gqa(cfg, hidden, bias=True, sliding_window=window)
+    if family in ("qwen2", "qwen3"):
+        n, kinds, attention = qwen_attention(cfg, family)
     else:
-        bias = cfg.boolean("attention_bias", False)
-        attention = r.gqa(
-            cfg, hidden, bias=bias, output_bias=bias, qk_norm=family == "qwen3", sliding_window=window
-        )
+        n, kinds, attention = r.softmax_attention(cfg)
     return r.base(
         cfg,
         family,

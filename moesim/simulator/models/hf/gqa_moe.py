@@ -14,11 +14,13 @@ from moesim.simulator.models.hf.reader import HfConfig
 from moesim.simulator.models.spec import AttentionLayerKind, AttentionSpec
 
 
-def _moe_block(cfg: HfConfig, n: int, first_dense: int = 0, **fields: Any) -> dict[str, Any]:
+def _moe_block(
+    cfg: HfConfig, n: int, first_dense: int = 0, shared_default: int | None = None
+) -> dict[str, Any]:
     """Experts (common spellings), the FFN kind of each layer and the dense layers' width."""
-    experts = r.experts(cfg)
+    experts = r.experts(cfg, shared_default=shared_default)
     ffn = r.ffn_kinds(cfg, n, experts.get("n_experts", 0), first_dense)
-    return {**experts, "layer_ffn": tuple(ffn), "dense_ffn_width": r.dense_width(cfg, ffn), **fields}
+    return {**experts, "layer_ffn": tuple(ffn), "dense_ffn_width": r.dense_width(cfg, ffn)}
 
 
 def _read(
@@ -27,27 +29,19 @@ def _read(
     *,
     rule: Any = None,
     first_dense: int = 0,
+    shared_default: int | None = None,
     attention: dict[str, Any] | None = None,
     bias_key: str = "attention_bias",
+    bias_default: bool = False,
     output_bias: bool = True,
     **fields: Any,
 ) -> dict[str, Any]:
     """A GQA MoE model: attention kinds from `layer_types` (or `rule`), attention bias from `bias_key`."""
-    n = cfg.first_integer(r.LAYER_KEYS)
-    hidden = cfg.first_integer(r.HIDDEN_KEYS)
-    kinds = r.attention_kinds(cfg, n, rule or r.sliding_rule(cfg))
-    bias = cfg.boolean(bias_key, False)
-    att = r.gqa(
-        cfg,
-        hidden,
-        bias=bias,
-        output_bias=bias and output_bias,
-        sliding_window=r.window(cfg, kinds),
-        **(attention or {}),
+    n, kinds, att = r.softmax_attention(
+        cfg, rule, bias_key=bias_key, bias_default=bias_default, output_bias=output_bias, **(attention or {})
     )
-    return r.base(
-        cfg, family, layer_attention=tuple(kinds), attention=att, **_moe_block(cfg, n, first_dense), **fields
-    )
+    moe = _moe_block(cfg, n, first_dense, shared_default)
+    return r.base(cfg, family, layer_attention=tuple(kinds), attention=att, **moe, **fields)
 
 
 def mixtral(cfg: HfConfig, family: str) -> dict[str, Any]:
@@ -73,12 +67,11 @@ def granitemoe(cfg: HfConfig, family: str) -> dict[str, Any]:
 def glm4_moe(cfg: HfConfig, family: str) -> dict[str, Any]:
     """GLM-4.5 / 4.6 (and GLM-4.5V's text model): dense first layer, sigmoid routing with correction bias,
     one shared expert, q/k/v biases without an output bias."""
-    if not cfg.has("n_shared_experts"):
-        cfg.data["n_shared_experts"] = 1  # Glm4MoeConfig default
     return _read(
         cfg,
         family,
         first_dense=1,
+        shared_default=1,  # Glm4MoeConfig default
         output_bias=False,
         attention={"qk_norm": cfg.boolean("use_qk_norm", False)},
         router_score="sigmoid",
@@ -147,10 +140,10 @@ def mimo_v2_flash(cfg: HfConfig, family: str) -> dict[str, Any]:
 
 def gpt_oss(cfg: HfConfig, family: str) -> dict[str, Any]:
     """gpt-oss: alternating sliding / full layers, biases everywhere, sinks, MXFP4 experts."""
-    cfg.data.setdefault("attention_bias", True)
     return _read(
         cfg,
         family,
+        bias_default=True,
         rule=lambda i: "sliding" if (i + 1) % 2 else "full",
         attention={"attention_sinks": True},
         expert_bias=True,
@@ -206,8 +199,7 @@ def dbrx(cfg: HfConfig, family: str) -> dict[str, Any]:
 
 def grok(cfg: HfConfig, family: str) -> dict[str, Any]:
     """Grok-1 in the community Hugging Face format (no official config exists): tied embedding, 4 norms/block."""
-    cfg.data.setdefault("tie_word_embeddings", True)
-    return {**_read(cfg, "grok-1", norms_per_layer=4)}
+    return _read(cfg, "grok-1", norms_per_layer=4, tied_embeddings=cfg.boolean("tie_word_embeddings", True))
 
 
 def jetmoe(cfg: HfConfig, family: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from moesim.simulator.models.hf import reader as r
 from moesim.simulator.models.hf.reader import HfConfig
+from moesim.simulator.models.spec import AttentionLayerKind, AttentionSpec
 
 
 def _ffn(cfg: HfConfig, n: int) -> dict[str, Any]:
@@ -26,17 +27,16 @@ def _ffn(cfg: HfConfig, n: int) -> dict[str, Any]:
     }
 
 
+def qwen_attention(cfg: HfConfig, family: str) -> tuple[int, list[AttentionLayerKind], AttentionSpec]:
+    """Qwen2 (QKV bias, no output bias) or Qwen3 (QK-norm, optional attention_bias) softmax layers."""
+    if family.startswith("qwen2"):
+        return r.softmax_attention(cfg, bias_key="qkv_bias", bias_default=True, output_bias=False)
+    return r.softmax_attention(cfg, qk_norm=True)
+
+
 def qwen_moe(cfg: HfConfig, family: str) -> dict[str, Any]:
     """Qwen2-MoE (QKV bias, gated shared expert) and Qwen3-MoE (QK-norm, no shared expert)."""
-    n = cfg.first_integer(r.LAYER_KEYS)
-    hidden = cfg.first_integer(r.HIDDEN_KEYS)
-    kinds = r.attention_kinds(cfg, n, r.sliding_rule(cfg))
-    window = r.window(cfg, kinds)
-    if family == "qwen2_moe":
-        attention = r.gqa(cfg, hidden, bias=cfg.boolean("qkv_bias", True), sliding_window=window)
-    else:
-        bias = cfg.boolean("attention_bias", False)
-        attention = r.gqa(cfg, hidden, bias=bias, output_bias=bias, qk_norm=True, sliding_window=window)
+    n, kinds, attention = qwen_attention(cfg, family)
     return r.base(cfg, family, layer_attention=tuple(kinds), attention=attention, **_ffn(cfg, n))
 
 

@@ -545,6 +545,32 @@ def gqa(cfg: HfConfig, hidden: int, **extra: Any) -> AttentionSpec:
     )
 
 
+def softmax_attention(
+    cfg: HfConfig,
+    rule: Callable[[int], AttentionLayerKind] | None = None,
+    *,
+    bias_key: str = "attention_bias",
+    bias_default: bool = False,
+    output_bias: bool = True,
+    **extra: Any,
+) -> tuple[int, list[AttentionLayerKind], AttentionSpec]:
+    """(layer count, attention kind per layer, GQA spec) of a model whose layers all run softmax attention:
+    kinds from `layer_types` or `rule` (default: the Qwen/Mixtral sliding rule), q/k/v biases from
+    `bias_key` (the output projection too when `output_bias`), the sliding window when any layer slides."""
+    n = cfg.first_integer(LAYER_KEYS)
+    kinds = attention_kinds(cfg, n, rule or sliding_rule(cfg))
+    bias = cfg.boolean(bias_key, bias_default)
+    attention = gqa(
+        cfg,
+        cfg.first_integer(HIDDEN_KEYS),
+        bias=bias,
+        output_bias=bias and output_bias,
+        sliding_window=window(cfg, kinds),
+        **extra,
+    )
+    return n, kinds, attention
+
+
 def mla(cfg: HfConfig, **extra: Any) -> AttentionSpec:
     """Multi-head latent attention (DeepSeek-V2/V3 lineage) from its latent dimensions."""
     nope, rope = cfg.integer("qk_nope_head_dim"), cfg.integer("qk_rope_head_dim")
@@ -582,7 +608,9 @@ def gated_deltanet(cfg: HfConfig) -> LinearAttentionSpec:
     )
 
 
-def experts(cfg: HfConfig, width_keys: tuple[str, ...] = EXPERT_WIDTH_KEYS) -> dict[str, Any]:
+def experts(
+    cfg: HfConfig, width_keys: tuple[str, ...] = EXPERT_WIDTH_KEYS, shared_default: int | None = None
+) -> dict[str, Any]:
     """Routed and shared experts from the common spellings.
 
     The expert width falls back to `intermediate_size` (Mixtral-style configs carry it there). A null
@@ -594,7 +622,7 @@ def experts(cfg: HfConfig, width_keys: tuple[str, ...] = EXPERT_WIDTH_KEYS) -> d
         return {}
     top_k = cfg.first_integer(TOP_K_KEYS)
     width = cfg.first_integer((*width_keys, "intermediate_size"))
-    shared = cfg.first_integer(SHARED_COUNT_KEYS, None)
+    shared = cfg.first_integer(SHARED_COUNT_KEYS, shared_default)
     shared_width = cfg.first_integer(SHARED_WIDTH_KEYS, None)
     if shared is None:
         shared = 1 if shared_width else 0
