@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from moesim.cli import cli
@@ -50,3 +51,28 @@ def test_models_refuses_both_and_bad_configs_with_one_message(tmp_path: Path) ->
     bad.write_text(json.dumps({"model_type": "qwen3_moe", "num_hidden_layers": 2, "hidden_size": 64}))
     code, out, err = invoke("models", "--model-config", str(bad))
     assert code != 0 and "num_attention_heads" in err and "Traceback" not in out + err
+
+
+@pytest.mark.parametrize("family", sorted(path.stem for path in FAMILIES.glob("*.json")))
+def test_every_family_simulates_on_a_layout_that_fits(family: str) -> None:
+    code, out, err = invoke(
+        "simulate",
+        "--model-config",
+        str(FAMILIES / f"{family}.json"),
+        "--batch",
+        "1",
+        "--draft-len",
+        "3",
+        "--json",
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    decode, verify = (
+        data["decode"]["distinct_experts_per_layer"],
+        data["verify"]["distinct_experts_per_layer"],
+    )
+    top_k = load_model(str(FAMILIES / f"{family}.json")).top_k
+    assert decode == pytest.approx(top_k)  # one token: exactly its top-k
+    assert top_k < verify <= 4 * top_k  # four tokens share some experts
+    assert data["parallel"]["memory"]["fits"] if "parallel" in data else True
+    assert 1.0 < data["speedup"] < data["tokens_per_step"]
