@@ -276,6 +276,16 @@ def test_bad_configs_name_the_key(change: dict[str, Any], key: str) -> None:
             "nvfp4",
             4 + 8 / 16,
         ),
+        (  # Kimi-K2-Thinking / K2.5 style: int4 experts in groups of 32, attention and shared experts 16-bit
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {"g": {"weights": {"num_bits": 4, "type": "int", "group_size": 32}}},
+                "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*"],
+            },
+            "bf16",
+            "int4-g32",
+            4 + 16 / 32,
+        ),
     ],
 )
 def test_quantisation_gives_the_exact_byte_count(
