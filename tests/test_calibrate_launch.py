@@ -14,7 +14,7 @@ from moesim.calibrate.build import (
     m1_gemm_streaming_gbps,
 )
 from moesim.simulator.execution.cost import CostParams
-from moesim.simulator.execution.fastpath import LaunchParams
+from moesim.simulator.execution.launch import LaunchParams
 from tests.test_calibrate_fit import MIB, synthetic_tables
 
 COUNTS = (16, 32, 64, 128, 256)

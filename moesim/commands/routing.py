@@ -57,7 +57,7 @@ def fit_command(
     as_json: bool,
 ) -> None:
     """Fit per-layer correlated routing to TRACE and write the statistics file."""
-    from moesim.simulator.routing.fit import RoutingEstimator
+    from moesim.simulator.routing.estimator import RoutingEstimator
     from moesim.simulator.routing.stats_file import save_routing_stats, stats_document
     from moesim.simulator.routing.trace import load_trace
 

@@ -26,7 +26,7 @@ import simpy
 
 from moesim.simulator.execution.cache import CacheState, footprints
 from moesim.simulator.execution.cost import CostParams, kernel_times_s
-from moesim.simulator.execution.fastpath import LaunchParams
+from moesim.simulator.execution.launch import LaunchParams
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.plan.kernels import CATEGORIES, Kernel
 from moesim.simulator.plan.step import StepPlan

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from moesim.simulator.routing.base import DistinctExperts, RoutingModel
     from moesim.simulator.routing.correlated import CorrelatedRouting, LayerRouting, RankDistinct
-    from moesim.simulator.routing.fit import RoutingEstimator
+    from moesim.simulator.routing.estimator import RoutingEstimator
     from moesim.simulator.routing.independent import IndependentRouting
     from moesim.simulator.routing.presets import routing_from_cli, summary_routing, typical_routing
     from moesim.simulator.routing.stats_file import load_routing_stats, save_routing_stats
@@ -24,7 +24,7 @@ _SOURCES = {
     "CorrelatedRouting": "correlated",
     "LayerRouting": "correlated",
     "RankDistinct": "correlated",
-    "RoutingEstimator": "fit",
+    "RoutingEstimator": "estimator",
     "IndependentRouting": "independent",
     "routing_from_cli": "presets",
     "summary_routing": "presets",
