@@ -45,8 +45,7 @@ CATEGORY_LABELS = {
 
 def step_options(func: F) -> F:
     """--context-len, --launch, --engine and the routing flags shared by simulate and sweep."""
-    from moesim.simulator.execution.launch import LAUNCH_MODES
-    from moesim.simulator.scenario import DEFAULT_CONTEXT_LEN, DEFAULT_ENGINE, DEFAULT_LAUNCH
+    from moesim.simulator.scenario import DEFAULT_CONTEXT_LEN, DEFAULT_ENGINE, DEFAULT_LAUNCH, LAUNCH_MODES
 
     options = [
         click.option(
@@ -89,8 +88,7 @@ def step_options(func: F) -> F:
 
 def sd_options(func: F) -> F:
     """--draft, --acceptance, --acceptance-length."""
-    from moesim.simulator.speculative.acceptance import DEFAULT_ACCEPTANCE
-    from moesim.simulator.speculative.drafters import DEFAULT_DRAFTER
+    from moesim.simulator.scenario import DEFAULT_ACCEPTANCE, DEFAULT_DRAFTER
 
     options = [
         click.option(

@@ -14,21 +14,18 @@ statistics file path or a `RoutingModel` choose explicitly. Dense models route n
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from moesim.errors import MoesimError
-from moesim.simulator.execution.launch import check_launch
-from moesim.simulator.hardware.profile import HardwareProfile, load_profile
-from moesim.simulator.models.spec import ModelSpec
-from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout
-from moesim.simulator.plan.memory import MemoryUse, fit_layout
-from moesim.simulator.plan.step import check_step_inputs
-from moesim.simulator.plan.styles import engine_style
-from moesim.simulator.routing.base import RoutingModel
-from moesim.simulator.routing.independent import IndependentRouting
-from moesim.simulator.speculative.acceptance import DEFAULT_ACCEPTANCE, check_acceptance
-from moesim.simulator.speculative.drafters import DEFAULT_DRAFTER, Drafter, drafter_bytes, parse_drafter
+
+if TYPE_CHECKING:  # the module stays light: the CLI reads its defaults at start-up
+    from moesim.simulator.hardware.profile import HardwareProfile
+    from moesim.simulator.models.spec import ModelSpec
+    from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout
+    from moesim.simulator.plan.memory import MemoryUse
+    from moesim.simulator.routing.base import RoutingModel
+    from moesim.simulator.speculative.drafters import Drafter
 
 DEFAULT_HARDWARE = "h200"
 DEFAULT_BATCH = 1
@@ -36,6 +33,9 @@ DEFAULT_DRAFT_LEN = 3
 DEFAULT_CONTEXT_LEN = 2048
 DEFAULT_ENGINE = "fused"
 DEFAULT_LAUNCH = "graph"
+LAUNCH_MODES: tuple[str, ...] = ("eager", "graph")
+DEFAULT_DRAFTER = "eagle"  # an EAGLE-style draft head, what vLLM and SGLang users run most
+DEFAULT_ACCEPTANCE = 0.8  # per-token acceptance of a well-trained EAGLE head on chat data
 # A sweep's grid when none is given: powers of two to 256 sequences, draft lengths 1-8.
 DEFAULT_SWEEP_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DEFAULT_SWEEP_DRAFT_LENS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
@@ -44,7 +44,7 @@ DEFAULT_SWEEP_DRAFT_LENS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
 @dataclass(frozen=True)
 class Scenario:
     """What to simulate. `engine` is the kernel-plan style (see `plan.styles`), `layout` a fixed
-    `ParallelLayout` or a `LayoutRequest` (the default: the smallest layout whose memory fits)."""
+    `ParallelLayout` or a `LayoutRequest` (None, the default: the smallest layout whose memory fits)."""
 
     model: ModelSpec | str
     hardware: HardwareProfile | str = DEFAULT_HARDWARE
@@ -56,7 +56,7 @@ class Scenario:
     routing: RoutingModel | str | None = None
     overlap: tuple[float, ...] | str | None = None  # same-sequence overlap at distances 1..D
     baseline_overlap: float | None = None
-    layout: ParallelLayout | LayoutRequest = field(default_factory=LayoutRequest)
+    layout: ParallelLayout | LayoutRequest | None = None
     drafter: str = DEFAULT_DRAFTER
     acceptance: float = DEFAULT_ACCEPTANCE
     acceptance_length: float | None = None
@@ -68,6 +68,14 @@ class Scenario:
     def resolve(self, *, fit_draft_len: int | None = None, check_fit: bool = True) -> ResolvedScenario:
         """Names to objects, sizes validated, layout chosen. The memory check reserves the KV cache of
         `fit_draft_len` (default `draft_len`) verified tokens; `check_fit=False` skips it."""
+        from moesim.simulator.execution.launch import check_launch
+        from moesim.simulator.plan.layout import LayoutRequest
+        from moesim.simulator.plan.memory import fit_layout
+        from moesim.simulator.plan.step import check_step_inputs
+        from moesim.simulator.plan.styles import engine_style
+        from moesim.simulator.speculative.acceptance import check_acceptance
+        from moesim.simulator.speculative.drafters import drafter_bytes, parse_drafter
+
         spec = resolve_model(self.model)
         hardware = resolve_hardware(self.hardware)
         check_draft_len(self.draft_len)
@@ -78,6 +86,7 @@ class Scenario:
         k = self.draft_len if fit_draft_len is None else fit_draft_len
         check_step_inputs(spec, self.batch, k + 1, self.context_len)
         routing = resolve_routing(spec, self.routing, self.overlap, self.baseline_overlap)
+        request = LayoutRequest() if self.layout is None else self.layout
         memory = None
         if check_fit:
             memory = fit_layout(
@@ -85,12 +94,12 @@ class Scenario:
                 hardware,
                 self.batch,
                 max(1, self.context_len + k + 1),
-                layout=self.layout,
+                layout=request,
                 drafter_bytes=drafter_bytes(drafter, spec, self.batch, self.context_len),
             )
             layout = memory.layout
         else:
-            layout = chosen_layout(self.layout, spec, hardware, self.batch, self.context_len + k + 1)
+            layout = chosen_layout(request, spec, hardware, self.batch, self.context_len + k + 1)
         return ResolvedScenario(self, spec, hardware, routing, drafter, layout, memory)
 
 
@@ -144,6 +153,8 @@ def check_draft_len(draft_len: int) -> None:
 
 def resolve_model(model: ModelSpec | str) -> ModelSpec:
     """A model spec, or one loaded by catalogue name or file path."""
+    from moesim.simulator.models.spec import ModelSpec
+
     if isinstance(model, ModelSpec):
         return model
     from moesim.simulator.models.catalogue import load_model
@@ -153,6 +164,8 @@ def resolve_model(model: ModelSpec | str) -> ModelSpec:
 
 def resolve_hardware(hardware: HardwareProfile | str) -> HardwareProfile:
     """A hardware profile, or one loaded by bundled name or file path."""
+    from moesim.simulator.hardware.profile import HardwareProfile, load_profile
+
     return hardware if isinstance(hardware, HardwareProfile) else load_profile(hardware)
 
 
@@ -163,6 +176,9 @@ def resolve_routing(
     baseline_overlap: float | None = None,
 ) -> RoutingModel:
     """The routing model of a scenario (see the module docstring for the rules)."""
+    from moesim.simulator.routing.base import RoutingModel
+    from moesim.simulator.routing.independent import IndependentRouting
+
     if isinstance(routing, RoutingModel):
         return routing
     if not spec.is_moe:
@@ -184,6 +200,9 @@ def chosen_layout(
     context_len: int,
 ) -> ParallelLayout:
     """The layout to simulate: the one given, one GPU for None, the smallest that fits for an open request."""
+    from moesim.simulator.plan.layout import ParallelLayout
+    from moesim.simulator.plan.memory import fit_layout
+
     if request is None:
         return ParallelLayout()
     if isinstance(request, ParallelLayout):
@@ -195,8 +214,10 @@ def chosen_layout(
 
 
 __all__ = [
+    "DEFAULT_ACCEPTANCE",
     "DEFAULT_BATCH",
     "DEFAULT_CONTEXT_LEN",
+    "DEFAULT_DRAFTER",
     "DEFAULT_DRAFT_LEN",
     "DEFAULT_ENGINE",
     "DEFAULT_HARDWARE",

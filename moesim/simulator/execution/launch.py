@@ -14,8 +14,7 @@ import numpy as np
 
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.profile import HardwareProfile
-
-LAUNCH_MODES = ("eager", "graph")
+from moesim.simulator.scenario import LAUNCH_MODES
 
 
 def check_launch(launch: str) -> None:

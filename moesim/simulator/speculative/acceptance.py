@@ -13,8 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.errors import MoesimError
-
-DEFAULT_ACCEPTANCE = 0.8
+from moesim.simulator.scenario import DEFAULT_ACCEPTANCE
 
 
 def tokens_per_step(acceptance: float | np.ndarray, draft_len: int | np.ndarray) -> np.ndarray:

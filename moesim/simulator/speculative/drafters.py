@@ -44,7 +44,6 @@ from moesim.simulator.plan.step import Matrix, PlanContext, PlanDevice, Segment,
 from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.routing.base import RoutingModel
 
-DEFAULT_DRAFTER = "eagle"
 # Prompt-lookup (n-gram) drafting is a host-side suffix match: a few microseconds per sequence.
 NGRAM_BASE_US = 10.0
 NGRAM_PER_SEQUENCE_US = 1.0
