@@ -68,6 +68,31 @@ class CostParams:
             non_gemm_flops_per_s=hw.peak_flops_per_s("bf16") * float(em.vector_flops_fraction or 0.0),
         )
 
+    @classmethod
+    def for_gemms(
+        cls,
+        fixed_s: float,
+        memory_bytes_per_s: float,
+        half_bandwidth_bytes: float,
+        gemm_m_tokens: np.ndarray,
+        gemm_efficiency: np.ndarray,
+        peak_flops_per_s: float,
+    ) -> CostParams:
+        """Parameters that price GEMMs (m_tokens > 0, no cache reads) exactly as a profile with this
+        efficiency curve would: what calibration fits the curve through. Cache and vector-unit fields unused."""
+        return cls(
+            fixed_s=fixed_s,
+            memory_bytes_per_s=memory_bytes_per_s,
+            half_bandwidth_bytes=half_bandwidth_bytes,
+            cache_bytes_per_s=math.inf,
+            cache_capacity_bytes=0.0,
+            elementwise_fraction=1.0,
+            gemm_m=np.log(np.asarray(gemm_m_tokens, dtype=float)),
+            gemm_eff=np.asarray(gemm_efficiency, dtype=float),
+            peak_flops={"bf16": peak_flops_per_s},
+            non_gemm_flops_per_s=peak_flops_per_s,  # unused: these parameters price GEMMs only
+        )
+
     def peak(self, dtype: str) -> float:
         return self.peak_flops.get(dtype, self.peak_flops["bf16"])
 
