@@ -33,7 +33,9 @@ def wall_s(checkout: Path, args: list[str]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--compare", type=Path, default=None, help="another checkout to time beside this one")
     args = parser.parse_args()
@@ -50,7 +52,9 @@ def main() -> None:
     for name, t in times.items():
         help_s, sim_s = statistics.median(t["help"]), statistics.median(t["simulate"])
         medians[name] = (help_s, sim_s)
-        print(f"{name:>14}: --help {help_s:.3f} s, simulate {sim_s:.3f} s, simulate / help = {sim_s / help_s:.2f}")
+        print(
+            f"{name:>14}: --help {help_s:.3f} s, simulate {sim_s:.3f} s, simulate / help = {sim_s / help_s:.2f}"
+        )
     if "compared" in medians:
         (h_new, s_new), (h_old, s_old) = medians["this checkout"], medians["compared"]
         print(f"simulate: this checkout takes {s_new / s_old:.2f} of the compared one's time "

@@ -270,7 +270,7 @@ def predict_command(
             summary = rank_summary(loads, ranks, placement)  # type: ignore[arg-type]
             entry["per_rank"] = {
                 "ranks": ranks,
-                "placement": placement,
+                "placement": summary.placement,
                 "max_distinct": vars(summary.max_distinct),
                 "max_tokens": vars(summary.max_tokens),
                 "mean_distinct_per_rank": summary.mean_distinct_per_rank,

@@ -45,7 +45,8 @@ CATEGORY_LABELS = {
 
 def step_options(func: F) -> F:
     """--context-len, --launch, --engine and the routing flags shared by simulate and sweep."""
-    from moesim.simulator.scenario import DEFAULT_CONTEXT_LEN, DEFAULT_ENGINE, DEFAULT_LAUNCH, LAUNCH_MODES
+    from moesim.simulator.execution.launch import LAUNCH_MODES
+    from moesim.simulator.scenario import DEFAULT_CONTEXT_LEN, DEFAULT_ENGINE, DEFAULT_LAUNCH
 
     options = [
         click.option(

@@ -33,7 +33,6 @@ DEFAULT_DRAFT_LEN = 3
 DEFAULT_CONTEXT_LEN = 2048
 DEFAULT_ENGINE = "fused"
 DEFAULT_LAUNCH = "graph"
-LAUNCH_MODES: tuple[str, ...] = ("eager", "graph")
 DEFAULT_DRAFTER = "eagle"  # an EAGLE-style draft head, what vLLM and SGLang users run most
 DEFAULT_ACCEPTANCE = 0.8  # per-token acceptance of a well-trained EAGLE head on chat data
 # A sweep's grid when none is given: powers of two to 256 sequences, draft lengths 1-8.

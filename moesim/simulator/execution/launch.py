@@ -9,12 +9,16 @@ engine and the fast path read these numbers from here alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.simulator.hardware.profile import HardwareProfile
-from moesim.simulator.scenario import LAUNCH_MODES
+
+if TYPE_CHECKING:
+    from moesim.simulator.hardware.profile import HardwareProfile
+
+LAUNCH_MODES: tuple[str, ...] = ("eager", "graph")
 
 
 def check_launch(launch: str) -> None:

@@ -30,7 +30,7 @@ import numpy as np
 from moesim.errors import MoesimError
 from moesim.simulator.models.spec import AttentionLayerKind, FfnLayerKind, ModelSpec
 from moesim.simulator.plan import step as pl
-from moesim.simulator.plan.kernels import Collective, Kernel, TensorRead
+from moesim.simulator.plan.kernels import Collective, Kernel
 from moesim.simulator.plan.layout import ParallelLayout, moe_traffic
 from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.routing.base import RoutingModel
@@ -110,53 +110,6 @@ class ParallelStep:
         return out
 
 
-def _rank_expert_kernels(ctx: pl.PlanContext, distinct: float, assignments: float) -> list[Kernel]:
-    """Grouped GEMMs of the slowest rank: `assignments` token-expert pairs over `distinct` experts."""
-    model = ctx.model
-    w, h = model.expert_width, model.hidden
-    w13, w2 = ctx.ffn["expert_w13"], ctx.ffn["expert_w2"]
-    distinct = max(distinct, 1e-9)
-    per_expert = assignments / distinct
-    tiles = max(1.0, math.ceil(per_expert / ctx.device.gemm_tile_m_expert))
-    dtype = model.expert_format.compute_dtype
-    P = pl.LAYER_PREFIX
-    return [
-        Kernel(
-            name="experts_gate_up",
-            category="routed_experts",
-            flops=2.0 * assignments * w13.params,
-            reads=(
-                TensorRead(P + "experts.w13", distinct * w13.bytes, tiles, w13.bytes),
-                TensorRead("dispatch_recv", assignments * h * pl.ACT_BYTES),
-                TensorRead("sorted_ids", assignments * pl.INDEX_BYTES),
-            ),
-            write_bytes=assignments * 2 * w * pl.ACT_BYTES,
-            write_tensor="experts_in",
-            m_tokens=per_expert,
-            dtype=dtype,
-        ),
-        pl.elementwise_kernel(
-            "experts_act",
-            "routed_experts",
-            (("experts_in", assignments * 2 * w),),
-            ("experts_mid", assignments * w),
-        ),
-        Kernel(
-            name="experts_down",
-            category="routed_experts",
-            flops=2.0 * assignments * w2.params,
-            reads=(
-                TensorRead(P + "experts.w2", distinct * w2.bytes, tiles, w2.bytes),
-                TensorRead("experts_mid", assignments * w * pl.ACT_BYTES),
-            ),
-            write_bytes=assignments * h * pl.ACT_BYTES,
-            write_tensor="experts_out",
-            m_tokens=per_expert,
-            dtype=dtype,
-        ),
-    ]
-
-
 def _join(kernel: Kernel) -> Kernel:
     return kernel if kernel.join else replace(kernel, join=True)
 
@@ -185,7 +138,7 @@ def _moe_kernels(ctx: pl.PlanContext, layout: ParallelLayout, work: RankExperts)
         return [
             *pl.router_kernels(ctx, distinct),
             *shared,
-            *_rank_expert_kernels(ctx, distinct, float(ctx.m_tokens * ctx.model.top_k)),
+            *pl.fused_expert_kernels(ctx, distinct),
             pl.combine_kernel(ctx, join=bool(shared)),
             comm_kernel("moe_all_reduce"),
         ]
@@ -195,7 +148,9 @@ def _moe_kernels(ctx: pl.PlanContext, layout: ParallelLayout, work: RankExperts)
         *pl.router_kernels(ctx, distinct),
         comm_kernel("dispatch"),
         *shared,  # on the main stream while dispatch is in flight
-        *_rank_expert_kernels(ctx, distinct, assignments),
+        *pl.fused_expert_kernels(
+            ctx, distinct, assignments, ("dispatch_recv", assignments * ctx.model.hidden)
+        ),
         comm_kernel("combine"),
         pl.combine_kernel(ctx, join=False),
     ]

@@ -657,13 +657,26 @@ def shared_expert_kernels(ctx: PlanContext, stream: int) -> list[Kernel]:
     ]
 
 
-def fused_expert_kernels(ctx: PlanContext, distinct: float) -> list[Kernel]:
-    """Grouped GEMMs over the distinct experts: each one's weights read once (repeats per M-tile hit L2)."""
+def fused_expert_kernels(
+    ctx: PlanContext,
+    distinct: float,
+    assignments: float | None = None,
+    input_tensor: tuple[str, float] | None = None,
+) -> list[Kernel]:
+    """Grouped GEMMs over the distinct experts: each one's weights read once (repeats per M-tile hit L2).
+
+    `assignments` token-expert pairs (default: every token's top-k) over `distinct` experts, reading the
+    tokens from `input_tensor` (name, elements; default: the step's hidden states). An expert-parallel
+    rank passes its own share and the tokens dispatch delivered to it.
+    """
     model, m = ctx.model, ctx.m_tokens
     k, w, h = model.top_k, model.expert_width, model.hidden
     w13, w2 = ctx.ffn["expert_w13"], ctx.ffn["expert_w2"]
-    assignments = m * k
+    assignments = m * k if assignments is None else assignments
+    source, source_elements = ("h", m * h) if input_tensor is None else input_tensor
+    distinct = max(distinct, 1e-9)
     per_expert = assignments / distinct
+    tile_m = ctx.device.gemm_tile_m_expert
     dtype = model.expert_format.compute_dtype
     P = LAYER_PREFIX
     return [
@@ -672,10 +685,8 @@ def fused_expert_kernels(ctx: PlanContext, distinct: float) -> list[Kernel]:
             "routed_experts",
             flops=2.0 * assignments * w13.params,
             reads=(
-                weight_read(
-                    ctx.device, P + "experts.w13", w13, per_expert, ctx.device.gemm_tile_m_expert, distinct
-                ),
-                _act("h", m * h),
+                weight_read(ctx.device, P + "experts.w13", w13, per_expert, tile_m, distinct),
+                _act(source, source_elements),
                 TensorRead("sorted_ids", assignments * INDEX_BYTES),
             ),
             write=("experts_in", assignments * 2 * w * ACT_BYTES),
@@ -693,9 +704,7 @@ def fused_expert_kernels(ctx: PlanContext, distinct: float) -> list[Kernel]:
             "routed_experts",
             flops=2.0 * assignments * w2.params,
             reads=(
-                weight_read(
-                    ctx.device, P + "experts.w2", w2, per_expert, ctx.device.gemm_tile_m_expert, distinct
-                ),
+                weight_read(ctx.device, P + "experts.w2", w2, per_expert, tile_m, distinct),
                 _act("experts_mid", assignments * w),
             ),
             write=("experts_out", assignments * h * ACT_BYTES),

@@ -1,7 +1,8 @@
-"""Routing models: how many distinct experts B sequences × T tokens pull into one MoE layer.
+"""Distinct experts: routing models (independent, correlated, typical, fitted from traces or summary
+statistics), traces and statistics files, expert placement over expert-parallel ranks and per-rank work.
 
-The names below load on first use (PEP 562), so importing one light submodule (base, correlated,
-independent) does not pull in the fitter's scipy and scikit-learn.
+Imports nothing of the simulator outside this room. The names below load on first use (PEP 562), so
+importing one light submodule (base, correlated, independent) does not pull in scipy or scikit-learn.
 """
 
 from __future__ import annotations

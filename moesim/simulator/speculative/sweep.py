@@ -78,6 +78,11 @@ class SweepResult:
     skipped: list[dict[str, Any]]
     assumptions: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def speedup(self) -> dict[tuple[str, int, int], float]:
+        """The SD speedup of every (model, batch, draft length) swept."""
+        return {(r.model, r.batch, r.draft_len): r.speedup for r in self.rows}
+
     def to_json(self) -> dict[str, Any]:
         return {
             "rows": [asdict(r) for r in self.rows],
