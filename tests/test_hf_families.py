@@ -317,7 +317,7 @@ def _attention_weight_reads(plan: Any) -> float:
 
 @pytest.mark.parametrize("family", ["deepseek_v4", "deepseek_v32", "gemma4", "mimo_v2_flash", "qwen3_5_moe"])
 def test_decode_plan_reads_every_attention_weight_once(family: str) -> None:
-    from moesim.simulator.plan.step import build_plan
+    from moesim.simulator.plan.styles import build_plan
 
     spec = load_hf_config(FAMILY_DIR / f"{family}.json")
     plan = build_plan(spec, 1, 1, 2048)
@@ -327,7 +327,7 @@ def test_decode_plan_reads_every_attention_weight_once(family: str) -> None:
 
 
 def test_indexer_scans_the_context_while_attention_reads_top_k() -> None:
-    from moesim.simulator.plan.step import build_plan
+    from moesim.simulator.plan.styles import build_plan
 
     spec = load_hf_config(FAMILY_DIR / "deepseek_v32.json")
 
