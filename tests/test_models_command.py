@@ -76,3 +76,30 @@ def test_every_family_simulates_on_a_layout_that_fits(family: str) -> None:
     assert top_k < verify <= 4 * top_k  # four tokens share some experts
     assert data["parallel"]["memory"]["fits"] if "parallel" in data else True
     assert 1.0 < data["speedup"] < data["tokens_per_step"]
+
+
+def test_simulate_json_carries_the_model_counts() -> None:
+    path = FAMILIES / "glm_moe_dsa.json"
+    code, out, err = invoke("simulate", "--model-config", str(path), "--json")
+    assert code == 0, err
+    summary = json.loads(out)["model_summary"]
+    spec = load_model(str(path))
+    assert summary["params"]["total"] == param_counts(spec).total
+    assert summary["params"]["active"] == param_counts(spec).active
+    assert summary["weight_bytes"]["total"] == total_weight_bytes(spec)
+    assert summary["experts"]["routed"] == spec.n_experts
+    assert summary["ignored_keys"] == list(spec.ignored_keys)
+
+
+def test_sweep_takes_model_configs_and_override_flags() -> None:
+    path = str(FAMILIES / "qwen3_moe.json")
+    args = ("sweep", "--model-config", path, "--batch", "1", "--draft-len", "3", "--json")
+    code, out, err = invoke(*args)
+    assert code == 0, err
+    base = json.loads(out)["rows"][0]
+    code, out, err = invoke(*args, "--top-k", "2")
+    assert code == 0, err
+    fewer = json.loads(out)["rows"][0]
+    assert fewer["verify_distinct_experts"] < base["verify_distinct_experts"]
+    code, _, err = invoke("sweep", "--batch", "1")
+    assert code != 0 and "--model-config" in err
