@@ -354,3 +354,11 @@ def test_per_layer_expert_counts_are_read_or_averaged_with_a_statement() -> None
     varied = spec_from_hf_config(config | {"moe_topk": [4] * (n // 2) + [8] * (n // 2)}, "x")
     assert varied.top_k == 6
     assert any("moe_topk: per-layer values 4–8 modelled as their mean 6" in a for a in varied.assumptions)
+
+
+@pytest.mark.parametrize("family", FILES)
+def test_imported_spec_round_trips_through_catalogue_toml(family: str) -> None:
+    from moesim.simulator.models.catalogue import parse_toml, spec_from_dict, spec_to_toml
+
+    spec = load_hf_config(FAMILY_DIR / f"{family}.json")
+    assert spec_from_dict(parse_toml(spec_to_toml(spec), "x.toml"), "x.toml") == spec
