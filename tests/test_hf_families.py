@@ -362,3 +362,16 @@ def test_imported_spec_round_trips_through_catalogue_toml(family: str) -> None:
 
     spec = load_hf_config(FAMILY_DIR / f"{family}.json")
     assert spec_from_dict(parse_toml(spec_to_toml(spec), "x.toml"), "x.toml") == spec
+
+
+def test_general_reader_unwraps_an_unknown_multimodal_config() -> None:
+    config = _config("qwen3_vl_moe")
+    config["model_type"] = "brand_new_vl"
+    config["text_config"] = config["text_config"] | {"model_type": "brand_new_vl_text"}
+    spec = spec_from_hf_config(config, "x")
+    known = load_hf_config(FAMILY_DIR / "qwen3_vl_moe.json")
+    assert (spec.n_experts, spec.top_k, spec.n_layers) == (known.n_experts, known.top_k, known.n_layers)
+    assert any("no dedicated reader" in a for a in spec.assumptions)
+    assert any("vision_config" in a and "not modelled" in a for a in spec.assumptions)
+    # the general reader assumes no QK-norm: within 0.1% of the Qwen3 reader's count
+    assert ms.param_counts(spec).total == pytest.approx(ms.param_counts(known).total, rel=1e-3)

@@ -45,8 +45,7 @@ def general(cfg: HfConfig, family: str) -> dict[str, Any]:
     attention = r.mla(cfg, **extra) if cfg.has("kv_lora_rank") else r.gqa(cfg, hidden, **extra)
     fields: dict[str, Any] = {}
     if "linear" in kinds:
-        if not cfg.has("linear_num_value_heads"):
-            cfg.assume("linear-attention layers read as Gated DeltaNet (linear_* keys)")
+        cfg.assume("linear-attention layers read as Gated DeltaNet (linear_* keys)")
         fields["linear_attention"] = r.gated_deltanet(cfg)
     moe = r.moe_block(cfg, n)
     if moe.get("n_experts") and not any(cfg.has(key) for key in r.EXPERT_WIDTH_KEYS):

@@ -595,12 +595,14 @@ def indexer(cfg: HfConfig) -> dict[str, Any]:
 
 
 def gated_deltanet(cfg: HfConfig) -> LinearAttentionSpec:
-    """Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5)."""
+    """Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5); `linear_num_heads` / `linear_head_dim` give
+    equal key and value shapes (Kimi-Linear's and Ling's delta-rule layers)."""
+    heads, head_dim = ("linear_num_heads",), ("linear_head_dim",)
     return LinearAttentionSpec(
-        num_key_heads=cfg.integer("linear_num_key_heads"),
-        num_value_heads=cfg.integer("linear_num_value_heads"),
-        key_head_dim=cfg.integer("linear_key_head_dim"),
-        value_head_dim=cfg.integer("linear_value_head_dim"),
+        num_key_heads=cfg.first_integer(("linear_num_key_heads", *heads)),
+        num_value_heads=cfg.first_integer(("linear_num_value_heads", *heads)),
+        key_head_dim=cfg.first_integer(("linear_key_head_dim", *head_dim)),
+        value_head_dim=cfg.first_integer(("linear_value_head_dim", *head_dim)),
         conv_kernel=cfg.integer("linear_conv_kernel_dim", 4),
     )
 
