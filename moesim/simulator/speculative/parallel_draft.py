@@ -20,7 +20,7 @@ needs the drafts and the next draft needs the verified tokens.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from moesim.errors import MoesimError
@@ -104,23 +104,62 @@ def parallel_draft_time_s(
     one; the K passes share one launch and sync (`launch_overhead_s`). On one shared GPU this is exactly
     `speculative.draft_time_s`.
     """
+    (seconds,) = parallel_draft_times_s(
+        drafter,
+        target,
+        hardware,
+        layout,
+        batch,
+        (draft_len,),
+        context_len,
+        engine,
+        routing,
+        t_decode_s,
+        step_time,
+        parallel_step_time,
+        launch_overhead_s,
+        load_model,
+    )
+    return seconds
+
+
+def parallel_draft_times_s(
+    drafter: Drafter,
+    target: ModelSpec,
+    hardware: HardwareProfile,
+    layout: ParallelLayout,
+    batch: int,
+    draft_lens: Sequence[int],
+    context_len: int,
+    engine: str,
+    routing: RoutingModel | None,
+    t_decode_s: float,
+    step_time: StepTime,
+    parallel_step_time: ParallelStepTime,
+    launch_overhead_s: float,
+    load_model: Callable[[str], ModelSpec] | None = None,
+) -> list[float]:
+    """`parallel_draft_time_s` for each of `draft_lens`; a parallel drafter pass is planned and timed once."""
     single = layout.is_single or layout.draft_on == "separate" or drafter.kind in ("ngram", "fraction")
     if single:
-        own = draft_time_s(
-            drafter,
-            target,
-            hardware,
-            batch,
-            draft_len,
-            context_len,
-            engine,
-            routing,
-            t_decode_s,
-            step_time,
-            launch_overhead_s,
-            load_model,
-        )
-        return own + handoff_s(drafter, target, hardware, layout, batch, draft_len)
+        return [
+            draft_time_s(
+                drafter,
+                target,
+                hardware,
+                batch,
+                draft_len,
+                context_len,
+                engine,
+                routing,
+                t_decode_s,
+                step_time,
+                launch_overhead_s,
+                load_model,
+            )
+            + handoff_s(drafter, target, hardware, layout, batch, draft_len)
+            for draft_len in draft_lens
+        ]
     draft = drafter_model(drafter, target, load_model)
     assert draft is not None
     draft_layout = drafter_layout(draft, layout)
@@ -135,16 +174,20 @@ def parallel_draft_time_s(
             routing,
             load_model,
         )
-        return draft_len * step_time(plan, False) + launch_overhead_s
-    draft_batch = batch if draft_layout is layout else layout.sequences_per_group(batch)
-    step = build_parallel_plan(draft, draft_batch, 1, draft_layout, hardware, context_len, engine, routing)
-    if drafter.kind in ("eagle", "mtp"):
-        rank = rank_model(draft, draft_layout)
-        context = pl.PlanContext(
-            rank, draft_layout.sequences_per_group(draft_batch), 1, context_len, hardware
+        pass_s = step_time(plan, False)
+    else:
+        draft_batch = batch if draft_layout is layout else layout.sequences_per_group(batch)
+        step = build_parallel_plan(
+            draft, draft_batch, 1, draft_layout, hardware, context_len, engine, routing
         )
-        step = replace(step, plan=with_fusion_projection(step.plan, rank, context))
-    return draft_len * parallel_step_time(step, False) + launch_overhead_s
+        if drafter.kind in ("eagle", "mtp"):
+            rank = rank_model(draft, draft_layout)
+            context = pl.PlanContext(
+                rank, draft_layout.sequences_per_group(draft_batch), 1, context_len, hardware
+            )
+            step = replace(step, plan=with_fusion_projection(step.plan, rank, context))
+        pass_s = parallel_step_time(step, False)
+    return [draft_len * pass_s + launch_overhead_s for draft_len in draft_lens]
 
 
-__all__ = ["drafter_layout", "handoff_s", "parallel_draft_time_s"]
+__all__ = ["drafter_layout", "handoff_s", "parallel_draft_time_s", "parallel_draft_times_s"]

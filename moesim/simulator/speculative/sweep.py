@@ -34,7 +34,7 @@ from moesim.simulator.speculative.drafters import (
     parse_drafter,
     peak_batch,
 )
-from moesim.simulator.speculative.parallel_draft import parallel_draft_time_s
+from moesim.simulator.speculative.parallel_draft import parallel_draft_times_s
 
 ROW_FIELDS = (
     "model",
@@ -231,23 +231,23 @@ def run_sweep(
                     cache[key] = step_time(plan, with_launch)
                 return cache[key]
 
-            for k in draft_lens:
+            draft_times = parallel_draft_times_s(
+                parsed,
+                model,
+                hardware,
+                layout,
+                batch,
+                draft_lens,
+                context_len,
+                engine,
+                routing_model,
+                t_decode,
+                pass_time,
+                parallel_step_time,
+                launch_params.overhead_s,
+            )
+            for k, t_draft in zip(draft_lens, draft_times, strict=True):
                 verify_plan, t_verify = timed_plan(k + 1)
-                t_draft = parallel_draft_time_s(
-                    parsed,
-                    model,
-                    hardware,
-                    layout,
-                    batch,
-                    k,
-                    context_len,
-                    engine,
-                    routing_model,
-                    t_decode,
-                    pass_time,
-                    parallel_step_time,
-                    launch_params.overhead_s,
-                )
                 tokens = expected_tokens(k, acceptance, acceptance_length)
                 rows.append(
                     SweepRow(
