@@ -130,21 +130,54 @@ def sample_sequence_banks(
     """`sample_sequences` of several layers from one set of random draws: entry i equals what
     `sample_sequences(layers[i], ...)` gives from the same generator state. The layers must share a
     `draw_pattern`; drawing once is what makes a model's early and main layer banks cost one draw."""
-    _check_parents(parents)
-    patterns = {draw_pattern(layer) for layer in layers}
-    if len(patterns) != 1:
-        raise ValueError(f"layers draw different random numbers: {sorted(patterns)}")
-    (n, has_sequence_noise, has_token_noise) = patterns.pop()
-    shape = (n_sequences, n)
-    sequence_noise = rng.standard_normal(shape, dtype=np.float32) if has_sequence_noise else None
-    sampled = [_LayerSampler(layer, parents, n_sequences, sequence_noise) for layer in layers]
-    for t, parent in enumerate(parents):
-        exponential = np.maximum(rng.standard_exponential(shape, dtype=np.float32), np.float32(1e-30))
-        gumbel_free = np.log(exponential)  # logits = log p − this, + Gumbel noise
-        noise = rng.standard_normal(shape, dtype=np.float32) if has_token_noise else None
-        for sampler in sampled:
-            sampler.token(t, parent, gumbel_free, noise)
-    return [sampler.out for sampler in sampled]
+    banks = _GrowingBanks(layers, parents, n_sequences, rng)
+    banks.grow(len(parents))
+    return [sampler.out for sampler in banks.samplers]
+
+
+class _GrowingBanks:
+    """Sequences of sibling layers simulated token by token, only as far as has been asked for: token t's
+    draws follow those of the tokens before it, so a prefix grown later equals the full bank's prefix."""
+
+    def __init__(
+        self,
+        layers: Sequence[LayerRouting],
+        parents: Sequence[int],
+        n_sequences: int,
+        rng: np.random.Generator,
+    ) -> None:
+        _check_parents(parents)
+        patterns = {draw_pattern(layer) for layer in layers}
+        if len(patterns) != 1:
+            raise ValueError(f"layers draw different random numbers: {sorted(patterns)}")
+        n, self.has_sequence_noise, self.has_token_noise = patterns.pop()
+        self.shape = (n_sequences, n)
+        self.rng = rng
+        self.parents = tuple(parents)
+        sequence_noise = (
+            rng.standard_normal(self.shape, dtype=np.float32) if self.has_sequence_noise else None
+        )
+        self.samplers = [_LayerSampler(layer, parents, n_sequences, sequence_noise) for layer in layers]
+        self.grown = 0
+
+    def grow(self, tokens: int) -> None:
+        """Simulate up to `tokens` tokens (at most the tree's size)."""
+        rng, shape = self.rng, self.shape
+        while self.grown < min(tokens, len(self.parents)):
+            t = self.grown
+            exponential = np.maximum(rng.standard_exponential(shape, dtype=np.float32), np.float32(1e-30))
+            gumbel_free = np.log(exponential)  # logits = log p − this, + Gumbel noise
+            noise = rng.standard_normal(shape, dtype=np.float32) if self.has_token_noise else None
+            for sampler in self.samplers:
+                sampler.token(t, self.parents[t], gumbel_free, noise)
+            self.grown += 1
+
+    def prefix(self, index: int, tokens: int) -> np.ndarray:
+        """Read-only [n_sequences, tokens, k] expert ids of layer `index`'s first `tokens` tokens."""
+        self.grow(tokens)
+        view = self.samplers[index].out[:, :tokens]
+        view.setflags(write=False)
+        return view
 
 
 class _LayerSampler:
@@ -197,7 +230,7 @@ def _expert_masks(sets: np.ndarray, n_experts: int) -> np.ndarray:
     return mask.reshape(*lead, n_experts)
 
 
-_BANKS: dict[tuple[LayerRouting, tuple[int, ...], int, int], np.ndarray] = {}
+_BANKS: dict[tuple[LayerRouting, tuple[int, ...], int, int], tuple[_GrowingBanks, int]] = {}
 _MAX_BANKS = 256
 
 
@@ -207,9 +240,13 @@ def _bank(
     n_sequences: int,
     seed: int,
     siblings: tuple[LayerRouting, ...] = (),
+    tokens: int | None = None,
 ) -> np.ndarray:
-    """The seeded bank of simulated sequences of `layer` (cached). `siblings`, other layers of the same
-    routing model, are simulated in the same pass when they draw alike, since they are asked for next."""
+    """The first `tokens` tokens (all by default) of the seeded bank of simulated sequences of `layer`.
+
+    Cached, and grown only as far as asked. `siblings`, other layers of the same routing model, are
+    simulated in the same pass when they draw alike, since they are asked for next.
+    """
     key = (layer, parents, n_sequences, seed)
     if key not in _BANKS:
         pattern = draw_pattern(layer)
@@ -220,13 +257,13 @@ def _bank(
             and draw_pattern(other) == pattern
             and (other, parents, n_sequences, seed) not in _BANKS
         ]
-        banks = sample_sequence_banks(group, parents, n_sequences, np.random.default_rng(seed))
-        for member, bank in zip(group, banks, strict=True):
-            bank.setflags(write=False)
+        banks = _GrowingBanks(group, parents, n_sequences, np.random.default_rng(seed))
+        for index, member in enumerate(group):
             while len(_BANKS) >= _MAX_BANKS:
                 _BANKS.pop(next(iter(_BANKS)))
-            _BANKS[(member, parents, n_sequences, seed)] = bank
-    return _BANKS[key]
+            _BANKS[(member, parents, n_sequences, seed)] = (banks, index)
+    banks, index = _BANKS[key]
+    return banks.prefix(index, len(parents) if tokens is None else tokens)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -239,8 +276,8 @@ def miss_probability(
 ) -> np.ndarray:
     """q_e: fraction of bank sequences whose first `tokens` tokens never use expert e (smoothed off 0).
     `siblings`: as for `_bank` (the result does not depend on them)."""
-    bank = _bank(layer, parents, BANK_SEQUENCES, seed, siblings)
-    hit = _expert_masks(bank[:, :tokens], layer.n_experts).mean(axis=0)
+    bank = _bank(layer, parents, BANK_SEQUENCES, seed, siblings, tokens)
+    hit = _expert_masks(bank, layer.n_experts).mean(axis=0)
     return np.clip(1.0 - hit, 0.0, 1.0)
 
 
@@ -349,17 +386,14 @@ class CorrelatedRouting:
 
     # ---- distributions: B sequences drawn (without repeats) from the cached bank ----
 
-    def _bank_for(self, params: LayerRouting, batch: int, parents: tuple[int, ...]) -> np.ndarray:
-        n_seq = max(BANK_SEQUENCES, 4 * batch)
-        return _bank(params, parents, n_seq, self.seed, self.distinct_layers)
-
     def _step_sets(
         self, params: LayerRouting, batch: int, tokens: int, parents: tuple[int, ...], n_samples: int, rng
     ) -> np.ndarray:
-        bank = self._bank_for(params, batch, parents)
+        n_seq = max(BANK_SEQUENCES, 4 * batch)
+        bank = _bank(params, parents, n_seq, self.seed, self.distinct_layers, tokens)
         keys = rng.random((n_samples, bank.shape[0]))
         picks = np.argpartition(keys, batch - 1, axis=1)[:, :batch]  # the bank holds ≥ 4·batch sequences
-        return bank[picks][:, :, :tokens]  # [samples, batch, tokens, k]
+        return bank[picks]  # [samples, batch, tokens, k]
 
     def sample_expert_loads(
         self,

@@ -93,10 +93,11 @@ def _poisson_binomial_pmf(hit: np.ndarray, uniform: bool) -> np.ndarray:
         return np.asarray(stats.binom.pmf(np.arange(n + 1)[None, :], n, hit[:, :1]))
     pmf = np.zeros((m, n + 1))
     pmf[:, 0] = 1.0
-    for j in range(n):
-        p = hit[:, j : j + 1]
-        pmf[:, 1:] = pmf[:, 1:] * (1 - p) + pmf[:, :-1] * p
-        pmf[:, 0] *= 1 - p[:, 0]
+    miss = 1.0 - hit
+    for j in range(n):  # after j trials only counts 0..j can be non-zero: update those and count j+1
+        p, q = hit[:, j : j + 1], miss[:, j : j + 1]
+        pmf[:, 1 : j + 2] = pmf[:, 1 : j + 2] * q + pmf[:, : j + 1] * p
+        pmf[:, 0] *= q[:, 0]
     return pmf
 
 
