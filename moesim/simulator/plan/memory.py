@@ -138,7 +138,8 @@ def _attention_rank_bytes(spec: ModelSpec, kind: str, tp: int) -> float:
 def weight_bytes_per_rank(spec: ModelSpec, layout: ParallelLayout) -> dict[str, float]:
     """Weight bytes on the busiest rank, by component."""
     tp = layout.tp
-    attention = sum(_attention_rank_bytes(spec, kind, tp) for kind in spec.layer_attention)
+    per_kind = {kind: _attention_rank_bytes(spec, kind, tp) for kind in set(spec.layer_attention)}
+    attention = sum(per_kind[kind] for kind in spec.layer_attention)
     parts = {
         "attention": attention,
         "dense_ffn": spec.n_dense_layers * dense_ffn_weight_bytes(spec) / tp,
