@@ -103,3 +103,11 @@ def test_sweep_takes_model_configs_and_override_flags() -> None:
     assert fewer["verify_distinct_experts"] < base["verify_distinct_experts"]
     code, _, err = invoke("sweep", "--batch", "1")
     assert code != 0 and "--model-config" in err
+
+
+def test_models_shows_a_hypothetical_design_with_override_flags() -> None:
+    code, out, err = invoke("models", "deepseek-v3", "--experts", "128", "--json")
+    assert code == 0, err
+    assert json.loads(out)["params"]["total"] < param_counts(load_model("deepseek-v3")).total
+    code, _, err = invoke("models", "--experts", "128")
+    assert code != 0 and "override flags need a model" in err
