@@ -375,3 +375,22 @@ def test_general_reader_unwraps_an_unknown_multimodal_config() -> None:
     assert any("vision_config" in a and "not modelled" in a for a in spec.assumptions)
     # the general reader assumes no QK-norm: within 0.1% of the Qwen3 reader's count
     assert ms.param_counts(spec).total == pytest.approx(ms.param_counts(known).total, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"index_topk": 0}, "attention.index_topk"),
+        ({"index_heads": 0}, "attention.index_heads"),
+        ({"compressed_ratio": 1}, "attention.compressed_ratio"),
+        ({"o_lora_rank": 1024, "o_groups": 7}, "attention.o_groups"),
+        ({"kv_compress_ratio": 0}, "attention.kv_compress_ratio"),
+    ],
+)
+def test_impossible_attention_shapes_name_the_field(change: dict[str, Any], field: str) -> None:
+    from dataclasses import replace
+
+    spec = load_hf_config(FAMILY_DIR / "deepseek_v4.json")
+    with pytest.raises(MoesimError) as err:
+        ms.validate_spec(replace(spec, attention=replace(spec.attention, **change)))
+    assert err.value.field == field
