@@ -229,7 +229,7 @@ def gemma4(cfg: HfConfig, family: str) -> dict[str, Any]:
     hidden = cfg.integer("hidden_size")
     kinds = r.attention_kinds(cfg, n, r.pattern_rule(6, 5))
     sliding = r.gqa(cfg, hidden, qk_norm=True, sliding_window=r.window(cfg, kinds))
-    overrides = {int(layer): value for layer, value in cfg.get("per_layer_config", {}).items()}
+    overrides = {int(layer): value for layer, value in cfg.mapping("per_layer_config", {}).items()}
     full_layers = [i for i, kind in enumerate(kinds) if kind == "full"]
     distinct = {json.dumps(overrides.get(i, {}), sort_keys=True) for i in full_layers}
     if len(distinct) > 1:

@@ -289,6 +289,13 @@ class HfConfig:
             )
         return value
 
+    def mapping(self, key: str, default: dict[str, Any]) -> dict[str, Any]:
+        """An object-valued key read whole (e.g. per-layer overrides), checked to be an object."""
+        value = self.get(key, default)
+        if not isinstance(value, dict):
+            raise MoesimError(self.field(key), f"must be an object, got {value!r}", "write a JSON object")
+        return value
+
     def sub(self, key: str) -> HfConfig:
         value = self.get(key, {})
         if not isinstance(value, dict):
