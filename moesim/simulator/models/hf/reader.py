@@ -424,6 +424,8 @@ def _quantised_format(quant: HfConfig, method: str) -> str:
         if any(w.get("num_bits") == 4 for w in weights):
             return _int4_format(quant, weights[0].get("group_size"))
         if any(w.get("num_bits") == 8 for w in weights):
+            if any(w.get("type") == "int" for w in weights):
+                quant.assume("int8 weights modelled as fp8 with per-channel scales (same bytes, same peak)")
             return "fp8-channel"
     if method in ("gptq", "awq", "autoround") and quant.data.get("bits", 4) == 4:
         return _int4_format(quant, quant.data.get("group_size"))
