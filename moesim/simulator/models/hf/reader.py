@@ -404,7 +404,8 @@ def _quantised_format(quant: HfConfig, method: str) -> str:
     if method == "fp8":
         block = quant.data.get("weight_block_size")
         if block is None:
-            return "fp8-channel" if quant.data.get("activation_scheme") == "dynamic" else "fp8-tensor"
+            quant.assume("fp8 without weight_block_size: one scale per output channel assumed")
+            return "fp8-channel"
         if list(block) != [128, 128]:
             raise MoesimError(
                 quant.field("weight_block_size"),
