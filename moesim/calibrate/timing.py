@@ -252,15 +252,18 @@ def cpu_clock_ns(threads: int) -> Callable[[], int]:
     return time.thread_time_ns if threads == 1 else time.perf_counter_ns
 
 
+def cache_flush_bytes(device: DeviceInfo) -> int:
+    """Bytes a read must stream to evict the caches: twice the last-level cache (64 MiB when unknown), ≥ 32 MiB."""
+    return int(max(2 * (device.last_level_cache_bytes or 64 * 2**20), 32 * 2**20))
+
+
 class Timer:
     """Times callables on one device: device time via CUDA events on a GPU, the CPU clock on a CPU."""
 
     def __init__(self, device: DeviceInfo, flush_bytes: int = 0) -> None:
         self.device = device
         self.torch = import_torch()
-        self.flush_bytes = flush_bytes or int(
-            max(2 * (device.last_level_cache_bytes or 64 * 2**20), 32 * 2**20)
-        )
+        self.flush_bytes = flush_bytes or cache_flush_bytes(device)
         self._flush_buffer: Any = None
         self.clock_ns = cpu_clock_ns(device.threads) if not device.is_gpu else time.perf_counter_ns
         self._lead_s = MIN_LEAD_S

@@ -96,6 +96,14 @@ Examples:
     "machine), wall clock otherwise.",
 )
 @click.option(
+    "--cache",
+    type=click.Choice(["auto", "cold", "warm"]),
+    default="auto",
+    show_default=True,
+    help="Cache state each timed step starts in: cold (a read of twice the last-level cache evicts it first), "
+    "warm (back to back), auto: cold on a CPU (a scaled-down model partly fits its cache), warm on a GPU.",
+)
+@click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed of weights, inputs and routing samples."
 )
 @click.option(
@@ -150,6 +158,7 @@ def validate_command(
     threads: int | None,
     routing: str,
     clock: str,
+    cache: str,
     seed: int,
     cross_profiles: tuple[str, ...],
     measured_path: str | None,
@@ -203,6 +212,7 @@ def validate_command(
             routing=routing,
             seed=seed,
             clock=clock,
+            cache=cache,
         )
         progress = None if as_json else (lambda text: click.echo(f"  measuring {text}", err=True))
         cross = {name: load_profile(name) for name in cross_profiles}

@@ -6,8 +6,11 @@ measured and how to rebuild the configuration; `predict.predict_rows` prices the
 Timing is wall clock around one step with a device synchronisation before and after (so it includes
 launch, device work and the final sync, as the simulator's step time does); a single-threaded CPU run
 is timed with the thread's CPU clock instead, so preemption by other processes on a shared machine is
-not counted (see `step_clock`). Steps run back to back, so
-each starts with the cache as the previous identical step left it — the engine's warm-cache assumption.
+not counted (see `step_clock`). With `flush_bytes` (the CPU default) a read of that many bytes before
+each timed step evicts the caches, so each step starts cold, as a full-size model (many times any cache)
+does; without it steps run back to back, each starting with the cache as the previous identical step
+left it (the engine's warm-cache assumption), which on a CPU depends on how much of a scaled-down model
+the machine's last-level cache happens to hold.
 Repeats are split into rounds that cycle through all configurations of a model; the spread between
 rounds' medians is the run-to-run noise floor reported beside the error.
 
@@ -73,6 +76,7 @@ def measure_model(
     progress: Callable[[str], None] | None = None,
     clock: str = "auto",
     check: dict[str, bool] | None = None,
+    flush_bytes: int = 0,
 ) -> list[dict[str, Any]]:
     """Measured rows of every (batch, draft length) of `grid` for one model; with `check`, also record
     there whether the plan lists exactly the aten ops one small step of this model issues."""
@@ -88,6 +92,15 @@ def measure_model(
     def sync() -> None:
         if cuda:
             torch.cuda.synchronize()
+
+    flush_buffer = (
+        torch.ones(flush_bytes // 4, dtype=torch.float32, device=model.device) if flush_bytes else None
+    )
+
+    def start_cold() -> None:
+        if flush_buffer is not None:
+            torch.sum(flush_buffer)  # a read: evicts without leaving dirty lines for the step to write back
+            sync()
 
     prepared: list[_Prepared] = []
     with torch.inference_mode():
@@ -114,6 +127,7 @@ def measure_model(
                 sync()
                 times = []
                 for _ in range(settings.repeats):
+                    start_cold()
                     sync()
                     t0 = clock_ns()
                     item.run()
