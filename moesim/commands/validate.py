@@ -96,6 +96,16 @@ Examples:
     "machine), wall clock otherwise.",
 )
 @click.option(
+    "--reference",
+    "style",
+    type=click.Choice(["torch-reference", "torch-fused"]),
+    default="torch-reference",
+    show_default=True,
+    help="The torch step's routed experts: a loop of GEMMs per distinct expert (torch-reference), or one "
+    "grouped GEMM per projection over all of them (torch-fused, torch._grouped_mm: the fused style's kind of "
+    "kernel), each predicted with its own exact plan.",
+)
+@click.option(
     "--cache",
     type=click.Choice(["auto", "cold", "warm"]),
     default="auto",
@@ -158,6 +168,7 @@ def validate_command(
     threads: int | None,
     routing: str,
     clock: str,
+    style: str,
     cache: str,
     seed: int,
     cross_profiles: tuple[str, ...],
@@ -213,6 +224,7 @@ def validate_command(
             seed=seed,
             clock=clock,
             cache=cache,
+            style=style,
         )
         progress = None if as_json else (lambda text: click.echo(f"  measuring {text}", err=True))
         cross = {name: load_profile(name) for name in cross_profiles}

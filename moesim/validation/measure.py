@@ -77,6 +77,7 @@ def measure_model(
     clock: str = "auto",
     check: dict[str, bool] | None = None,
     flush_bytes: int = 0,
+    style: str = "torch-reference",
 ) -> list[dict[str, Any]]:
     """Measured rows of every (batch, draft length) of `grid` for one model; with `check`, also record
     there whether the plan lists exactly the aten ops one small step of this model issues."""
@@ -85,7 +86,7 @@ def measure_model(
     torch = import_torch()
     from moesim.validation.reference import ReferenceModel
 
-    model = ReferenceModel(spec, device=device, seed=seed)
+    model = ReferenceModel(spec, device=device, seed=seed, style=style)
     cuda = model.device.type == "cuda"
     clock_ns = step_clock(clock, cuda, torch.get_num_threads())
 
@@ -197,14 +198,14 @@ def clock_name(clock: str, cuda: bool, threads: int) -> str:
 
 
 def _small_step(model: Any, routing: RoutingModel, context_len: int, seed: int) -> tuple[Any, Any]:
-    """(prepared inputs, torch-reference plan) of the small step (B = 2, T = 2) the kernel checks run."""
-    from moesim.simulator.plan.reference import reference_step_plan
+    """(prepared inputs, plan of the model's style) of the small step (B = 2, T = 2) the kernel checks run."""
+    from moesim.validation.predict import REFERENCE_PLANS
 
     spec = model.spec
     step_routing = sample_step_routing(routing, spec.n_experts, spec.top_k, 2, 2, model.moe_layers, seed)
     context = min(context_len, 64)
     inputs = model.prepare(2, 2, context, step_routing)
-    return inputs, reference_step_plan(spec, 2, 2, context, step_routing.loads)
+    return inputs, REFERENCE_PLANS[model.style](spec, 2, 2, context, step_routing.loads)
 
 
 def _plan_matches_torch(model: Any, routing: RoutingModel, context_len: int, seed: int) -> bool:
@@ -261,6 +262,9 @@ KERNEL_TO_ATEN = {
     "silu_": "silu_",
     "down": "mm",
     "scale_": "mul_",
+    "grouped_gate": "grouped_mm",
+    "grouped_up": "grouped_mm",
+    "grouped_down": "grouped_mm",
     "combine": "index_add_",
     "lm_head": "mm",
     "argmax": "argmax",

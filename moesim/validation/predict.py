@@ -20,10 +20,13 @@ from moesim.simulator.execution.cost import CostParams, kernel_times_s, memory_t
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.reference import reference_step_plan
+from moesim.simulator.plan.reference_fused import fused_reference_step_plan
 from moesim.simulator.plan.step import StepPlan
 from moesim.validation.configs import row_routing, row_spec
 
 TERMS = ("launch", "fixed", "compute", "memory", "cache")
+# The exact step plan of each reference style the torch side runs (validation/reference.py).
+REFERENCE_PLANS = {"torch-reference": reference_step_plan, "torch-fused": fused_reference_step_plan}
 # What a measuring run records per row (measure.measured_row); prediction carries these over unchanged.
 MEASURED_KEYS = (
     "model",
@@ -124,10 +127,11 @@ def predict_reference_step(
     expert_loads: Sequence[np.ndarray],
     launch: str,
     warm_cache: bool = True,
+    style: str = "torch-reference",
 ) -> Prediction:
     """The simulator's prediction for the reference step with these exact per-layer expert loads, starting
     warm from the previous identical step or (`warm_cache=False`) with an empty cache."""
-    plan = reference_step_plan(model, batch, tokens_per_seq, context_len, expert_loads)
+    plan = REFERENCE_PLANS[style](model, batch, tokens_per_seq, context_len, expert_loads)
     params = CostParams.from_hardware(hardware)
     step_s, breakdown, hbm_bytes, cache_bytes = simulate_plan(plan, hardware, launch, params, warm_cache)
     return Prediction(
@@ -155,6 +159,13 @@ def predict_rows(
     rows: list[dict[str, Any]] = []
     mismatched: list[str] = []
     warm = meta.get("cache_between_steps", "warm") != "cold"  # runs before the flush option ran warm
+    style = meta.get("reference_style", "torch-reference")
+    if style not in REFERENCE_PLANS:
+        raise MoesimError(
+            "--repredict",
+            f"unknown reference style {style!r}",
+            f"runs record one of {', '.join(REFERENCE_PLANS)}",
+        )
     for old in measured_rows:
         spec = row_spec(meta, old)
         routing = row_routing(meta, spec, old)
@@ -162,7 +173,7 @@ def predict_rows(
         if old.get("distinct_experts") is not None and abs(distinct - float(old["distinct_experts"])) > 1e-9:
             mismatched.append(f"{spec.name} B={old['batch']} K={old['draft_len']}")
         launch = old.get("launch") or meta.get("launch", "eager")
-        args = (old["batch"], old["draft_len"] + 1, old["context_len"], routing.loads, launch, warm)
+        args = (old["batch"], old["draft_len"] + 1, old["context_len"], routing.loads, launch, warm, style)
         pred = predict_reference_step(spec, hardware, *args)
         cross = {
             name: predict_reference_step(spec, other, *args).step_s
@@ -191,6 +202,7 @@ def predict_rows(
 
 __all__ = [
     "MEASURED_KEYS",
+    "REFERENCE_PLANS",
     "TERMS",
     "Prediction",
     "cost_terms",

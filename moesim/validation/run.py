@@ -39,6 +39,7 @@ class ValidationOptions:
     seed: int = 0
     clock: str = "auto"
     cache: str = "auto"  # between timed steps: cold (flushed), warm, or auto (cold on a CPU, warm on a GPU)
+    style: str = "torch-reference"  # the routed experts: a loop over distinct experts, or grouped GEMMs
 
 
 CACHE_STATES = ("auto", "cold", "warm")
@@ -137,6 +138,7 @@ def measure_validation(
             clock=options.clock,
             check=checks,
             flush_bytes=flush_bytes,
+            style=options.style,
         )
     notes = []
     if not all(checks.values()):
@@ -147,13 +149,14 @@ def measure_validation(
     return {
         "rows": rows,
         "meta": {
-            "title": f"torch reference on {device.name} vs profile {hardware.name} ({options.launch})",
+            "title": f"{options.style} on {device.name} vs profile {hardware.name} ({options.launch})",
             "profile": hardware.name,
             "profile_provenance": f"{hardware.provenance.kind}: {hardware.provenance.source}",
             "device": options.device,
             "device_name": device.name,
             "threads": device.threads,
             "clock": clock_name(options.clock, options.device == "cuda", device.threads),
+            "reference_style": options.style,
             "cache_between_steps": cache,
             "flush_bytes": flush_bytes,
             "dtype": dtype,
