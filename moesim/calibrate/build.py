@@ -124,6 +124,7 @@ def _memory_part(asm: _Assembly) -> tuple[MemoryParams | None, bool]:
     if mem is None:
         return None, False
     asm.record("memory_cache_knee", mem.knee.fit)
+    asm.quality["memory_cache_knee"].update(mem.confidence())
     asm.notes.extend(mem.notes)
     if mem.ramp is not None:
         asm.record("transfer_ramp", mem.ramp)
@@ -161,6 +162,9 @@ def _launch_part(asm: _Assembly) -> LaunchParams | None:
             asm.record(key, extra_fit)
     if launch.eager_tight is not None:
         asm.quality["launch_eager_tight"]["slope_us"] = max(launch.eager_tight.params["slope"], 0.0) * 1e6
+    eager = asm.quality["launch_eager"]
+    if "slope_low" in eager:  # the per-op cost's 95% confidence interval, in the profile's unit
+        eager["slope_low_us"], eager["slope_high_us"] = eager["slope_low"] * 1e6, eager["slope_high"] * 1e6
     asm.notes.extend(launch.notes)
     return launch
 

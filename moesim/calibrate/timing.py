@@ -252,9 +252,11 @@ def cpu_clock_ns(threads: int) -> Callable[[], int]:
     return time.thread_time_ns if threads == 1 else time.perf_counter_ns
 
 
-def cache_flush_bytes(device: DeviceInfo) -> int:
-    """Bytes a read must stream to evict the caches: twice the last-level cache (64 MiB when unknown), ≥ 32 MiB."""
-    return int(max(2 * (device.last_level_cache_bytes or 64 * 2**20), 32 * 2**20))
+def cache_flush_bytes(device: DeviceInfo, llc_multiple: float = 2.0) -> int:
+    """Bytes a read streams to evict the caches: `llc_multiple` × the last-level cache (64 MiB when unknown),
+    at least 32 MiB. Calibration's cold reads use twice the cache; validation, flushing before every timed
+    step, one cache's worth (a read of the cache's size replaces an LRU cache's contents)."""
+    return int(max(llc_multiple * (device.last_level_cache_bytes or 64 * 2**20), 32 * 2**20))
 
 
 class Timer:

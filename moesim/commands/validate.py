@@ -110,7 +110,7 @@ Examples:
     type=click.Choice(["auto", "cold", "warm"]),
     default="auto",
     show_default=True,
-    help="Cache state each timed step starts in: cold (a read of twice the last-level cache evicts it first), "
+    help="Cache state each timed step starts in: cold (a read of the last-level cache's size evicts it first), "
     "warm (back to back), auto: cold on a CPU (a scaled-down model partly fits its cache), warm on a GPU.",
 )
 @click.option(

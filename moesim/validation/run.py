@@ -118,7 +118,7 @@ def measure_validation(
     )
     settings = MeasureSettings.for_mode(options.quick)
     cache = cache_between_steps(options.cache, options.device)
-    flush_bytes = cache_flush_bytes(device) if cache == "cold" else 0
+    flush_bytes = cache_flush_bytes(device, llc_multiple=1.0) if cache == "cold" else 0
     started = time.perf_counter()
     rows = []
     checks: dict[str, bool] = {}
