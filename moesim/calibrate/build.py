@@ -9,7 +9,6 @@ GPU, with a note, or stops with one message naming the suite.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -19,6 +18,7 @@ from moesim.calibrate.fit_gemm import cpu_bandwidths, fit_gemm_table, m1_gemm_st
 from moesim.calibrate.fit_launch import LaunchParams, fit_launch_table
 from moesim.calibrate.fit_memory import MemoryParams, fit_memory_table
 from moesim.calibrate.fit_moe import fit_moe_table
+from moesim.calibrate.timing import name_slug
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.profile import (
     Datasheet,
@@ -73,7 +73,7 @@ def bundled_match(device_name: str) -> str | None:
 
 def default_name(device_name: str, backend: str) -> str:
     """A file-friendly profile name such as 'cpu-intel-xeon-processor' or 'nvidia-h200'."""
-    slug = re.sub(r"[^a-z0-9]+", "-", re.sub(r"\(r\)|\(tm\)", "", device_name.lower())).strip("-")
+    slug = name_slug(device_name)
     return f"cpu-{slug}" if backend == "cpu" else slug
 
 

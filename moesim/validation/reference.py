@@ -117,6 +117,14 @@ class ReferenceModel:
             )
         self.style = style
         self.spec = spec
+        # The grouped GEMM: torch's own on a CPU; on a GPU the Triton fused-MoE kernel where triton is present
+        # (torch._grouped_mm on CUDA wants bf16 on sm90+), registered as one torch op either way.
+        self._triton_grouped_mm: Any = None
+        if style == "torch-fused" and torch.device(device).type == "cuda":
+            from moesim.calibrate.triton_kernels import grouped_mm_op, triton_available
+
+            if triton_available():
+                self._triton_grouped_mm = grouped_mm_op()
         self.device = torch.device(device)
         self.dtype = dtype or torch_dtype_for(spec)
         gen = torch.Generator(device=self.device).manual_seed(seed)
@@ -296,6 +304,11 @@ class ReferenceModel:
                     device=dev,
                 ),
             )
+            if self._triton_grouped_mm is not None:
+                from moesim.calibrate.triton_kernels import moe_block_table
+
+                assert plan.offsets is not None
+                plan.block_table = moe_block_table(plan.offsets)
             bounds = np.concatenate([[0], np.cumsum(sizes)])
             for lo, hi in itertools.pairwise(bounds):
                 plan.x.append(ws.x_sorted[lo:hi])
@@ -380,11 +393,11 @@ class ReferenceModel:
         y_sorted = ws.y_sorted
         if self.style == "torch-fused":
             assert lw.w1_all is not None and lw.w3_all is not None and lw.w2_all is not None
-            gate = torch._grouped_mm(ws.x_sorted, lw.w1_all, offs=plan.offsets)
-            up = torch._grouped_mm(ws.x_sorted, lw.w3_all, offs=plan.offsets)
+            gate = self._experts_mm(ws.x_sorted, lw.w1_all, plan)
+            up = self._experts_mm(ws.x_sorted, lw.w3_all, plan)
             F.silu(gate, inplace=True)
             torch.mul(gate, up, out=ws.act_sorted)
-            y_sorted = torch._grouped_mm(ws.act_sorted, lw.w2_all, offs=plan.offsets)
+            y_sorted = self._experts_mm(ws.act_sorted, lw.w2_all, plan)
         else:
             for j, e in enumerate(plan.experts):
                 torch.mm(plan.x[j], lw.w13[e], out=plan.gu[j])
@@ -393,6 +406,12 @@ class ReferenceModel:
                 torch.mm(plan.act[j], lw.w2[e], out=plan.y[j])
         y_sorted.mul_(ws.w_sorted_col)
         ws.h.index_add_(0, plan.sorted_tokens, y_sorted)
+
+    def _experts_mm(self, x: torch.Tensor, weights: torch.Tensor, plan: MoeLayerInputs) -> torch.Tensor:
+        """One grouped GEMM over the sorted rows: the Triton kernel where prepared, else torch._grouped_mm."""
+        if plan.block_table is not None:
+            return self._triton_grouped_mm(x, weights, *plan.block_table)
+        return torch._grouped_mm(x, weights, offs=plan.offsets)
 
     # ------------------------------------------------------------------ graph replay
 
@@ -422,6 +441,9 @@ class MoeLayerInputs:
     sorted_tokens: torch.Tensor  # [M k] the token of each sorted pair
     experts: list[int]  # distinct experts hit, ascending
     offsets: torch.Tensor | None = None  # [N] int32 end row of each expert's group in the sorted rows (fused)
+    block_table: tuple[torch.Tensor, torch.Tensor] | None = (
+        None  # the Triton kernel's (rows, expert) per block
+    )
     x: list[torch.Tensor] = field(default_factory=list)
     gu: list[torch.Tensor] = field(default_factory=list)
     gate: list[torch.Tensor] = field(default_factory=list)

@@ -97,7 +97,13 @@ def measure_validation(
 
     `hardware` only chooses the thread count and dtype a measured CPU profile was calibrated with.
     """
-    from moesim.calibrate.timing import cache_flush_bytes, resolve_device, today
+    from moesim.calibrate.timing import (
+        cache_flush_bytes,
+        machine_description,
+        machine_kind,
+        resolve_device,
+        today,
+    )
 
     if options.launch not in ("eager", "graph"):
         raise MoesimError("--launch", f"unknown launch mode {options.launch!r}", "choose eager or graph")
@@ -154,6 +160,8 @@ def measure_validation(
             "profile_provenance": f"{hardware.provenance.kind}: {hardware.provenance.source}",
             "device": options.device,
             "device_name": device.name,
+            "machine": machine_description(device),
+            "machine_kind": machine_kind(device),
             "threads": device.threads,
             "clock": clock_name(options.clock, options.device == "cuda", device.threads),
             "reference_style": options.style,
