@@ -11,7 +11,7 @@ from moesim.calibrate.build import build_profile
 from moesim.calibrate.fit_gemm import cpu_bandwidths, m1_gemm_streaming_gbps
 from moesim.calibrate.fit_launch import fit_launch_table
 from moesim.simulator.execution.cost import CostParams
-from moesim.simulator.execution.fastpath import LaunchParams
+from moesim.simulator.execution.launch import LaunchParams
 from tests.test_calibrate_fit import MIB, synthetic_tables
 
 COUNTS = (16, 32, 64, 128, 256)

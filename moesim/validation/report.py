@@ -256,11 +256,10 @@ def predict_measured(
     routing_name: str,
 ) -> list[dict[str, Any]]:
     """Predict each --measured row with the simulator (its routing model, not a replay)."""
-    import moesim.simulator.plan.reference  # noqa: F401  (registers the torch-reference style)
     from moesim.simulator.execution.cost import CostParams
     from moesim.simulator.hardware.profile import load_profile
     from moesim.simulator.models.catalogue import load_model
-    from moesim.simulator.plan.step import build_plan
+    from moesim.simulator.plan.styles import build_plan
     from moesim.validation.configs import default_routing
     from moesim.validation.predict import cost_terms, simulate_plan
 
