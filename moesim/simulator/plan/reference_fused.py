@@ -30,7 +30,7 @@ from moesim.simulator.plan.reference import (
     layer_kernels,
     reference_step_plan,
 )
-from moesim.simulator.plan.step import DENSE_TILE_M, PlanBuilder, PlanContext, StepPlan, register_engine_style
+from moesim.simulator.plan.step import GENERIC_DEVICE, PlanBuilder, PlanContext, StepPlan
 
 ENGINE_NAME = "torch-fused"
 
@@ -45,7 +45,9 @@ def grouped_expert_kernels(k: _Kernels, model: ModelSpec, loads: np.ndarray) -> 
     def grouped(name: str, x: str, weight: str, k_dim: int, n_dim: int, out: str) -> None:
         reads: list[TensorRead] = [
             TensorRead(
-                f"{P}e{expert}.{weight}", k_dim * n_dim * e, max(1.0, math.ceil(loads[expert] / DENSE_TILE_M))
+                f"{P}e{expert}.{weight}",
+                k_dim * n_dim * e,
+                max(1.0, math.ceil(loads[expert] / GENERIC_DEVICE.gemm_tile_m_dense)),
             )
             for expert in hit
         ]
@@ -87,7 +89,6 @@ FUSED_REFERENCE_STYLE = PlanBuilder(
     prologue=REFERENCE_STYLE.prologue,
     epilogue=REFERENCE_STYLE.epilogue,
 )
-register_engine_style(FUSED_REFERENCE_STYLE)
 
 
 __all__ = ["ENGINE_NAME", "FUSED_REFERENCE_STYLE", "fused_reference_step_plan", "grouped_expert_kernels"]
