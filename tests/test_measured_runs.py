@@ -45,7 +45,12 @@ def test_a_user_row_round_trips() -> None:
 
 @pytest.mark.parametrize(
     ("column", "value", "needle"),
-    [("speedup", "fast", "speedup"), ("batch", "0", "batch"), ("metric", "latency", "metric"), ("gpus", "", "gpus")],
+    [
+        ("speedup", "fast", "speedup"),
+        ("batch", "0", "batch"),
+        ("metric", "latency", "metric"),
+        ("gpus", "", "gpus"),
+    ],
 )
 def test_bad_cells_name_the_file_line_and_column(column: str, value: str, needle: str) -> None:
     with pytest.raises(MoesimError) as info:

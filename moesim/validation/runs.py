@@ -37,7 +37,9 @@ SCHEMA: tuple[Column, ...] = (
     Column("gpus", "int", True, "GPUs the target runs on"),
     Column("tp", "int", True, "tensor-parallel ranks of attention"),
     Column("ep", "int", True, "expert-parallel ranks (1: experts tensor-parallel over all GPUs)"),
-    Column("expert_weight_format", "text", False, "expert weight format when not the catalogue's (e.g. mxfp4)"),
+    Column(
+        "expert_weight_format", "text", False, "expert weight format when not the catalogue's (e.g. mxfp4)"
+    ),
     Column("serving_engine", "choice", True, "engine that ran it", ("vllm", "sglang", "trtllm", "other")),
     Column("engine_version", "text", False, "engine version as published"),
     Column("cuda_graphs", "choice", True, "CUDA graphs on", ("yes", "no")),
@@ -47,7 +49,9 @@ SCHEMA: tuple[Column, ...] = (
     Column("draft_tokens", "int", False, "tokens a tree verifies per sequence"),
     Column("tree_topk", "int", False, "tree branching per drafter step"),
     Column("acceptance_length", "float", False, "AL: mean tokens per round (accepted + 1)"),
-    Column("batch", "ints", True, "batch size; for peak_speedup the batch sizes the peak is taken over (1;2;4)"),
+    Column(
+        "batch", "ints", True, "batch size; for peak_speedup the batch sizes the peak is taken over (1;2;4)"
+    ),
     Column("concurrency", "int", False, "concurrent requests of the benchmark"),
     Column("input_len", "int", False, "prompt tokens"),
     Column("output_len", "int", False, "generated tokens"),
@@ -107,10 +111,14 @@ def _parse_cell(column: Column, text: str, where: str) -> Any:
             return values
     except ValueError as exc:
         raise MoesimError(
-            f"{where}: {column.name}", f"{text!r} is not a valid {column.kind} value", f"give {column.meaning}"
+            f"{where}: {column.name}",
+            f"{text!r} is not a valid {column.kind} value",
+            f"give {column.meaning}",
         ) from exc
     if column.kind == "choice" and text not in column.choices:
-        raise MoesimError(f"{where}: {column.name}", f"must be one of {', '.join(column.choices)}, got {text!r}")
+        raise MoesimError(
+            f"{where}: {column.name}", f"must be one of {', '.join(column.choices)}, got {text!r}"
+        )
     return text
 
 
@@ -121,18 +129,24 @@ def parse_runs(text: str, source: str) -> list[MeasuredRun]:
     missing = [c.name for c in SCHEMA if c.required and c.name not in header]
     if missing:
         raise MoesimError(
-            f"{source}: {missing[0]}", "column is missing", "see `moesim validate --runs-schema` for the columns"
+            f"{source}: {missing[0]}",
+            "column is missing",
+            "see `moesim validate --runs-schema` for the columns",
         )
     unknown = sorted(set(header) - set(COLUMN_NAMES))
     if unknown:
-        raise MoesimError(f"{source}: {unknown[0]}", "is not a known column", f"known: {', '.join(COLUMN_NAMES)}")
+        raise MoesimError(
+            f"{source}: {unknown[0]}", "is not a known column", f"known: {', '.join(COLUMN_NAMES)}"
+        )
     runs: list[MeasuredRun] = []
     seen: set[str] = set()
     for line, row in enumerate(reader, start=2):
         where = f"{source} line {line}"
         values = {c.name: _parse_cell(c, row.get(c.name) or "", where) for c in SCHEMA}
         if values["run_id"] in seen:
-            raise MoesimError(f"{where}: run_id", f"{values['run_id']!r} appears twice", "give each row its own id")
+            raise MoesimError(
+                f"{where}: run_id", f"{values['run_id']!r} appears twice", "give each row its own id"
+            )
         seen.add(values["run_id"])
         runs.append(MeasuredRun(values))
     if not runs:
@@ -173,6 +187,12 @@ def unrepresentable_reason(run: MeasuredRun) -> str | None:
 def schema_rows() -> list[dict[str, Any]]:
     """The schema as plain data (for `--runs-schema --json`)."""
     return [
-        {"column": c.name, "type": c.kind, "required": c.required, "meaning": c.meaning, "choices": list(c.choices)}
+        {
+            "column": c.name,
+            "type": c.kind,
+            "required": c.required,
+            "meaning": c.meaning,
+            "choices": list(c.choices),
+        }
         for c in SCHEMA
     ]
