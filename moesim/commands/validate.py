@@ -18,6 +18,7 @@ Examples:
   moesim validate --profile measured/h200 --device cuda --quick --report docs/validation/h200
   moesim validate --profile h200 --measured bench.csv --engine fused --launch graph
   moesim validate --repredict run/result.json --profile measured/h200 --report out
+  moesim validate --runs --serving-engine ideal,vllm,sglang,trtllm,per-run
 """
 
 
@@ -31,8 +32,8 @@ Examples:
 )
 @click.option(
     "--profile",
-    required=True,
-    help="Hardware profile (name or file) to predict with, e.g. a calibrated cpu.toml.",
+    default=None,
+    help="Hardware profile (name or file) to predict with, e.g. a calibrated cpu.toml (not with --runs).",
 )
 @click.option(
     "--device",
@@ -134,6 +135,26 @@ Examples:
     default=None,
     help="Write report.md, rows.csv, result.json and predicted_vs_measured.png into this folder.",
 )
+@click.option(
+    "--runs",
+    "runs_path",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[FILE]",
+    help="Predict measured serving runs (a CSV, see --runs-schema; alone: the bundled public runs) under "
+    "--serving-engine; each row uses its own model, hardware profile and layout.",
+)
+@click.option(
+    "--serving-engine",
+    "serving_engine",
+    default="ideal",
+    show_default=True,
+    help="With --runs: serving-engine profiles (names or .toml paths, comma-separated; per-run = each "
+    "row's own engine preset).",
+)
+@click.option("--plot", "plot_path", default=None, help="With --runs: write predicted vs measured as a PNG.")
+@click.option("--runs-schema", is_flag=True, help="Print the --runs CSV columns and exit.")
 @click.option("--json", "as_json", is_flag=True, help="Print {rows, summary, meta} as JSON.")
 @handle_errors
 def validate_command(
@@ -157,11 +178,22 @@ def validate_command(
     engine: str,
     schema: bool,
     report_dir: str | None,
+    runs_path: str | None,
+    serving_engine: str,
+    plot_path: str | None,
+    runs_schema: bool,
     as_json: bool,
 ) -> None:
     if schema:
         click.echo(MEASURED_SCHEMA)
         return
+    if runs_schema or runs_path is not None:
+        _runs(runs_path, runs_schema, serving_engine, plot_path, as_json)
+        return
+    if plot_path:
+        raise MoesimError("--plot", "only applies with --runs", "use --report for the other validations")
+    if profile is None:
+        raise MoesimError("--profile", "is required", "give a hardware profile name or file, or use --runs")
     from moesim.simulator.hardware.profile import load_profile
 
     hardware = load_profile(profile)
@@ -220,6 +252,32 @@ def validate_command(
         emit_json(result)
     else:
         _print(result)
+
+
+def _runs(
+    runs_path: str | None, schema: bool, serving_engine: str, plot_path: str | None, as_json: bool
+) -> None:
+    from moesim.commands.engines import plot_runs_validation, print_runs_validation, runs_validation
+
+    if schema:
+        from moesim.validation.runs import schema_rows
+
+        columns = schema_rows()
+        if as_json:
+            emit_json({"columns": columns})
+        else:
+            for c in columns:
+                choices = f" ({'|'.join(c['choices'])})" if c["choices"] else ""
+                need = "required" if c["required"] else "optional"
+                click.echo(f"{c['column']:<22} {c['type']:<7} {need:<9} {c['meaning']}{choices}")
+        return
+    data = runs_validation(runs_path or None, serving_engine)
+    if plot_path:
+        plot_runs_validation(data, plot_path)
+    if as_json:
+        emit_json(data)
+    else:
+        print_runs_validation(data)
 
 
 def _measured(

@@ -48,6 +48,13 @@ SCHEMA: tuple[Column, ...] = (
     Column("draft_len", "int", False, "K: drafter steps per round"),
     Column("draft_tokens", "int", False, "tokens a tree verifies per sequence"),
     Column("tree_topk", "int", False, "tree branching per drafter step"),
+    Column(
+        "drafter_launch",
+        "choice",
+        False,
+        "drafter passes in graph replay or eager (blank: the engine's)",
+        ("graph", "eager"),
+    ),
     Column("acceptance_length", "float", False, "AL: mean tokens per round (accepted + 1)"),
     Column(
         "batch", "ints", True, "batch size; for peak_speedup the batch sizes the peak is taken over (1;2;4)"

@@ -1,0 +1,216 @@
+"""Predict measured runs with the step model under a serving engine, and score the predictions.
+
+Per representable row: the speedup and the step ratio (cost of one SD round in decode steps,
+AL ÷ speedup) at the row's batch (or, for a peak over batch, the highest predicted speedup over the row's
+batch sizes), with the row's model, hardware, layout, drafter (chain or tree), K and acceptance length,
+under one serving-engine profile or each row's own engine preset (`PER_RUN`). The device times of a row
+do not depend on the engine's host costs, so `RunPredictor` keeps them and re-prices a row for a new
+profile in microseconds (what fitting needs). Rows the simulator cannot represent are returned with the
+reason, never dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from moesim.errors import MoesimError
+from moesim.simulator.engines.profile import ServingEngineProfile, load_serving_engine
+from moesim.simulator.models.spec import ModelSpec, with_overrides
+from moesim.simulator.plan.layout import ParallelLayout
+from moesim.simulator.speculative.drafters import parse_drafter
+from moesim.simulator.speculative.serving_point import EnginePoint, engine_point, fast_path_timers
+from moesim.validation.runs import MeasuredRun, unrepresentable_reason
+
+PER_RUN = "per-run"  # each row under the preset of the engine it was measured with
+DEFAULT_CONTEXT_LEN = 2048  # when a row gives no lengths (the simulator's default context)
+
+
+def row_context_len(run: MeasuredRun) -> int:
+    """Mean context over the generated tokens: prompt + half the output, when the row gives them."""
+    if run.input_len and run.output_len:
+        return int(run.input_len + run.output_len // 2)
+    return DEFAULT_CONTEXT_LEN
+
+
+def profile_for_run(run: MeasuredRun, serving_engine: str | ServingEngineProfile) -> ServingEngineProfile:
+    """The profile a row is predicted under, with the row's own drafter shape (a tree's tokens and top-k)."""
+    if isinstance(serving_engine, str) and serving_engine == PER_RUN:
+        name = run.serving_engine if run.serving_engine != "other" else "ideal"
+        profile = load_serving_engine(name)
+    else:
+        profile = load_serving_engine(serving_engine)
+    style = replace(profile.drafter, shape=run.draft_shape)
+    if run.draft_shape == "tree":
+        style = replace(style, tree_draft_tokens=run.draft_tokens, tree_topk=run.tree_topk)
+    else:
+        style = replace(style, tree_draft_tokens=0, tree_topk=1)
+    if run.drafter_launch:
+        style = replace(style, launch=run.drafter_launch)
+    return replace(profile, drafter=style)
+
+
+class RunPredictor:
+    """The step model set up for one measured row; `point(profile, batch)` prices it under a profile."""
+
+    def __init__(
+        self, run: MeasuredRun, load_model: Callable[[str], ModelSpec], load_hardware: Callable[[str], Any]
+    ):
+        from moesim.simulator.routing.presets import routing_from_cli
+        from moesim.simulator.simulate import check_memory, drafter_bytes
+
+        self.run = run
+        model = load_model(run.model)
+        if run.expert_weight_format:
+            model = with_overrides(model, expert_weight_format=run.expert_weight_format)
+        hardware = load_hardware(run.hardware)
+        self.drafter = parse_drafter(run.drafter)
+        layout = ParallelLayout(gpus=run.gpus, tp=run.tp, ep=run.ep)
+        q = run.draft_tokens if run.draft_shape == "tree" else run.draft_len + 1
+        context = row_context_len(run)
+        for batch in run.batches:
+            check_memory(
+                model,
+                hardware,
+                batch,
+                context + q,
+                drafter_bytes(self.drafter, model, batch, context),
+                layout,
+            )
+        routing = (
+            routing_from_cli(
+                "typical", model.n_experts, model.top_k, None, None, model.n_groups, model.topk_groups
+            )
+            if model.is_moe
+            else None
+        )
+        if routing is None:
+            from moesim.simulator.routing.independent import IndependentRouting
+
+            routing = IndependentRouting()
+        self.timers = fast_path_timers(model, hardware, layout, self.drafter, context, "fused", routing)
+        self.launch = "graph" if run.cuda_graphs == "yes" else "eager"
+
+    def point(self, profile: ServingEngineProfile, batch: int) -> EnginePoint:
+        step_timer, draft_timer, piecewise = self.timers
+        return engine_point(
+            profile,
+            self.drafter,
+            batch,
+            self.run.draft_len,
+            float(self.run.acceptance_length),
+            self.launch,
+            step_timer,
+            draft_timer,
+            piecewise,
+        )
+
+    def predict(self, profile: ServingEngineProfile) -> tuple[float, float, int]:
+        """(speedup, step ratio, batch): at the row's batch, or at the predicted peak over its batches."""
+        points = [(self.point(profile, b), b) for b in self.run.batches]
+        best, batch = max(points, key=lambda pb: pb[0].speedup)
+        return best.speedup, best.step_ratio, batch
+
+
+@dataclass
+class RunsValidation:
+    """Predicted against measured, per row, with the rows that could not be represented."""
+
+    serving_engine: str
+    rows: list[dict[str, Any]]
+    skipped: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+
+    def errors(self) -> np.ndarray:
+        return np.array([r["speedup_error"] for r in self.rows])
+
+    def by_source(self) -> dict[str, dict[str, float]]:
+        """MAPE of the speedup and the step ratio, and the signed mean error, per source and overall."""
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for row in self.rows:
+            groups.setdefault(row["source"], []).append(row)
+        groups["all"] = list(self.rows)
+        return {name: summary(rows) for name, rows in groups.items() if rows}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "serving_engine": self.serving_engine,
+            "rows": self.rows,
+            "by_source": self.by_source(),
+            "not_represented": self.skipped,
+            "notes": self.notes,
+        }
+
+
+def summary(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    speed = np.array([r["speedup_error"] for r in rows])
+    ratio = np.array([r["step_ratio_error"] for r in rows])
+    return {
+        "rows": float(len(rows)),
+        "speedup_mape": float(np.mean(np.abs(speed))),
+        "speedup_mean_error": float(np.mean(speed)),
+        "step_ratio_mape": float(np.mean(np.abs(ratio))),
+    }
+
+
+def prepare(
+    runs: Sequence[MeasuredRun],
+    load_model: Callable[[str], ModelSpec] | None = None,
+    load_hardware: Callable[[str], Any] | None = None,
+) -> tuple[list[RunPredictor], list[dict[str, Any]]]:
+    """A predictor per representable row, and the others with their reason."""
+    from moesim.simulator.hardware.profile import load_profile
+    from moesim.simulator.models.catalogue import load_model as catalogue_model
+
+    models = load_model or catalogue_model
+    hardware = load_hardware or load_profile
+    predictors: list[RunPredictor] = []
+    skipped: list[dict[str, Any]] = []
+    for run in runs:
+        reason = unrepresentable_reason(run)
+        if reason is None:
+            try:
+                predictors.append(RunPredictor(run, models, hardware))
+            except MoesimError as error:
+                reason = f"{error.field}: {error.problem}"
+        if reason is not None:
+            skipped.append({"run_id": run.run_id, "source": run.source, "reason": reason})
+    return predictors, skipped
+
+
+def score_row(predictor: RunPredictor, profile: ServingEngineProfile) -> dict[str, Any]:
+    run = predictor.run
+    speedup, step_ratio, batch = predictor.predict(profile)
+    measured_ratio = run.acceptance_length / run.speedup
+    return {
+        "run_id": run.run_id,
+        "source": run.source,
+        "serving_engine": profile.name,
+        "batch": batch,
+        "measured_speedup": run.speedup,
+        "predicted_speedup": speedup,
+        "speedup_error": speedup / run.speedup - 1.0,
+        "measured_step_ratio": measured_ratio,
+        "predicted_step_ratio": step_ratio,
+        "step_ratio_error": step_ratio / measured_ratio - 1.0,
+    }
+
+
+def validate_runs(
+    runs: Sequence[MeasuredRun],
+    serving_engine: str | ServingEngineProfile = "ideal",
+    predictors: tuple[list[RunPredictor], list[dict[str, Any]]] | None = None,
+) -> RunsValidation:
+    """Predicted vs measured speedup and step ratio per representable row (see the module docstring)."""
+    ready, skipped = predictors if predictors is not None else prepare(runs)
+    rows = [score_row(p, profile_for_run(p.run, serving_engine)) for p in ready]
+    label = serving_engine if isinstance(serving_engine, str) else serving_engine.name
+    notes = [
+        "step ratio = acceptance length / speedup: one SD round in decode steps (measured: derived from AL and the published speedup)",
+        "peak_speedup rows: the predicted peak over the row's batch sizes against the published peak",
+        "routing: the `typical` preset (no traces of these runs)",
+    ]
+    return RunsValidation(str(label), rows, list(skipped), notes)
