@@ -147,6 +147,7 @@ def fit_from_runs(
     runs_path: str, serving_engine: str, output: str, fit_text: str | None, all_engines: bool
 ) -> dict[str, Any]:
     """Fit the engine's host parameters to the runs measured with it and write the fitted profile."""
+    from dataclasses import replace
     from pathlib import Path
 
     from moesim.calibrate.from_runs import DEFAULT_FIT, fit_engine_profile
@@ -169,7 +170,7 @@ def fit_from_runs(
         f"Serving-engine profile {base.name} fitted by `moesim calibrate --from-runs {Path(runs_path).name} "
         f"--serving-engine {serving_engine}`: [host] keeps the documented defaults, [fitted] the fitted values."
     )
-    save_profile(fit.profile, output, header)
+    save_profile(replace(fit.profile, name=Path(output).stem), output, header)
     return {"output": output, **fit.to_json()}
 
 

@@ -207,7 +207,7 @@ def validate_runs(
     """Predicted vs measured speedup and step ratio per representable row (see the module docstring)."""
     ready, skipped = predictors if predictors is not None else prepare(runs)
     rows = [score_row(p, profile_for_run(p.run, serving_engine)) for p in ready]
-    label = serving_engine if isinstance(serving_engine, str) else serving_engine.name
+    label = serving_engine if serving_engine == PER_RUN else load_serving_engine(serving_engine).name
     notes = [
         "step ratio = acceptance length / speedup: one SD round in decode steps (measured: derived from AL and the published speedup)",
         "peak_speedup rows: the predicted peak over the row's batch sizes against the published peak",
