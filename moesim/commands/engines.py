@@ -34,6 +34,8 @@ def engines_command(names: tuple[str, ...], as_json: bool) -> None:
     sizes, drafter style, and where each value comes from. Give NAMES (or .toml paths) to show only those."""
     from moesim.simulator.engines.profile import list_serving_engines
 
+    from rich.markup import escape
+
     summaries = [engine_summary(n) for n in (names or list_serving_engines())]
     if as_json:
         emit_json({"serving_engines": summaries})
@@ -42,7 +44,9 @@ def engines_command(names: tuple[str, ...], as_json: bool) -> None:
     for s in summaries:
         g, d, p = s["graphs"], s["drafter"], s["provenance"]
         software = ", ".join(f"{k} {v}" for k, v in p["software"].items()) or "-"
-        console.print(f"[bold]{s['name']}[/bold] ({p['kind']}; {software}): {s['description']}")
+        console.print(
+            f"[bold]{s['name']}[/bold] ({p['kind']}; {escape(software)}): {escape(s['description'])}"
+        )
         host = s["effective_host"]
         fitted = set(s.get("fitted", {}))
         console.print(
@@ -58,9 +62,9 @@ def engines_command(names: tuple[str, ...], as_json: bool) -> None:
         )
         console.print(f"  drafter {d['shape']}, launch {d['launch']}")
         for source in p["sources"]:
-            console.print(f"  source: {source}")
+            console.print(f"  source: {escape(source)}")
         for note in p["assumptions"]:
-            console.print(f"  [dim]assumes: {note}[/dim]")
+            console.print(f"  [dim]assumes: {escape(note)}[/dim]")
         if fitted:
             console.print("  * fitted from measured runs (documented default kept in [host])")
 
