@@ -173,3 +173,10 @@ def test_piecewise_is_launch_bound_when_pieces_outnumber_the_device_time() -> No
 def test_every_host_parameter_has_unit_meaning_and_bounds() -> None:
     for spec in HOST_PARAMETERS.values():
         assert spec.unit and spec.meaning and spec.lower < spec.upper
+
+
+def test_batch_expansion_verifies_q_one_token_rows_per_sequence() -> None:
+    expanded = DrafterStyle(verify_mode="batch_expansion")
+    assert ov.verify_shape(expanded, 3, 4) == (15, 1)
+    assert ov.verify_shape(DrafterStyle(), 3, 4) == (3, 5)
+    assert ov.verify_shape(DrafterStyle(shape="tree", tree_draft_tokens=8, tree_topk=2), 3, 4) == (3, 8)

@@ -173,3 +173,15 @@ def test_every_preset_is_at_least_the_ideal_step_at_captured_sizes() -> None:
                 load_serving_engine(name), parse_drafter("eagle"), batch, 3, 2.5, "graph", *timers
             )
             assert preset.decode.step_s >= ideal.decode.step_s and preset.round_s >= ideal.round_s
+
+
+def test_batch_expansion_runs_the_verification_as_one_token_rows() -> None:
+    spec = model("qwen3-30b-a3b")
+    step_timer, draft_timer, piecewise = _timers(spec)
+    expanded = _profile(drafter=DrafterStyle(verify_mode="batch_expansion"))
+    point = engine_point(
+        expanded, parse_drafter("eagle"), 4, 3, 2.5, "graph", step_timer, draft_timer, piecewise
+    )
+    assert (point.verify.sequences, point.verify.tokens_per_seq) == (16, 1)
+    assert point.verify.device_s == step_timer(16, 1, "graph")
+    assert point.verify.device_s > step_timer(4, 4, "graph")  # every row re-reads its sequence's KV cache

@@ -32,9 +32,9 @@ def engine_summary(name: str) -> dict[str, Any]:
 def engines_command(names: tuple[str, ...], as_json: bool) -> None:
     """List the serving-engine profiles (`--serving-engine NAME|PATH`): host costs, captured CUDA-graph
     sizes, drafter style, and where each value comes from. Give NAMES (or .toml paths) to show only those."""
-    from moesim.simulator.engines.profile import list_serving_engines
-
     from rich.markup import escape
+
+    from moesim.simulator.engines.profile import list_serving_engines
 
     summaries = [engine_summary(n) for n in (names or list_serving_engines())]
     if as_json:

@@ -9,7 +9,7 @@
       step = device + host − f·min(host, device)          (`exposed_host_s`: host − f·min(host, device))
   so f = 0 is device + host, f = 1 is max(device, host), and host work never makes a step faster.
 - Speculative rounds: a chain verifies K + 1 tokens per sequence, a tree its draft-token count
-  (`verify_tokens`); a tree's drafter passes extend `tree_topk` candidates per sequence
+  (`verify_tokens`), in one pass or as one-token rows by batch expansion (`verify_shape`); a tree's drafter passes extend `tree_topk` candidates per sequence
   (`draft_sequences`); each drafter pass costs the host `draft_step_us`; the round ends with the
   acceptance sync (`accept_sync_s`); n-gram drafting is host time (`ngram_draft_s`).
 """
@@ -109,6 +109,13 @@ def verify_tokens(style: DrafterStyle, draft_len: int) -> int:
     return style.tree_draft_tokens if style.shape == "tree" else draft_len + 1
 
 
+def verify_shape(style: DrafterStyle, batch: int, draft_len: int) -> tuple[int, int]:
+    """(rows, tokens per row) of the verification step: B × q in one pass, or B·q one-token rows when the
+    engine scores by batch expansion."""
+    q = verify_tokens(style, draft_len)
+    return (batch * q, 1) if style.verify_mode == "batch_expansion" else (batch, q)
+
+
 def draft_sequences(style: DrafterStyle, sequences: int) -> int:
     """Rows one drafter pass runs: each sequence's `tree_topk` candidates for a tree, one for a chain."""
     return sequences * (style.tree_topk if style.shape == "tree" else 1)
@@ -150,5 +157,6 @@ __all__ = [
     "ngram_draft_s",
     "padded_sequences",
     "piecewise_step_s",
+    "verify_shape",
     "verify_tokens",
 ]

@@ -39,6 +39,7 @@ PADDING_RULES = ("next_captured", "none")
 UNCAPTURED_MODES = ("eager", "piecewise")
 DRAFT_SHAPES = ("chain", "tree")
 DRAFTER_LAUNCHES = ("target", "graph", "eager")
+VERIFY_MODES = ("multi_token", "batch_expansion")
 PROFILE_KINDS = ("ideal", "documented", "fitted")
 
 
@@ -120,13 +121,16 @@ class DrafterStyle:
     """How the engine runs the drafter: a chain verifies K + 1 tokens per sequence, a tree its
     `tree_draft_tokens` (with tree-masked attention); drafter passes in graph replay, eager, or like the
     target step (`target`); a tree's drafter passes run `tree_topk` candidates per sequence;
-    `draft_vocab_size` > 0 is a reduced drafter LM head (EAGLE-3)."""
+    `draft_vocab_size` > 0 is a reduced drafter LM head (EAGLE-3). The target scores the drafts in one
+    pass of q tokens per sequence (`multi_token`), or by batch expansion: q one-token rows per sequence,
+    each attending over the whole context (vLLM V0's scorer with CUDA graphs)."""
 
     shape: Literal["chain", "tree"] = "chain"
     tree_draft_tokens: int = 0
     tree_topk: int = 1  # tree branching: each drafter pass extends this many candidates per sequence
     launch: Literal["target", "graph", "eager"] = "target"
     draft_vocab_size: int = 0
+    verify_mode: Literal["multi_token", "batch_expansion"] = "multi_token"
 
 
 @dataclass(frozen=True)
@@ -297,6 +301,7 @@ def _read_drafter(source: str, data: Any) -> DrafterStyle:
         tree_topk=t.whole("tree_topk", 1, lower=1),
         launch=t.choice("launch", "target", DRAFTER_LAUNCHES),
         draft_vocab_size=t.whole("draft_vocab_size", 0),
+        verify_mode=t.choice("verify_mode", "multi_token", VERIFY_MODES),
     )
     if style.shape == "tree" and style.tree_draft_tokens < 2:
         raise t.error(

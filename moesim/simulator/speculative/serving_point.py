@@ -4,6 +4,7 @@ tree verification, the drafter's own launch and host cost, the acceptance sync).
 
     decode  = device(B', 1, launch) + exposed host            B' = B padded to the next captured size
     verify  = device(B', q, launch) + exposed host            q = K + 1 (chain) or the tree's draft tokens
+                                                              (batch expansion: B·q rows of one token)
     draft   = drafter passes (their own launch mode) + K·draft_step_us   (n-gram: host time)
     speedup = AL × decode ÷ (draft + verify + acceptance sync)
 
@@ -156,9 +157,8 @@ def engine_point(
 ) -> EnginePoint:
     """The speculative point of (batch, K) under `profile`: the engine's steps and the speedup they imply."""
     decode = engine_step(profile, batch, 1, requested_launch, step_timer, piecewise)
-    verify = engine_step(
-        profile, batch, ov.verify_tokens(profile.drafter, draft_len), requested_launch, step_timer, piecewise
-    )
+    rows, tokens_per_row = ov.verify_shape(profile.drafter, batch, draft_len)
+    verify = engine_step(profile, rows, tokens_per_row, requested_launch, step_timer, piecewise)
     if drafter.kind == "ngram":
         draft_s, draft_host_s = ov.ngram_draft_s(profile, batch), 0.0
     else:
