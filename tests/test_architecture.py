@@ -18,7 +18,7 @@ import moesim
 
 PACKAGE = Path(moesim.__file__).parent
 SIM = "moesim.simulator."
-ROOMS = ("models", "hardware", "routing", "plan", "execution", "speculative")
+ROOMS = ("models", "hardware", "routing", "engines", "plan", "execution", "speculative")
 
 # For each room: the simulator modules (prefixes) it must not import, whatever the import's position.
 ABOVE = (SIM + "scenario", SIM + "simulate")
@@ -32,6 +32,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "models": _all_rooms_but("models"),
     "hardware": _all_rooms_but("hardware"),
     "routing": _all_rooms_but("routing"),
+    "engines": _all_rooms_but("engines"),
     "plan": (SIM + "execution", SIM + "hardware", SIM + "speculative", SIM + "scenario", SIM + "simulate"),
     "execution": (SIM + "speculative", SIM + "scenario", SIM + "simulate"),
 }

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -14,63 +16,74 @@ from moesim.simulator.engines.profile import (
     ServingEngineProfile,
     load_serving_engine,
 )
+from moesim.simulator.execution.timer import FastTimer
 from moesim.simulator.plan.layout import ParallelLayout
-from moesim.simulator.routing.independent import IndependentRouting
-from moesim.simulator.speculative.drafters import expected_tokens, parse_drafter
-from moesim.simulator.speculative.serving_point import engine_point, engine_step, fast_path_timers
-from moesim.simulator.speculative.sweep import run_sweep
+from moesim.simulator.scenario import Scenario
+from moesim.simulator.simulate import simulate, sweep
+from moesim.simulator.speculative.drafters import parse_drafter
+from moesim.simulator.speculative.point import engine_point, engine_step, scenario_timers
 from tests.core_fixtures import h200, model, tiny_moe
 
-
-def _timers(spec, drafter="eagle", layout=None):  # type: ignore[no-untyped-def]
-    layout = layout or ParallelLayout()
-    return fast_path_timers(spec, h200(), layout, parse_drafter(drafter), 2048, "fused", IndependentRouting())
+REFERENCE = json.loads((Path(__file__).parent / "data" / "ideal_reference.json").read_text())
 
 
-@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "mixtral-8x7b"])
+def _timers(spec, drafter="eagle", layout=None, launch="graph"):  # type: ignore[no-untyped-def]
+    scenario = Scenario(
+        model=spec,
+        hardware=h200(),
+        drafter=drafter,
+        layout=layout or ParallelLayout(),
+        routing="independent",
+        launch=launch,
+    )
+    return scenario_timers(scenario.resolve(check_fit=False), FastTimer(h200()))
+
+
+def test_ideal_reproduces_the_sweep_of_main_before_serving_engines_bit_for_bit() -> None:
+    """tests/data/ideal_reference.json: main's sweep at the merge of issue 9 (before serving engines)."""
+    grids: dict[tuple[str, str, str, str], list[dict]] = {}
+    for row in REFERENCE["sweep"]:
+        grids.setdefault((row["model"], row["hardware"], row["drafter"], row["launch"]), []).append(row)
+    for (name, hardware, drafter, launch), rows in grids.items():
+        result = sweep(
+            [name],
+            hardware=hardware,
+            drafter=drafter,
+            launch=launch,
+            batches=[1, 3, 16, 64, 256],
+            draft_lens=[1, 3, 5],
+        )
+        got = {(r.batch, r.draft_len): r for r in result.rows}
+        assert len(got) == len(rows)
+        for want in rows:
+            row = got[want["batch"], want["draft_len"]]
+            for key in ("speedup", "decode_step_s", "verify_step_s", "draft_s"):
+                assert float(getattr(row, key)) == float.fromhex(want[key]), (name, want["batch"], key)
+
+
+def test_ideal_reproduces_simulate_of_main_before_serving_engines_bit_for_bit() -> None:
+    for want in REFERENCE["simulate"]:
+        result = simulate(
+            model=want["model"], hardware="h200", batch=want["batch"], draft_len=want["draft_len"]
+        )
+        assert float(result.speedup) == float.fromhex(want["speedup"])
+        assert float(result.decode.step_s) == float.fromhex(want["decode_step_s"])
+        assert float(result.verify.step_s) == float.fromhex(want["verify_step_s"])
+
+
 @pytest.mark.parametrize("drafter", ["eagle", "ngram", "fraction:0.1"])
 @pytest.mark.parametrize("launch", ["graph", "eager"])
-def test_ideal_reproduces_the_sweep_exactly(name: str, drafter: str, launch: str) -> None:
-    spec, ideal = model(name), load_serving_engine("ideal")
-    sweep = run_sweep([spec], h200(), [1, 3, 16, 64], [1, 3], drafter=drafter, launch=launch)
-    step_timer, draft_timer, piecewise = _timers(spec, drafter)
-    for row in sweep.rows:
-        point = engine_point(
-            ideal,
-            parse_drafter(drafter),
-            row.batch,
-            row.draft_len,
-            expected_tokens(row.draft_len),
-            launch,
-            step_timer,
-            draft_timer,
-            piecewise,
-        )
-        assert point.speedup == row.speedup
-        assert (point.decode.step_s, point.verify.step_s, point.draft_s) == (
-            row.decode_step_s,
-            row.verify_step_s,
-            row.draft_s,
-        )
-
-
-def test_ideal_reproduces_a_multi_gpu_sweep_exactly() -> None:
-    spec, layout = model("qwen3-30b-a3b"), ParallelLayout(gpus=2, tp=2, ep=2)
-    sweep = run_sweep([spec], h200(), [1, 8], [2], parallel=layout)
-    step_timer, draft_timer, piecewise = _timers(spec, layout=layout)
-    for row in sweep.rows:
-        point = engine_point(
-            load_serving_engine("ideal"),
-            parse_drafter("eagle"),
-            row.batch,
-            2,
-            expected_tokens(2),
-            "graph",
-            step_timer,
-            draft_timer,
-            piecewise,
-        )
-        assert point.speedup == row.speedup
+def test_ideal_point_is_the_kernel_stream_formula(drafter: str, launch: str) -> None:
+    spec = model("qwen3-30b-a3b")
+    steps, drafts, piecewise = _timers(spec, drafter, launch=launch)
+    parsed = parse_drafter(drafter)
+    for batch in (1, 3, 64):
+        for k in (1, 4):
+            point = engine_point(
+                load_serving_engine("ideal"), parsed, batch, k, 2.5, launch, steps, drafts, piecewise
+            )
+            t_decode, t_verify = steps(batch, 1, launch).step_s, steps(batch, k + 1, launch).step_s
+            assert point.speedup == 2.5 * t_decode / (drafts(batch, k, launch) + t_verify)
 
 
 def _profile(**changes: object) -> ServingEngineProfile:
@@ -87,8 +100,8 @@ def test_above_the_largest_captured_size_eager_costs_apply_and_the_step_jumps() 
     at_largest = engine_step(profile, 8, 1, "graph", step_timer, piecewise)
     above = engine_step(profile, 9, 1, "graph", step_timer, piecewise)
     assert (at_largest.launch, above.launch) == ("graph", "eager")
-    assert above.device_s == step_timer(9, 1, "eager")
-    one_more_sequence_s = step_timer(9, 1, "graph") - step_timer(8, 1, "graph")
+    assert above.device_s == step_timer(9, 1, "eager").step_s
+    one_more_sequence_s = step_timer(9, 1, "graph").step_s - step_timer(8, 1, "graph").step_s
     assert above.step_s - at_largest.step_s > 10 * one_more_sequence_s  # a jump, not one more sequence
 
 
@@ -99,15 +112,17 @@ def test_piecewise_above_the_largest_is_between_graph_and_eager() -> None:
         _profile(graphs=replace(GRID, uncaptured="piecewise")), 9, 1, "graph", step_timer, piecewise
     )
     assert step.launch == "piecewise"
-    assert step_timer(9, 1, "graph") <= step.device_s <= step_timer(9, 1, "eager")
+    assert step_timer(9, 1, "graph").step_s <= step.device_s <= step_timer(9, 1, "eager").step_s
 
 
 def test_a_batch_pads_up_to_the_next_captured_size_and_pays_for_it() -> None:
     spec = model("qwen3-30b-a3b")
     step_timer, _, piecewise = _timers(spec)
     step = engine_step(_profile(graphs=GRID), 5, 1, "graph", step_timer, piecewise)
-    assert step.sequences == 8 and step.device_s == step_timer(8, 1, "graph")
-    assert step.padding_s == pytest.approx(step_timer(8, 1, "graph") - step_timer(5, 1, "graph"))
+    assert step.rows_run == 8 and step.device_s == step_timer(8, 1, "graph").step_s
+    assert step.padding_s == pytest.approx(
+        step_timer(8, 1, "graph").step_s - step_timer(5, 1, "graph").step_s
+    )
     assert step.padding_s > 0.0
 
 
@@ -116,8 +131,8 @@ def test_a_tree_verifies_its_draft_token_count() -> None:
     step_timer, draft_timer, piecewise = _timers(spec)
     tree = _profile(drafter=DrafterStyle(shape="tree", tree_draft_tokens=16, tree_topk=4))
     point = engine_point(tree, parse_drafter("eagle"), 2, 4, 2.5, "graph", step_timer, draft_timer, piecewise)
-    assert point.verify.tokens_per_seq == 16
-    assert point.verify.device_s == step_timer(2, 16, "graph")
+    assert point.verify.plan.tokens_per_seq == 16
+    assert point.verify.device_s == step_timer(2, 16, "graph").step_s
     assert point.draft_s == draft_timer(8, 4, "graph")  # 2 sequences × top-4 candidates per pass
 
 
@@ -182,6 +197,8 @@ def test_batch_expansion_runs_the_verification_as_one_token_rows() -> None:
     point = engine_point(
         expanded, parse_drafter("eagle"), 4, 3, 2.5, "graph", step_timer, draft_timer, piecewise
     )
-    assert (point.verify.sequences, point.verify.tokens_per_seq) == (16, 1)
-    assert point.verify.device_s == step_timer(16, 1, "graph")
-    assert point.verify.device_s > step_timer(4, 4, "graph")  # every row re-reads its sequence's KV cache
+    assert (point.verify.rows_run, point.verify.plan.tokens_per_seq) == (16, 1)
+    assert point.verify.device_s == step_timer(16, 1, "graph").step_s
+    assert (
+        point.verify.device_s > step_timer(4, 4, "graph").step_s
+    )  # every row re-reads its sequence's KV cache

@@ -21,8 +21,7 @@ from moesim.errors import MoesimError
 from moesim.simulator.engines.profile import ServingEngineProfile, load_serving_engine
 from moesim.simulator.models.spec import ModelSpec, with_overrides
 from moesim.simulator.plan.layout import ParallelLayout
-from moesim.simulator.speculative.drafters import parse_drafter
-from moesim.simulator.speculative.serving_point import EnginePoint, engine_point, fast_path_timers
+from moesim.simulator.speculative.point import SpeculativePoint, engine_point, scenario_timers
 from moesim.validation.runs import MeasuredRun, unrepresentable_reason
 
 PER_RUN = "per-run"  # each row under the preset of the engine it was measured with
@@ -54,59 +53,40 @@ def profile_for_run(run: MeasuredRun, serving_engine: str | ServingEngineProfile
 
 
 class RunPredictor:
-    """The step model set up for one measured row; `point(profile, batch)` prices it under a profile."""
+    """The step model set up for one measured row; `point(profile, batch)` prices it under a profile,
+    re-using the row's device times (they do not depend on the engine's host costs)."""
 
     def __init__(
         self, run: MeasuredRun, load_model: Callable[[str], ModelSpec], load_hardware: Callable[[str], Any]
     ):
-        from moesim.simulator.routing.presets import routing_from_cli
-        from moesim.simulator.simulate import check_memory, drafter_bytes
+        from moesim.simulator.execution.timer import FastTimer
+        from moesim.simulator.scenario import Scenario
 
         self.run = run
         model = load_model(run.model)
         if run.expert_weight_format:
             model = with_overrides(model, expert_weight_format=run.expert_weight_format)
         hardware = load_hardware(run.hardware)
-        self.drafter = parse_drafter(run.drafter)
-        layout = ParallelLayout(gpus=run.gpus, tp=run.tp, ep=run.ep)
-        q = run.draft_tokens if run.draft_shape == "tree" else run.draft_len + 1
-        context = row_context_len(run)
-        for batch in run.batches:
-            check_memory(
-                model,
-                hardware,
-                batch,
-                context + q,
-                drafter_bytes(self.drafter, model, batch, context),
-                layout,
-            )
-        routing = (
-            routing_from_cli(
-                "typical", model.n_experts, model.top_k, None, None, model.n_groups, model.topk_groups
-            )
-            if model.is_moe
-            else None
+        shape = profile_for_run(run, "ideal")  # the row's drafter shape: the KV the verification needs
+        scenario = Scenario(
+            model=model,
+            hardware=hardware,
+            draft_len=run.draft_len,
+            context_len=row_context_len(run),
+            launch="graph" if run.cuda_graphs == "yes" else "eager",
+            layout=ParallelLayout(gpus=run.gpus, tp=run.tp, ep=run.ep),
+            drafter=run.drafter,
+            acceptance_length=float(run.acceptance_length),
+            serving_engine=shape,
         )
-        if routing is None:
-            from moesim.simulator.routing.independent import IndependentRouting
+        resolved = [scenario.replace(batch=b).resolve() for b in run.batches]  # each batch must fit
+        self.resolved = resolved[0]
+        self.timers = scenario_timers(self.resolved, FastTimer(hardware))
 
-            routing = IndependentRouting()
-        self.timers = fast_path_timers(model, hardware, layout, self.drafter, context, "fused", routing)
-        self.launch = "graph" if run.cuda_graphs == "yes" else "eager"
-
-    def point(self, profile: ServingEngineProfile, batch: int) -> EnginePoint:
-        step_timer, draft_timer, piecewise = self.timers
-        return engine_point(
-            profile,
-            self.drafter,
-            batch,
-            self.run.draft_len,
-            float(self.run.acceptance_length),
-            self.launch,
-            step_timer,
-            draft_timer,
-            piecewise,
-        )
+    def point(self, profile: ServingEngineProfile, batch: int) -> SpeculativePoint:
+        r = self.resolved
+        tokens = float(self.run.acceptance_length)
+        return engine_point(profile, r.drafter, batch, self.run.draft_len, tokens, r.launch, *self.timers)
 
     def predict(self, profile: ServingEngineProfile) -> tuple[float, float, int]:
         """(speedup, step ratio, batch): at the row's batch, or at the predicted peak over its batches."""
