@@ -1,11 +1,13 @@
 """Sweep the whole catalogue × batch {1, 2, 4, ..., 256} × draft length 1–8 on one profile; print the speed.
 
 Usage: python3 benchmarks/sweep_benchmark.py [--hardware h200] [--routing typical|independent] [--no-fit-check]
-       [--single-gpu]
+       [--single-gpu] [--serving-engine ideal|vllm|sglang|trtllm|PATH] [--against-ideal]
 Target: under 20 s on 2 cores. As `moesim sweep` does by default, each (model, batch) runs on the smallest
 layout whose memory fits, so the trillion-parameter models run on 8–16 GPUs (expert-parallel plans with
 collectives); --single-gpu keeps every model on one device and skips those that do not fit;
 --no-fit-check (with --single-gpu) times every model on one device, fitting or not.
+--serving-engine sweeps under a serving-engine profile; --against-ideal also times the `ideal` sweep in the
+same process (alternating, best of --repeats each) and prints the ratio (target: within 1.5×).
 """
 
 from __future__ import annotations
@@ -20,13 +22,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 from moesim.simulator.hardware.profile import load_profile
 from moesim.simulator.models.catalogue import list_models, load_model
 from moesim.simulator.models.spec import ModelSpec
-from moesim.simulator.plan.layout import LayoutRequest
-from moesim.simulator.routing import IndependentRouting, RoutingModel
+from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout
+from moesim.simulator.routing import IndependentRouting
+from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.routing.presets import typical_routing
-from moesim.simulator.speculative.sweep import run_sweep
+from moesim.simulator.scenario import Scenario
+from moesim.simulator.speculative.sweep import SweepResult, run_sweep
 
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 DRAFT_LENS = list(range(1, 9))
+
+
+def timed_sweep(
+    models: list[ModelSpec], base: Scenario, check_fit: bool, routing: str
+) -> tuple[float, SweepResult]:
+    """Wall seconds of one catalogue sweep and its result (each model with its own routing)."""
+    start = time.perf_counter()
+    rows: list = []
+    result = None
+    for spec in models:
+        chosen: RoutingModel = (
+            IndependentRouting()
+            if routing == "independent" or not spec.is_moe
+            else typical_routing(spec.n_experts, spec.top_k, spec.n_groups, spec.topk_groups)
+        )
+        part = run_sweep(
+            base.replace(model=spec, routing=chosen), [spec], BATCHES, DRAFT_LENS, check_fit=check_fit
+        )
+        rows.extend(part.rows)
+        result = part
+    assert result is not None
+    return time.perf_counter() - start, SweepResult(rows, [], [], result.assumptions)
 
 
 def main() -> None:
@@ -37,30 +63,29 @@ def main() -> None:
         "--single-gpu", action="store_true", help="one device per model (skip what does not fit)"
     )
     parser.add_argument("--routing", choices=["typical", "independent"], default="typical")
+    parser.add_argument("--serving-engine", default="ideal", help="serving-engine profile to sweep under")
+    parser.add_argument(
+        "--against-ideal", action="store_true", help="also time the ideal sweep; print the ratio"
+    )
+    parser.add_argument("--repeats", type=int, default=1, help="timings per sweep (the best is kept)")
     args = parser.parse_args()
     hardware = load_profile(args.hardware)
     models = [load_model(name) for name in list_models()]
-    start = time.perf_counter()
-
-    def routing(spec: ModelSpec) -> RoutingModel:
-        if args.routing == "independent" or not spec.is_moe:
-            return IndependentRouting()
-        return typical_routing(spec.n_experts, spec.top_k, spec.n_groups, spec.topk_groups)
-
-    parallel = None if args.single_gpu or args.no_fit_check else LayoutRequest()
-    result = run_sweep(
-        models,
-        hardware,
-        BATCHES,
-        DRAFT_LENS,
-        check_fit=not args.no_fit_check,
-        parallel=parallel,
-        routing=routing,
-    )
-    wall = time.perf_counter() - start
+    layout = ParallelLayout() if args.single_gpu or args.no_fit_check else LayoutRequest()
+    base = Scenario(models[0], hardware, layout=layout, serving_engine=args.serving_engine)
+    engines = [args.serving_engine] + (["ideal"] if args.against_ideal else [])
+    best: dict[str, float] = {}
+    results: dict[str, SweepResult] = {}
+    for _ in range(max(1, args.repeats)):
+        for engine in engines:
+            wall, results[engine] = timed_sweep(
+                models, base.replace(serving_engine=engine), not args.no_fit_check, args.routing
+            )
+            best[engine] = min(wall, best.get(engine, float("inf")))
+    result, wall = results[args.serving_engine], best[args.serving_engine]
     configs = len(models) * len(BATCHES) * len(DRAFT_LENS)
     computed = len(result.rows)
-    print(f"routing: {args.routing}")
+    print(f"routing: {args.routing}; serving engine: {args.serving_engine}")
     print(
         f"hardware {hardware.name}: {len(models)} models × {len(BATCHES)} batch sizes × {len(DRAFT_LENS)} draft lengths"
     )
@@ -70,6 +95,11 @@ def main() -> None:
         f"multi-GPU configurations: {multi} ({', '.join(sorted({r.model for r in result.rows if r.gpus > 1}))})"
     )
     print(f"wall time: {wall:.2f} s  ({computed / wall:.0f} simulated configurations/s)")
+    if args.against_ideal:
+        print(
+            f"ideal: {best['ideal']:.2f} s; {args.serving_engine} / ideal = {wall / best['ideal']:.2f}× "
+            f"(best of {max(1, args.repeats)} each, alternating)"
+        )
 
 
 if __name__ == "__main__":

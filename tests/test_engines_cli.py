@@ -94,3 +94,31 @@ def test_calibrate_from_runs_writes_a_fitted_profile_that_loads(tmp_path: Path) 
 def test_bad_input_ends_in_one_line(args: tuple[str, ...], needle: str) -> None:
     code, _, err = invoke(*args)
     assert code == 2 and needle in err and "Traceback" not in err
+
+
+def test_simulate_and_sweep_take_a_serving_engine_and_report_it() -> None:
+    args = ("--model", "qwen3-30b-a3b", "--hardware", "h200", "--json")
+    code, out, err = invoke(
+        "simulate", *args, "--batch", "200", "--draft-len", "3", "--serving-engine", "vllm"
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["assumptions"]["serving_engine"] == "vllm"
+    serving = data["serving_engine"]
+    assert (
+        serving["decode"]["launch"] == "graph" and serving["verify"]["launch"] == "eager"
+    )  # 800 > 512 tokens
+    for step in ("decode", "verify"):
+        breakdown = data[step]["breakdown_s"]
+        assert {"padding", "engine_host"} <= set(breakdown)
+        assert sum(breakdown.values()) == pytest.approx(data[step]["step_s"], rel=1e-9)
+    code, out, _ = invoke("simulate", *args, "--batch", "200", "--draft-len", "3")
+    ideal = json.loads(out)
+    assert ideal["assumptions"]["serving_engine"] == "ideal" and ideal["speedup"] != data["speedup"]
+    code, out, err = invoke(
+        "sweep", *args, "--batch", "1,5", "--draft-len", "2", "--serving-engine", "sglang"
+    )
+    assert code == 0, err
+    assert json.loads(out)["assumptions"]["serving_engine"] == "sglang"
+    code, _, err = invoke("sweep", *args, "--batch", "1", "--draft-len", "2", "--serving-engine", "nope")
+    assert code == 2 and "unknown serving engine" in err
