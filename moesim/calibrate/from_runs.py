@@ -170,11 +170,16 @@ class EngineFit:
 
 
 def parameter_change(name: str, before: float, after: float) -> dict[str, float]:
-    """How far a fit moved a parameter; `at_bound` 1 when it stopped on a bound (the runs pull further)."""
+    """How far a fit moved a parameter; `at_bound` +1 / −1 when it stopped on its upper / lower bound (the
+    runs pull it further than the physical bound allows), else 0."""
     spec = HOST_PARAMETERS[name]
     tolerance = 1e-6 * (spec.upper - spec.lower)
-    at_bound = before != after and min(abs(after - spec.lower), abs(after - spec.upper)) <= tolerance
-    return {"default": before, "fitted": after, "change": after - before, "at_bound": float(at_bound)}
+    at_bound = 0.0
+    if before != after and abs(after - spec.upper) <= tolerance:
+        at_bound = 1.0
+    elif before != after and abs(after - spec.lower) <= tolerance:
+        at_bound = -1.0
+    return {"default": before, "fitted": after, "change": after - before, "at_bound": at_bound}
 
 
 def _mean_abs(errors: np.ndarray) -> float:

@@ -186,10 +186,9 @@ def print_fit(data: dict[str, Any]) -> None:
     console = make_console()
     console.print(f"[bold]{data['serving_engine']}[/bold] fitted → {data['output']}")
     for name, change in data["fitted"].items():
-        bound = "  [yellow](at its bound: the engine terms cannot explain these runs within it)[/yellow]"
-        console.print(
-            f"  {name:<16} {change['default']:10.3f} → {change['fitted']:10.3f}{bound if change['at_bound'] else ''}"
-        )
+        bound = {1.0: "upper", -1.0: "lower"}.get(change["at_bound"])
+        note = f"  [yellow](stopped at its {bound} bound: the runs pull it further)[/yellow]" if bound else ""
+        console.print(f"  {name:<16} {change['default']:10.3f} → {change['fitted']:10.3f}{note}")
     console.print(
         f"  speedup MAPE: fit {data['train_mape']:.1%}, leave-one-run-out {_pct(data['leave_one_run_out_mape'])}, "
         f"leave-one-source-out {_pct(data['leave_one_source_out_mape'])}"
