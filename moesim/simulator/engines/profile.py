@@ -16,21 +16,14 @@ import difflib
 import itertools
 import math
 import os
-import sys
 from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-import tomli_w
-
 from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from moesim.toml_files import dump_toml, parse_toml
 
 SUFFIX = ".toml"
 IDEAL = "ideal"
@@ -374,10 +367,7 @@ def render_profile(profile: ServingEngineProfile, header: str = "") -> str:
     """The profile as TOML text, validated first so an invalid profile is never written."""
     data = profile_to_dict(profile)
     profile_from_dict(data, f"serving engine {profile.name}")
-    text = tomli_w.dumps(data)
-    if header:
-        text = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines()) + "\n" + text
-    return text
+    return dump_toml(data, header)
 
 
 def save_profile(profile: ServingEngineProfile, path: str | os.PathLike[str], header: str = "") -> None:
@@ -386,11 +376,7 @@ def save_profile(profile: ServingEngineProfile, path: str | os.PathLike[str], he
 
 
 def _parse(text: str, source: str) -> ServingEngineProfile:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise MoesimError(source, f"is not valid TOML: {exc}", "fix the syntax") from exc
-    return profile_from_dict(data, source)
+    return profile_from_dict(parse_toml(text, source), source)
 
 
 def _bundled_dir() -> Any:
