@@ -1,7 +1,7 @@
 """Sweep the whole catalogue × batch {1, 2, 4, ..., 256} × draft length 1–8 on one profile; print the speed.
 
 Usage: python3 benchmarks/sweep_benchmark.py [--hardware h200] [--routing typical|independent] [--no-fit-check]
-       [--single-gpu] [--serving-engine ideal|vllm|sglang|trtllm|PATH] [--against-ideal]
+       [--single-gpu] [--serving-engine ideal|vllm|sglang|trtllm|PATH] [--against-ideal] [--repeats N]
 Target: under 20 s on 2 cores. As `moesim sweep` does by default, each (model, batch) runs on the smallest
 layout whose memory fits, so the trillion-parameter models run on 8–16 GPUs (expert-parallel plans with
 collectives); --single-gpu keeps every model on one device and skips those that do not fit;
@@ -21,38 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 from moesim.simulator.hardware.profile import load_profile
 from moesim.simulator.models.catalogue import list_models, load_model
-from moesim.simulator.models.spec import ModelSpec
-from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout
+from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.routing import IndependentRouting
-from moesim.simulator.routing.base import RoutingModel
-from moesim.simulator.routing.presets import typical_routing
 from moesim.simulator.scenario import Scenario
-from moesim.simulator.speculative.sweep import SweepResult, run_sweep
+from moesim.simulator.speculative.sweep import run_sweep
 
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 DRAFT_LENS = list(range(1, 9))
-
-
-def timed_sweep(
-    models: list[ModelSpec], base: Scenario, check_fit: bool, routing: str
-) -> tuple[float, SweepResult]:
-    """Wall seconds of one catalogue sweep and its result (each model with its own routing)."""
-    start = time.perf_counter()
-    rows: list = []
-    result = None
-    for spec in models:
-        chosen: RoutingModel = (
-            IndependentRouting()
-            if routing == "independent" or not spec.is_moe
-            else typical_routing(spec.n_experts, spec.top_k, spec.n_groups, spec.topk_groups)
-        )
-        part = run_sweep(
-            base.replace(model=spec, routing=chosen), [spec], BATCHES, DRAFT_LENS, check_fit=check_fit
-        )
-        rows.extend(part.rows)
-        result = part
-    assert result is not None
-    return time.perf_counter() - start, SweepResult(rows, [], [], result.assumptions)
 
 
 def main() -> None:
@@ -71,18 +46,29 @@ def main() -> None:
     args = parser.parse_args()
     hardware = load_profile(args.hardware)
     models = [load_model(name) for name in list_models()]
-    layout = ParallelLayout() if args.single_gpu or args.no_fit_check else LayoutRequest()
-    base = Scenario(models[0], hardware, layout=layout, serving_engine=args.serving_engine)
+
+    base = Scenario(
+        models[0],
+        hardware,
+        routing=IndependentRouting() if args.routing == "independent" else None,  # None: typical per model
+        layout=ParallelLayout() if args.single_gpu or args.no_fit_check else None,  # None: smallest fit
+    )
     engines = [args.serving_engine] + (["ideal"] if args.against_ideal else [])
-    best: dict[str, float] = {}
-    results: dict[str, SweepResult] = {}
+    walls: dict[str, float] = {}
     for _ in range(max(1, args.repeats)):
         for engine in engines:
-            wall, results[engine] = timed_sweep(
-                models, base.replace(serving_engine=engine), not args.no_fit_check, args.routing
+            start = time.perf_counter()
+            swept = run_sweep(
+                base.replace(serving_engine=engine),
+                models,
+                BATCHES,
+                DRAFT_LENS,
+                check_fit=not args.no_fit_check,
             )
-            best[engine] = min(wall, best.get(engine, float("inf")))
-    result, wall = results[args.serving_engine], best[args.serving_engine]
+            walls[engine] = min(time.perf_counter() - start, walls.get(engine, float("inf")))
+            if engine == args.serving_engine:
+                result = swept
+    wall = walls[args.serving_engine]
     configs = len(models) * len(BATCHES) * len(DRAFT_LENS)
     computed = len(result.rows)
     print(f"routing: {args.routing}; serving engine: {args.serving_engine}")
@@ -97,7 +83,7 @@ def main() -> None:
     print(f"wall time: {wall:.2f} s  ({computed / wall:.0f} simulated configurations/s)")
     if args.against_ideal:
         print(
-            f"ideal: {best['ideal']:.2f} s; {args.serving_engine} / ideal = {wall / best['ideal']:.2f}× "
+            f"ideal: {walls['ideal']:.2f} s; {args.serving_engine} / ideal = {wall / walls['ideal']:.2f}× "
             f"(best of {max(1, args.repeats)} each, alternating)"
         )
 
