@@ -21,15 +21,16 @@ from moesim.errors import MoesimError
 from moesim.simulator.engines.profile import ServingEngineProfile, load_serving_engine
 from moesim.simulator.models.spec import ModelSpec, with_overrides
 from moesim.simulator.plan.layout import ParallelLayout
+from moesim.simulator.scenario import DEFAULT_CONTEXT_LEN
 from moesim.simulator.speculative.point import SpeculativePoint, engine_point, scenario_timers
 from moesim.validation.runs import MeasuredRun, unrepresentable_reason
 
 PER_RUN = "per-run"  # each row under the preset of the engine it was measured with
-DEFAULT_CONTEXT_LEN = 2048  # when a row gives no lengths (the simulator's default context)
 
 
 def row_context_len(run: MeasuredRun) -> int:
-    """Mean context over the generated tokens: prompt + half the output, when the row gives them."""
+    """Mean context over the generated tokens: prompt + half the output, when the row gives them (else
+    the scenario's default context)."""
     if run.input_len and run.output_len:
         return int(run.input_len + run.output_len // 2)
     return DEFAULT_CONTEXT_LEN
