@@ -202,3 +202,15 @@ def test_batch_expansion_runs_the_verification_as_one_token_rows() -> None:
     assert (
         point.verify.device_s > step_timer(4, 4, "graph").step_s
     )  # every row re-reads its sequence's KV cache
+
+
+def test_a_reduced_draft_vocabulary_makes_an_eagle_pass_cheaper() -> None:
+    spec = model("qwen3-30b-a3b")
+    full = Scenario(model=spec, hardware=h200(), routing="independent").resolve(check_fit=False)
+    small = Scenario(
+        model=spec, hardware=h200(), routing="independent",
+        serving_engine=_profile(drafter=DrafterStyle(draft_vocab_size=32000)),
+    ).resolve(check_fit=False)  # fmt: skip
+    _, full_drafts, _ = scenario_timers(full, FastTimer(h200()))
+    _, small_drafts, _ = scenario_timers(small, FastTimer(h200()))
+    assert small_drafts(4, 3, "graph") < full_drafts(4, 3, "graph")

@@ -18,6 +18,7 @@ means the same in both. A step on a multi-GPU layout is the slowest rank's, coll
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -177,6 +178,13 @@ def scenario_timers(
     r = resolved
     steps: dict[tuple[int, int, str], TimedPlan] = {}
     passes: dict[tuple[int, str], float] = {}
+    # an EAGLE head with a reduced vocabulary (EAGLE-3's draft vocabulary) has a smaller LM head
+    draft_vocab = r.serving_engine.drafter.draft_vocab_size
+    target = (
+        dataclasses.replace(r.model, vocab=draft_vocab)
+        if draft_vocab and r.drafter.kind == "eagle"
+        else r.model
+    )
 
     def step_times(rows: int, tokens_per_seq: int, launch: str) -> TimedPlan:
         key = (rows, tokens_per_seq, launch)
@@ -187,7 +195,7 @@ def scenario_timers(
     def draft_times(rows: int, draft_len: int, launch: str) -> float:
         if (rows, launch) not in passes:
             passes[rows, launch] = draft_pass_s(
-                r.drafter, r.model, r.layout, rows, r.context_len, r.engine, r.routing, timer, launch
+                r.drafter, target, r.layout, rows, r.context_len, r.engine, r.routing, timer, launch
             )
         return draft_time_s(
             r.drafter,
