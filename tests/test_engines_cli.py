@@ -122,3 +122,24 @@ def test_simulate_and_sweep_take_a_serving_engine_and_report_it() -> None:
     assert json.loads(out)["assumptions"]["serving_engine"] == "sglang"
     code, _, err = invoke("sweep", *args, "--batch", "1", "--draft-len", "2", "--serving-engine", "nope")
     assert code == 2 and "unknown serving engine" in err
+
+
+def test_python_and_cli_give_the_same_number_under_a_serving_engine() -> None:
+    import moesim
+
+    code, out, _ = invoke(
+        "simulate",
+        "--model",
+        "qwen3-30b-a3b",
+        "--batch",
+        "5",
+        "--draft-len",
+        "3",
+        "--serving-engine",
+        "sglang",
+        "--json",
+    )
+    assert code == 0
+    api = moesim.simulate(model="qwen3-30b-a3b", batch=5, draft_len=3, serving_engine="sglang")
+    assert api.speedup == json.loads(out)["speedup"]
+    assert api.serving_engine["decode"]["rows_run"] == 5  # 5 is captured in SGLang's speculative grid
