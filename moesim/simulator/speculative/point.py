@@ -201,7 +201,7 @@ def scenario_timers(
             r.drafter,
             rows,
             draft_len,
-            step_times(rows, 1, launch).step_s,
+            step_times(rows, 1, launch).step_s if r.drafter.kind == "fraction" else 0.0,  # F × decode
             passes[rows, launch],
             LaunchParams.from_hardware(r.hardware, launch).overhead_s,
             handoff_s(r.drafter, r.model, timer, r.layout, rows, draft_len),
