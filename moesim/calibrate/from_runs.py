@@ -106,7 +106,7 @@ def fit_parameters(
         raise MoesimError(
             "runs",
             f"{len(measured_arr)} representable rows cannot fit {len(names)} parameters",
-            f"give at least {MIN_ROWS_PER_PARAMETER * len(names)} rows or fewer parameters (--fit)",
+            f"give at least {MIN_ROWS_PER_PARAMETER * len(names)} rows, or fit fewer parameters with --fit",
         )
     blind = unidentified(jacobian(predict, measured_arr, start, names), names) if names else []
     if blind and refuse_unidentified:
@@ -147,6 +147,7 @@ class EngineFit:
     loro_mape: float
     loso_mape: float
     loso_by_source: dict[str, float]
+    loro_by_source: dict[str, float]
     skipped: list[dict[str, Any]]
     fold_notes: list[str]
 
@@ -163,6 +164,7 @@ class EngineFit:
             "leave_one_run_out_mape": self.loro_mape,
             "leave_one_source_out_mape": self.loso_mape,
             "leave_one_source_out_by_source": self.loso_by_source,
+            "leave_one_run_out_by_source": self.loro_by_source,
             "rows": self.rows,
             "not_represented": self.skipped,
             "fold_notes": self.fold_notes,
@@ -297,10 +299,7 @@ def fit_engine_profile(
         sources=(*base.provenance.sources, f"fitted by moesim calibrate --from-runs {source_label}"),
         assumptions=(*base.provenance.assumptions, f"training set ({len(ready)} rows): {ids}"),
     )
-    by_source = {
-        s: float(np.mean(np.abs([e for e, g in zip(loso, sources, strict=True) if g == s])))
-        for s in dict.fromkeys(sources)
-    }
+    groups = {s: np.array(sources) == s for s in dict.fromkeys(sources)}
     return EngineFit(
         profile=profile,
         base=base,
@@ -309,7 +308,8 @@ def fit_engine_profile(
         train_mape=fit.mape,
         loro_mape=_mean_abs(loro),
         loso_mape=_mean_abs(loso),
-        loso_by_source=by_source,
+        loso_by_source={s: _mean_abs(loso[mask]) for s, mask in groups.items()},
+        loro_by_source={s: _mean_abs(loro[mask]) for s, mask in groups.items()},
         skipped=list(skipped),
         fold_notes=notes,
     )

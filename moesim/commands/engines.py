@@ -194,7 +194,8 @@ def print_fit(data: dict[str, Any]) -> None:
         f"leave-one-source-out {_pct(data['leave_one_source_out_mape'])}"
     )
     for source, error in data["leave_one_source_out_by_source"].items():
-        console.print(f"    {source} held out: {_pct(error)}")
+        loro = data["leave_one_run_out_by_source"][source]
+        console.print(f"    {source}: leave-one-run-out {_pct(loro)}, whole source held out {_pct(error)}")
     for note in data["fold_notes"]:
         console.print(f"  [dim]{note}[/dim]")
     for s in data["not_represented"]:
