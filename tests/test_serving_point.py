@@ -64,7 +64,11 @@ def test_ideal_reproduces_the_sweep_of_main_before_serving_engines_bit_for_bit()
 def test_ideal_reproduces_simulate_of_main_before_serving_engines_bit_for_bit() -> None:
     for want in REFERENCE["simulate"]:
         result = simulate(
-            model=want["model"], hardware="h200", batch=want["batch"], draft_len=want["draft_len"]
+            model=want["model"],
+            hardware="h200",
+            batch=want["batch"],
+            draft_len=want["draft_len"],
+            drafter=want["drafter"],
         )
         assert float(result.speedup) == float.fromhex(want["speedup"])
         assert float(result.decode.step_s) == float.fromhex(want["decode_step_s"])
@@ -131,7 +135,7 @@ def test_a_tree_verifies_its_draft_token_count() -> None:
     step_timer, draft_timer, piecewise = _timers(spec)
     tree = _profile(drafter=DrafterStyle(shape="tree", tree_draft_tokens=16, tree_topk=4))
     point = engine_point(tree, parse_drafter("eagle"), 2, 4, 2.5, "graph", step_timer, draft_timer, piecewise)
-    assert point.verify.plan.tokens_per_seq == 16
+    assert point.verify.tokens_per_row == 16
     assert point.verify.device_s == step_timer(2, 16, "graph").step_s
     assert point.draft_s == draft_timer(8, 4, "graph")  # 2 sequences × top-4 candidates per pass
 
@@ -197,7 +201,7 @@ def test_batch_expansion_runs_the_verification_as_one_token_rows() -> None:
     point = engine_point(
         expanded, parse_drafter("eagle"), 4, 3, 2.5, "graph", step_timer, draft_timer, piecewise
     )
-    assert (point.verify.rows_run, point.verify.plan.tokens_per_seq) == (16, 1)
+    assert (point.verify.rows_run, point.verify.tokens_per_row) == (16, 1)
     assert point.verify.device_s == step_timer(16, 1, "graph").step_s
     assert (
         point.verify.device_s > step_timer(4, 4, "graph").step_s

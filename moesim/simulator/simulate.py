@@ -140,9 +140,8 @@ def _engine_step(resolved: ResolvedScenario, engine_step: EngineStep) -> StepRes
     assert isinstance(step, StepResult)
     if engine_step.timed.parallel is not None:
         step.notes.append(f"layout: {resolved.layout.describe()} (times are the slowest rank's)")
-    plan = engine_step.plan
     step.distinct_experts = distinct_distribution(
-        resolved.model, plan.batch, plan.tokens_per_seq, resolved.routing
+        resolved.model, engine_step.rows_run, engine_step.tokens_per_row, resolved.routing
     )
     if engine_step.step_s == step.step_s and engine_step.rows_run == engine_step.rows:
         step.breakdown_s = engine_step.breakdown_s()

@@ -66,8 +66,10 @@ class PiecewiseCosts:
 class EngineStep:
     """One forward step as the serving engine runs it: the kernel stream at the batch as run, plus host."""
 
-    timed: TimedPlan  # the kernel stream at `rows` (padded) rows, with its launch and sync
+    timed: TimedPlan  # the kernel stream at `rows_run` rows, with its launch and sync
     rows: int  # the rows asked for (sequences, or B·q under batch expansion)
+    rows_run: int  # the rows run: padded up to the captured size
+    tokens_per_row: int
     launch: str  # graph | eager | piecewise
     device_s: float  # the kernel stream's time (piecewise: its issue-bound time)
     padding_s: float  # of device_s, what the dummy rows up to the captured size add
@@ -86,10 +88,6 @@ class EngineStep:
     def parallel(self) -> ParallelStep | None:
         return self.timed.parallel
 
-    @property
-    def rows_run(self) -> int:
-        return self.timed.plan.batch
-
     def breakdown_s(self) -> dict[str, float]:
         """Where the step's time went: the kernel categories (scaled to the unpadded share of the device
         time when the engine pads or runs piecewise), `padding` and `engine_host`; sums to `step_s`."""
@@ -106,7 +104,7 @@ class EngineStep:
         return {
             "rows": self.rows,
             "rows_run": self.rows_run,
-            "tokens_per_row": self.plan.tokens_per_seq,
+            "tokens_per_row": self.tokens_per_row,
             "launch": self.launch,
             "device_s": self.device_s,
             "padding_s": self.padding_s,
@@ -235,6 +233,8 @@ def engine_step(
     return EngineStep(
         timed=timed,
         rows=rows,
+        rows_run=rows_run,
+        tokens_per_row=tokens_per_seq,
         launch=launch,
         device_s=device_s,
         padding_s=max(0.0, padding_s),
