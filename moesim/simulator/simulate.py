@@ -27,6 +27,7 @@ from moesim.simulator.execution.launch import check_launch
 from moesim.simulator.execution.timer import EngineTimer
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import ModelSpec
+from moesim.simulator.models.summary import model_summary
 from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout
 from moesim.simulator.plan.memory import fit_layout
 from moesim.simulator.plan.step import check_step_inputs
@@ -96,6 +97,8 @@ class SpeculativeResult:
     parallel: dict[str, Any] = field(default_factory=dict)
     # What the serving engine added: rows run, launch mode and host time of each step, drafter host, sync.
     serving_engine: dict[str, Any] = field(default_factory=dict)
+    # What the model is (models.summary.model_summary): layer pattern, experts, counts, import assumptions.
+    model_summary: dict[str, Any] = field(default_factory=dict)
 
     @property
     def verify_over_decode(self) -> float:
@@ -118,6 +121,7 @@ class SpeculativeResult:
             "assumptions": dict(self.assumptions),
             "parallel": dict(self.parallel),
             "serving_engine": dict(self.serving_engine),
+            "model_summary": dict(self.model_summary),
         }
 
 
@@ -178,6 +182,7 @@ def _result(resolved: ResolvedScenario, point: SpeculativePoint) -> SpeculativeR
         "the acceptance kernel is part of the verification step (accept_s is its share)"
     )
     return SpeculativeResult(
+        model_summary=model_summary(resolved.model),
         model=resolved.model.name,
         hardware=resolved.hardware.name,
         batch=resolved.batch,
