@@ -93,7 +93,8 @@ def _suites(text: str | None) -> tuple[str, ...]:
     "--fit",
     "fit_text",
     default=None,
-    help="With --from-runs: host parameters to fit (default: all but overlap).",
+    help="With --from-runs: host parameters to fit, comma-separated (default: step_us, per_sequence_us, "
+    "per_token_us, draft_step_us, accept_sync_us).",
 )
 @click.option(
     "--all-engines", is_flag=True, help="With --from-runs: fit to every row, not only the engine's own."
@@ -119,7 +120,22 @@ def calibrate_command(
     """Measure memory, launch, GEMM and MoE-block costs on this device and fit them into a profile
     (or, with --from-runs, fit a serving-engine profile to measured runs)."""
     if from_runs is not None:
-        _engine_from_runs(from_runs, serving_engine, output, fit_text, all_engines, device, as_json)
+        measuring = (
+            ("--device", device),
+            ("--quick", quick),
+            ("--dtype", dtype_text),
+            ("--fresh", fresh),
+            ("--threads", threads is not None),
+            ("--suites", suites_text),
+            ("--from-csv", from_csv is not None),
+            ("--name", name),
+        )
+        for flag, given in measuring:
+            if given:
+                raise MoesimError(
+                    flag, "does not apply with --from-runs (nothing is measured)", f"drop {flag}"
+                )
+        _engine_from_runs(from_runs, serving_engine, output, fit_text, all_engines, as_json)
         return
     if serving_engine or fit_text or all_engines:
         raise MoesimError("--serving-engine", "only applies with --from-runs", "add --from-runs FILE")
@@ -238,17 +254,12 @@ def _engine_from_runs(
     output: str,
     fit_text: str | None,
     all_engines: bool,
-    device: str | None,
     as_json: bool,
 ) -> None:
     from moesim.commands.engines import fit_from_runs, print_fit
 
     if serving_engine is None:
         raise MoesimError("--serving-engine", "is required with --from-runs", "e.g. --serving-engine vllm")
-    if device is not None:
-        raise MoesimError(
-            "--device", "does not apply with --from-runs (nothing is measured)", "drop --device"
-        )
     data = fit_from_runs(runs, serving_engine, output, fit_text, all_engines)
     if as_json:
         emit_json(data)
