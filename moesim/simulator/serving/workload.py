@@ -190,3 +190,27 @@ def send_times_s(n: int, request_rate: float, burstiness: float = 1.0, seed: int
     rng = np.random.default_rng([seed, 1])
     delays = np.cumsum(rng.gamma(shape=burstiness, scale=1.0 / (request_rate * burstiness), size=n))
     return delays * (n / request_rate) / delays[-1]
+
+
+def build_workload(
+    dataset_name: str,
+    num_prompts: int,
+    *,
+    input_len: int = 1024,
+    output_len: int = 128,
+    range_ratio: float = 0.0,
+    seed: int = 0,
+    dataset_path: str | None = None,
+) -> Workload:
+    """The workload `vllm bench serve --dataset-name ...` would send (defaults: vLLM's random dataset's)."""
+    if dataset_name == "random":
+        return random_workload(num_prompts, input_len, output_len, range_ratio, seed)
+    if dataset_name == "chat":
+        return chat_workload(num_prompts, seed)
+    if dataset_name == "jsonl":
+        if not dataset_path:
+            raise MoesimError("dataset_path", "--dataset-name jsonl needs a file", "add --dataset-path FILE")
+        return jsonl_workload(dataset_path, num_prompts)
+    raise MoesimError(
+        "dataset_name", f"unknown dataset {dataset_name!r}", f"choose one of {', '.join(DATASETS)}"
+    )
