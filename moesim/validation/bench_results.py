@@ -1,20 +1,22 @@
 """Serving-benchmark results in: `vllm bench serve --save-result` JSON and SGLang `bench_serving` JSONL.
 
-Fields, from the tools' own sources:
-- vLLM 0.11, vllm/benchmarks/serve.py (`benchmark` and `main`): one JSON object (several, one per line,
-  with --append-result) with "backend", "model_id", "num_prompts", "request_rate" ("inf" or a number),
+Fields, from the tools' own sources (read in vLLM 0.11.0 and 0.33.0, SGLang 0.5.3 and 0.5.23):
+- vLLM, vllm/benchmarks/serve.py (`benchmark` and `main`): one JSON object (several, one per line, with
+  --append-result) with "backend", "model_id", "num_prompts", "request_rate" ("inf" or a number),
   "burstiness", "max_concurrency", "duration", "completed", "total_input_tokens", "total_output_tokens",
   "request_throughput", "output_throughput", "total_token_throughput", and for each of ttft, tpot, itl,
   e2el: "mean_X_ms", "median_X_ms", "std_X_ms", "pNN_X_ms" (NN from --metric-percentiles, 99 by default);
-  "input_lens" / "output_lens" only with --save-detailed.
-- SGLang 0.5.3, sglang/bench_serving.py (`benchmark`): one JSON object per line, appended per run, with
-  "backend", "dataset_name", "request_rate", "max_concurrency", "random_input_len", "random_output_len",
-  "random_range_ratio", "duration", "completed", "total_input_tokens", "total_output_tokens",
-  "request_throughput", "input_throughput", "output_throughput", "mean/median/std/p99_ttft_ms", the same
-  for tpot and itl (plus p95_itl_ms), "mean/median/std/p99_e2e_latency_ms", "concurrency" and
-  "accept_length" (the server's average acceptance length under SD, else null); "input_lens" /
-  "output_lens" with --output-details.
-SGLang's names are mapped onto vLLM's (e2e_latency → e2el; total_token_throughput = input + output).
+  "input_lens" / "output_lens" only with --save-detailed; 0.33 adds "spec_decode_acceptance_length".
+- SGLang, sglang/bench_serving.py (0.5.3; sglang/benchmark/serving.py in 0.5.23): one JSON object per
+  line, appended per run, with "backend", "dataset_name", "request_rate", "max_concurrency",
+  "random_input_len", "random_output_len", "random_range_ratio", "duration", "completed",
+  "total_input_tokens", "total_output_tokens", "request_throughput", "input_throughput",
+  "output_throughput", "mean/median/std/p99_ttft_ms", the same for tpot and itl,
+  "mean/median/std/p99_e2e_latency_ms", "concurrency" and "accept_length" (the server's average
+  acceptance length under SD, else null); 0.5.23 adds "total_throughput", p90/p95 and "server_info";
+  "input_lens" / "output_lens" with --output-details.
+SGLang's names are mapped onto vLLM's (e2e_latency → e2el; total_throughput, or input + output throughput,
+→ total_token_throughput).
 
 The workload a record describes is rebuilt from, in order: its per-request lengths; SGLang's random-dataset
 parameters (redrawn from the same ranges with moesim's generator: the same distribution, not the same
@@ -37,6 +39,7 @@ SGLANG_NAMES = {
     "mean_e2e_latency_ms": "mean_e2el_ms",
     "median_e2e_latency_ms": "median_e2el_ms",
     "p99_e2e_latency_ms": "p99_e2el_ms",
+    "total_throughput": "total_token_throughput",
 }
 MAX_RECORDS = 256
 
@@ -102,6 +105,10 @@ def parse_record(record: dict[str, Any], source: str) -> BenchRecord:
     if not completed or completed < 1:
         raise MoesimError("bench_result", f"{source}: needs 'completed' (or 'num_prompts') ≥ 1")
     concurrency = _number(record.get("max_concurrency"))
+    if record.get("request_rate") == "trace":
+        raise MoesimError(
+            "bench_result", f"{source}: a trace-timestamped run", "replay it with --request-rate"
+        )
     rate = _number(record.get("request_rate"))
     return BenchRecord(
         tool=tool,
@@ -111,7 +118,7 @@ def parse_record(record: dict[str, Any], source: str) -> BenchRecord:
         max_concurrency=int(concurrency) if concurrency else None,
         request_rate=math.inf if rate is None else rate,
         burstiness=_number(record.get("burstiness")) or 1.0,
-        accept_length=_number(record.get("accept_length")),
+        accept_length=_number(record.get("accept_length", record.get("spec_decode_acceptance_length"))),
         raw=record,
     )
 

@@ -2,14 +2,16 @@
 
 Datasets (named as `vllm bench serve --dataset-name` names them):
 - `random`: lengths uniform on integers in [⌊L·(1 − r)⌋, ⌈L·(1 + r)⌉] for L = `--random-input-len` /
-  `--random-output-len` and r = `--random-range-ratio` ∈ [0, 1), output at least 1 — vLLM 0.11's
-  `RandomDataset.get_sampling_params` (vllm/benchmarks/datasets.py); r = 0 gives fixed lengths.
-  SGLang's `bench_serving.sample_random_requests` (sglang 0.5.3) draws from [max(⌊L·r⌋, 1), L] instead:
-  `sglang_random_workload` rebuilds its runs.
+  `--random-output-len` and r = `--random-range-ratio` ∈ [0, 1), output at least 1 — vLLM's
+  `get_sampling_params` (vllm/benchmarks/datasets.py in 0.11, datasets/utils.py in 0.33); r = 0 gives
+  fixed lengths. Same generator, seed and order of draws as vLLM, so for a tokenizer that adds no special
+  tokens these are the lengths vLLM sends. SGLang's random dataset (bench_serving.sample_random_requests
+  in 0.5.3, benchmark/datasets/common.compute_random_lens in 0.5.23) draws from [max(⌊L·r⌋, 1), L]
+  instead: `sglang_random_workload` rebuilds its runs.
 - `chat`: a conversational length distribution, `CHAT_LENGTHS` (log-normal; see its fields for sources).
 - `jsonl`: a user file with one {"input_len": N, "output_len": M} object per line.
 
-Arrivals follow vLLM's `get_request` (vllm/benchmarks/serve.py, 0.11): gaps drawn from a gamma distribution
+Arrivals follow vLLM's `get_request` (vllm/benchmarks/serve.py, 0.11 and 0.33): gaps drawn from a gamma distribution
 with shape `burstiness` and mean 1/rate (burstiness 1 is a Poisson process; < 1 burstier), then scaled so
 the last request is sent at n/rate; an infinite rate sends everything at once.
 """
