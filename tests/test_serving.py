@@ -228,3 +228,53 @@ def test_scheduler_limits_are_checked(cost: FastPathStepCost) -> None:
     limits = SchedulerLimits(max_num_batched_tokens=2)
     with pytest.raises(MoesimError, match="max_num_batched_tokens"):
         _run(workload, cost, options=dataclasses.replace(ServeOptions(), limits=limits))
+
+
+def test_tensor_parallel_concurrency_one_matches_the_parallel_step_model() -> None:
+    from moesim.simulator.plan.layout import ParallelLayout
+
+    layout = ParallelLayout(gpus=2, tp=2)
+    tp_cost = FastPathStepCost(model(MODEL), h200(), layout=layout)
+    k, prompt = 3, 2048
+    workload = Workload((RequestSpec(prompt, 1 + 4 * (k + 1)),) * 2, "fixed")
+    options = ServeOptions(draft_len=k, acceptance=1.0)
+    runs = [
+        simulate_serving(
+            workload,
+            tp_cost,
+            capacity_for(model(MODEL), h200(), "eagle" if sd else None, options, layout),
+            speculative=sd,
+            max_concurrency=1,
+            options=options,
+        )
+        for sd in (True, False)
+    ]
+    row = run_sweep(
+        [model(MODEL)], h200(), [1], [k], context_len=prompt, acceptance=1.0, parallel=layout
+    ).rows[0]
+    assert row.gpus == 2
+    assert runs[1].values["mean_tpot_ms"] == pytest.approx(row.decode_step_s * 1e3, rel=1e-9)
+    assert runs[1].values["mean_tpot_ms"] / runs[0].values["mean_tpot_ms"] == pytest.approx(
+        row.speedup, rel=1e-9
+    )
+
+
+def test_tensor_parallel_prefill_adds_work_and_the_kv_cache_grows() -> None:
+    from moesim.simulator.plan.layout import ParallelLayout
+
+    layout = ParallelLayout(gpus=4, tp=4)
+    tp_cost = FastPathStepCost(model(MODEL), h200(), layout=layout)
+    decode = tp_cost(StepShape(16, 1, 1024))
+    mixed = [tp_cost(StepShape(16, 1, 1024, _chunks(p))) for p in (512, 2048, 8192)]
+    assert decode < mixed[0] < mixed[1] < mixed[2]
+    assert tp_cost(StepShape(0, 1, 0, _chunks(2048))) < mixed[1]
+    one = capacity_for(model(MODEL), h200(), None, ServeOptions())
+    four = capacity_for(model(MODEL), h200(), None, ServeOptions(), layout)
+    assert four.tokens > 4 * one.tokens  # the weights are split too
+
+
+def test_expert_parallel_serving_is_refused() -> None:
+    from moesim.simulator.plan.layout import ParallelLayout
+
+    with pytest.raises(MoesimError, match="expert-parallel"):
+        FastPathStepCost(model(MODEL), h200(), layout=ParallelLayout(gpus=4, tp=1, ep=4))

@@ -20,6 +20,8 @@ from moesim.commands.common import (
     resolve_model,
 )
 from moesim.commands.simulate import _routing_for, sd_options
+from moesim.errors import MoesimError
+from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.serving.loop import SchedulerLimits
 from moesim.simulator.serving.run import DEFAULT_DRAFT_LEN, ServeOptions
 from moesim.simulator.serving.workload import DATASETS
@@ -113,6 +115,13 @@ def serve_options(func: Any) -> Any:
             show_default=True,
             help="graph: CUDA-graph replay; eager: one host launch per kernel.",
         ),
+        click.option(
+            "--tp",
+            type=int,
+            default=1,
+            show_default=True,
+            help="Tensor-parallel GPUs (experts split over them too, as `vllm serve -tp N` by default).",
+        ),
         click.option("--engine", default="fused", show_default=True, help="Kernel plan style."),
         click.option(
             "--routing",
@@ -135,6 +144,13 @@ def options_from_flags(flags: dict[str, Any]) -> ServeOptions:
         gpu_memory_utilization=flags["gpu_memory_utilization"],
         kv_cache_tokens=flags["kv_cache_tokens"],
     )
+
+
+def tensor_parallel(tp: int) -> ParallelLayout | None:
+    """The layout of `--tp N` (None for one GPU)."""
+    if tp < 1:
+        raise MoesimError("--tp", f"must be ≥ 1, got {tp}")
+    return ParallelLayout(gpus=tp, tp=tp) if tp > 1 else None
 
 
 def _label(point: Any) -> str:
@@ -259,6 +275,7 @@ def serve_command(
             routing=_routing_for(spec, flags["routing_spec"], None, None),
             drafter=flags["drafter"],
             options=options_from_flags(flags),
+            layout=tensor_parallel(flags["tp"]),
             progress=lambda n: bar.advance(task, n),
         )
     if csv_path:

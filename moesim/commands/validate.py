@@ -153,6 +153,14 @@ Examples:
 )
 @click.option("--acceptance", "bench_acceptance", type=float, default=0.8, show_default=True)
 @click.option("--kv-cache-tokens", "bench_kv_tokens", type=int, default=None, help="With --bench-result.")
+@click.option(
+    "--tp",
+    "bench_tp",
+    type=int,
+    default=1,
+    show_default=True,
+    help="With --bench-result: tensor-parallel GPUs.",
+)
 @click.option("--random-input-len", "bench_input_len", type=int, default=None, help="With --bench-result.")
 @click.option("--random-output-len", "bench_output_len", type=int, default=None, help="With --bench-result.")
 @click.option("--schema", is_flag=True, help="Print the --measured CSV schema and exit.")
@@ -191,6 +199,7 @@ def validate_command(
     bench_acceptance_length: float | None,
     bench_acceptance: float,
     bench_kv_tokens: int | None,
+    bench_tp: int,
     bench_input_len: int | None,
     bench_output_len: int | None,
     schema: bool,
@@ -204,6 +213,7 @@ def validate_command(
 
     hardware = load_profile(profile)
     if bench_path or baseline_path:
+        from moesim.commands.serve import tensor_parallel
         from moesim.simulator.serving.run import DEFAULT_DRAFT_LEN, ServeOptions
 
         if not (bench_path and baseline_path and bench_model):
@@ -233,6 +243,7 @@ def validate_command(
             input_len=bench_input_len,
             output_len=bench_output_len,
             seed=seed,
+            layout=tensor_parallel(bench_tp),
         )
         if as_json:
             emit_json(bench)

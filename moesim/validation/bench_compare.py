@@ -17,6 +17,7 @@ import numpy as np
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import ModelSpec
+from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.serving.metrics import speedups
 from moesim.simulator.serving.run import ServeOptions, serve
@@ -58,6 +59,7 @@ def compare_pair(
     input_len: int | None = None,
     output_len: int | None = None,
     seed: int = 0,
+    layout: ParallelLayout | None = None,
 ) -> dict[str, Any]:
     """Measured against predicted for every metric of one SD / baseline pair."""
     notes = []
@@ -78,6 +80,7 @@ def compare_pair(
         routing=routing,
         drafter=drafter,
         options=options,
+        layout=layout,
     )
     point = result.points[0]
     measured_up = speedups(sd.metrics, baseline.metrics)

@@ -58,10 +58,10 @@ def kv_capacity(
     if free <= 0 or per_token <= 0:
         raise MoesimError(
             "memory",
-            f"{model.name} leaves no room for a KV cache on one {hardware.name} "
+            f"{model.name} leaves no room for a KV cache on {layout.describe()} of {hardware.name} "
             f"({weights / 1e9:.1f} GB of weights, {gpu_memory_utilization:.0%} of "
             f"{capacity / 1e9:.1f} GB usable)",
-            "use a larger device, a smaller weight format, or a higher --gpu-memory-utilization",
+            "use more GPUs (--tp), a smaller weight format, or a higher --gpu-memory-utilization",
         )
     tokens = int(free // per_token)
     return KvCapacity(

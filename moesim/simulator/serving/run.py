@@ -21,6 +21,7 @@ from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import ModelSpec
+from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.serving.acceptance import AcceptanceDraws
 from moesim.simulator.serving.kv import (
@@ -145,7 +146,11 @@ class ServeResult:
 
 
 def capacity_for(
-    model: ModelSpec, hardware: HardwareProfile, drafter: str | None, options: ServeOptions
+    model: ModelSpec,
+    hardware: HardwareProfile,
+    drafter: str | None,
+    options: ServeOptions,
+    layout: ParallelLayout | None = None,
 ) -> KvCapacity:
     """KV capacity of the target (and of its drafter when `drafter` is given)."""
     from moesim.simulator.simulate import drafter_bytes
@@ -156,7 +161,7 @@ def capacity_for(
         one, two = (drafter_bytes(parsed, model, 1, n) for n in (1, 2))
         per_token = two - one
         weights = one - per_token
-    return kv_capacity(model, hardware, weights, per_token, options.gpu_memory_utilization)
+    return kv_capacity(model, hardware, weights, per_token, options.gpu_memory_utilization, layout)
 
 
 def serve(
@@ -173,6 +178,7 @@ def serve(
     routing: RoutingModel | None = None,
     drafter: str = DEFAULT_DRAFTER,
     options: ServeOptions | None = None,
+    layout: ParallelLayout | None = None,
     step_cost: StepCost | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> ServeResult:
@@ -182,10 +188,10 @@ def serve(
     if len(concurrencies) * len(request_rates) > MAX_SWEEP_POINTS:
         raise MoesimError("max_concurrency", f"at most {MAX_SWEEP_POINTS} sweep points per call")
     cost = step_cost or FastPathStepCost(
-        model, hardware, engine=engine, launch=launch, routing=routing, drafter=drafter
+        model, hardware, engine=engine, launch=launch, routing=routing, drafter=drafter, layout=layout
     )
-    with_drafter = capacity_for(model, hardware, drafter, options)
-    without = capacity_for(model, hardware, None, options)
+    with_drafter = capacity_for(model, hardware, drafter, options, layout)
+    without = capacity_for(model, hardware, None, options, layout)
     points = []
     for concurrency in concurrencies:
         for rate in request_rates:
@@ -228,7 +234,8 @@ def serve(
                 else f"SD: {with_drafter.description}; no SD: {without.description}"
             ),
             "step_cost": cost.description,
+            "layout": (layout or ParallelLayout()).describe(),
             "not_modelled": "the serving engine's per-step host work (scheduling, input preparation, "
-            "CUDA-graph padding); one GPU only",
+            "CUDA-graph padding); expert-parallel layouts",
         },
     )
