@@ -163,6 +163,13 @@ Examples:
 )
 @click.option("--random-input-len", "bench_input_len", type=int, default=None, help="With --bench-result.")
 @click.option("--random-output-len", "bench_output_len", type=int, default=None, help="With --bench-result.")
+@click.option(
+    "--num-prompts",
+    "bench_num_prompts",
+    type=int,
+    default=None,
+    help="With --bench-result, if the file lacks it.",
+)
 @click.option("--schema", is_flag=True, help="Print the --measured CSV schema and exit.")
 @click.option(
     "--report",
@@ -202,6 +209,7 @@ def validate_command(
     bench_tp: int,
     bench_input_len: int | None,
     bench_output_len: int | None,
+    bench_num_prompts: int | None,
     schema: bool,
     report_dir: str | None,
     as_json: bool,
@@ -244,6 +252,7 @@ def validate_command(
             output_len=bench_output_len,
             seed=seed,
             layout=tensor_parallel(bench_tp),
+            num_prompts=bench_num_prompts,
         )
         if as_json:
             emit_json(bench)

@@ -60,13 +60,14 @@ def compare_pair(
     output_len: int | None = None,
     seed: int = 0,
     layout: ParallelLayout | None = None,
+    num_prompts: int | None = None,
 ) -> dict[str, Any]:
     """Measured against predicted for every metric of one SD / baseline pair."""
     notes = []
     if options.acceptance_length is None and sd.accept_length:
         options = replace(options, acceptance_length=sd.accept_length)
         notes.append(f"acceptance length {sd.accept_length:g} from the SD file's accept_length")
-    workload = workload_of(sd, input_len, output_len, seed)
+    workload = workload_of(sd, input_len, output_len, seed, num_prompts)
     result = serve(
         model,
         hardware,

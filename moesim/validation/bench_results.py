@@ -51,7 +51,7 @@ class BenchRecord:
     tool: str  # "vllm" | "sglang"
     source: str
     metrics: dict[str, float]
-    completed: int
+    completed: int | None  # None when the file does not say (published figures rewritten in the format)
     max_concurrency: int | None
     request_rate: float
     burstiness: float
@@ -102,8 +102,8 @@ def parse_record(record: dict[str, Any], source: str) -> BenchRecord:
             "pass a `vllm bench serve --save-result` JSON or an SGLang bench_serving JSONL",
         )
     completed = _number(record.get("completed")) or _number(record.get("num_prompts"))
-    if not completed or completed < 1:
-        raise MoesimError("bench_result", f"{source}: needs 'completed' (or 'num_prompts') ≥ 1")
+    if completed is not None and completed < 1:
+        raise MoesimError("bench_result", f"{source}: 'completed' must be ≥ 1, got {completed:g}")
     concurrency = _number(record.get("max_concurrency"))
     if record.get("request_rate") == "trace":
         raise MoesimError(
@@ -114,7 +114,7 @@ def parse_record(record: dict[str, Any], source: str) -> BenchRecord:
         tool=tool,
         source=source,
         metrics=metrics,
-        completed=int(completed),
+        completed=int(completed) if completed else None,
         max_concurrency=int(concurrency) if concurrency else None,
         request_rate=math.inf if rate is None else rate,
         burstiness=_number(record.get("burstiness")) or 1.0,
@@ -148,22 +148,32 @@ def read_bench_results(path: str | Path) -> list[BenchRecord]:
 
 
 def workload_of(
-    record: BenchRecord, input_len: int | None = None, output_len: int | None = None, seed: int = 0
+    record: BenchRecord,
+    input_len: int | None = None,
+    output_len: int | None = None,
+    seed: int = 0,
+    num_prompts: int | None = None,
 ) -> Workload:
-    """The requests the run sent (see the module docstring); `input_len` / `output_len` fill what it lacks."""
+    """The requests the run sent (see the module docstring); `input_len`, `output_len` and `num_prompts`
+    fill what it lacks."""
     raw = record.raw
     inputs, outputs = raw.get("input_lens"), raw.get("output_lens")
     if isinstance(inputs, list) and isinstance(outputs, list) and len(inputs) == len(outputs) and inputs:
         requests = tuple(RequestSpec(int(i), max(1, int(o))) for i, o in zip(inputs, outputs, strict=True))
         return Workload(requests, f"{record.source}: {len(requests)} requests' own lengths")
+    count = record.completed or num_prompts
+    if not count:
+        raise MoesimError(
+            "bench_result", f"{record.source} does not say how many requests it sent", "give --num-prompts"
+        )
     if record.tool == "sglang" and str(raw.get("dataset_name", "")).startswith("random"):
         lengths = _number(raw.get("random_input_len")), _number(raw.get("random_output_len"))
         ratio = _number(raw.get("random_range_ratio"))
         if lengths[0] and lengths[1] and ratio is not None:
-            return sglang_random_workload(record.completed, int(lengths[0]), int(lengths[1]), ratio, seed)
+            return sglang_random_workload(count, int(lengths[0]), int(lengths[1]), ratio, seed)
     total_in, total_out = _number(raw.get("total_input_tokens")), _number(raw.get("total_output_tokens"))
-    mean_in = input_len or (round(total_in / record.completed) if total_in else None)
-    mean_out = output_len or (round(total_out / record.completed) if total_out else None)
+    mean_in = input_len or (round(total_in / count) if total_in else None)
+    mean_out = output_len or (round(total_out / count) if total_out else None)
     if not mean_in or not mean_out:
         raise MoesimError(
             "bench_result",
@@ -171,8 +181,9 @@ def workload_of(
             "give --random-input-len and --random-output-len",
         )
     spec = RequestSpec(int(mean_in), int(mean_out))
+    given = " (given)" if input_len or output_len else ""
     return Workload(
-        (spec,) * record.completed,
-        f"{record.source}: {record.completed} requests of fixed mean lengths {spec.input_len} in / "
-        f"{spec.output_len} out",
+        (spec,) * count,
+        f"{record.source}: {count} requests of fixed lengths {spec.input_len} in / {spec.output_len} out"
+        + (given or " (the run's means)"),
     )

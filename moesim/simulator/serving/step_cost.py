@@ -134,7 +134,8 @@ class FastPathStepCost:
         return (
             f"fast path on {self.layout.describe()}, {self.engine} kernels, {self.launch} launch, "
             f"{self.routing.description}, "
-            f"drafter {self.drafter.label}; {MIXED_APPROXIMATIONS}; shapes bucketed to ±1.6%"
+            f"drafter {self.drafter.label} (its passes cover the decoding sequences, not the prompt tokens of "
+            f"prefill chunks); {MIXED_APPROXIMATIONS}; shapes bucketed to ±1.6%"
         )
 
     @property
