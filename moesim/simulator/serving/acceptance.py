@@ -48,10 +48,6 @@ class AcceptanceDraws:
         self.rate = rate_for_length(acceptance_length, draft_len) if acceptance_length else acceptance
         self._rng = np.random.default_rng([seed, 2])
 
-    @property
-    def mean_tokens(self) -> float:
-        return float(tokens_per_step(self.rate, self.draft_len))
-
     def draw(self, n: int) -> np.ndarray:
         """Tokens (1 … K + 1) that each of n sequences gets from one round."""
         accepted = self._rng.random((n, self.draft_len)) < self.rate

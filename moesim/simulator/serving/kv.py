@@ -51,9 +51,9 @@ def kv_capacity(
     layout = layout or ParallelLayout()
     capacity = hardware.datasheet.memory_capacity_bytes
     weights = sum(weight_bytes_per_rank(model, layout).values())
-    one = kv_cache_bytes_per_rank(model, layout, 1, 1)
-    per_token = kv_cache_bytes_per_rank(model, layout, 1, 2) - one + drafter_bytes_per_token
-    state = max(0.0, one - per_token + drafter_bytes_per_token)
+    one, two = (kv_cache_bytes_per_rank(model, layout, 1, n) for n in (1, 2))
+    per_token = two - one + drafter_bytes_per_token
+    state = max(0.0, one - (two - one))  # what a sequence holds whatever its length (linear attention)
     free = gpu_memory_utilization * capacity - weights - drafter_weight_bytes
     if free <= 0 or per_token <= 0:
         raise MoesimError(

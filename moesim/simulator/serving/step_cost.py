@@ -127,7 +127,6 @@ class FastPathStepCost:
         self._launch_overhead_s = LaunchParams.from_hardware(hardware, launch).overhead_s
         self._costs: dict[StepShape, float] = {}
         self._drafts: dict[tuple[int, int, int], float] = {}
-        self.lookups = 0
 
     @property
     def description(self) -> str:
@@ -238,7 +237,6 @@ class FastPathStepCost:
         return self._drafts[key]
 
     def __call__(self, shape: StepShape) -> float:
-        self.lookups += 1
         key = shape.bucketed()
         cost = self._costs.get(key)
         if cost is None:

@@ -48,14 +48,6 @@ class Workload:
     requests: tuple[RequestSpec, ...]
     description: str
 
-    @property
-    def total_input_tokens(self) -> int:
-        return sum(r.input_len for r in self.requests)
-
-    @property
-    def total_output_tokens(self) -> int:
-        return sum(r.output_len for r in self.requests)
-
 
 @dataclass(frozen=True)
 class ChatLengths:
