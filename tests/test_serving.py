@@ -278,3 +278,9 @@ def test_expert_parallel_serving_is_refused() -> None:
 
     with pytest.raises(MoesimError, match="expert-parallel"):
         FastPathStepCost(model(MODEL), h200(), layout=ParallelLayout(gpus=4, tp=1, ep=4))
+
+
+def test_acceptance_stream_does_not_depend_on_how_it_is_drawn() -> None:
+    a, b = AcceptanceDraws(3, 0.7, seed=5), AcceptanceDraws(3, 0.7, seed=5)
+    chunked = np.concatenate([a.draw(n) for n in (1, 7, 5000, 3)])
+    assert (chunked == b.draw(5011)).all()

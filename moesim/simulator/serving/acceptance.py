@@ -14,6 +14,7 @@ from moesim.errors import MoesimError
 from moesim.simulator.speculative.drafters import check_acceptance, expected_tokens, tokens_per_step
 
 BISECTION_STEPS = 60  # halves [0, 1] to below 1e-18: exact in double precision
+DRAW_BLOCK = 4096  # rounds drawn at once (one numpy call instead of one per step)
 
 
 def rate_for_length(acceptance_length: float, draft_len: int) -> float:
@@ -47,8 +48,12 @@ class AcceptanceDraws:
         self.draft_len = draft_len
         self.rate = rate_for_length(acceptance_length, draft_len) if acceptance_length else acceptance
         self._rng = np.random.default_rng([seed, 2])
+        self._rounds = np.zeros(0, dtype=np.int64)  # drawn ahead in blocks; the stream does not depend on it
 
     def draw(self, n: int) -> np.ndarray:
         """Tokens (1 … K + 1) that each of n sequences gets from one round."""
-        accepted = self._rng.random((n, self.draft_len)) < self.rate
-        return 1 + np.cumprod(accepted, axis=1).sum(axis=1)
+        if self._rounds.size < n:
+            accepted = self._rng.random((max(n, DRAW_BLOCK), self.draft_len)) < self.rate
+            self._rounds = np.concatenate([self._rounds, 1 + np.cumprod(accepted, axis=1).sum(axis=1)])
+        out, self._rounds = self._rounds[:n], self._rounds[n:]
+        return out

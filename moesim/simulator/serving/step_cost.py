@@ -26,7 +26,7 @@ of this cost yet: an engine-aware cost wraps `StepCost` (the serving-engines iss
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 from moesim.errors import MoesimError
@@ -75,7 +75,7 @@ class StepShape:
                 int(bucket(chunks.kv_tokens)),
                 bucket(chunks.query_key_pairs),
             )
-        return replace(self, context_len=int(bucket(self.context_len)), chunks=chunks)
+        return StepShape(self.decode_seqs, self.tokens_per_seq, int(bucket(self.context_len)), chunks)
 
 
 class StepCost(Protocol):
