@@ -9,6 +9,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
 from moesim.simulator.serving.acceptance import AcceptanceDraws, rate_for_length
@@ -284,3 +286,49 @@ def test_acceptance_stream_does_not_depend_on_how_it_is_drawn() -> None:
     a, b = AcceptanceDraws(3, 0.7, seed=5), AcceptanceDraws(3, 0.7, seed=5)
     chunked = np.concatenate([a.draw(n) for n in (1, 7, 5000, 3)])
     assert (chunked == b.draw(5011)).all()
+
+
+class _LinearCost:
+    """A stand-in step cost (1 ms + 1 µs per token): the loop's bookkeeping, not the physics, under test."""
+
+    description = "linear"
+
+    def __call__(self, shape: StepShape) -> float:
+        prefill = shape.chunks.tokens if shape.chunks else 0
+        return 1e-3 + 1e-6 * (shape.decode_seqs * shape.tokens_per_seq + prefill)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lengths=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 60)), min_size=1, max_size=25),
+    kv_tokens=st.integers(400, 4000),
+    concurrency=st.one_of(st.none(), st.integers(1, 12)),
+    budget=st.integers(8, 512),
+    speculative=st.booleans(),
+)
+def test_every_request_finishes_whatever_the_cache_and_budget(  # type: ignore[no-untyped-def]
+    lengths, kv_tokens, concurrency, budget, speculative
+) -> None:
+    from moesim.simulator.serving.loop import run_serving_loop
+
+    requests = tuple(RequestSpec(i, o) for i, o in lengths)
+    if max(i + o for i, o in lengths) + 4 > kv_tokens:
+        kv_tokens = max(i + o for i, o in lengths) + 20
+    kv = KvBlocks(kv_tokens, 16)
+    acceptance = AcceptanceDraws(3, 0.6, seed=1) if speculative else None
+    states, state = run_serving_loop(
+        requests,
+        np.zeros(len(requests)),
+        _LinearCost(),
+        kv,
+        SchedulerLimits(max_num_batched_tokens=budget),
+        acceptance,
+        concurrency,
+    )
+    assert state.finished == len(requests) and kv.free_blocks == kv.total_blocks
+    assert kv.peak_used_blocks <= kv.total_blocks
+    for r in states:
+        assert r.generated == r.spec.output_len
+        assert r.sent_s <= r.first_token_s <= r.finish_s
+        assert len(r.itls_s) <= r.spec.output_len - 1 + r.preemptions
+        assert math.isclose(sum(r.itls_s), r.finish_s - r.first_token_s, rel_tol=1e-9, abs_tol=1e-12)
