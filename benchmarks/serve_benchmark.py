@@ -16,24 +16,27 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from moesim.simulator.hardware.profile import load_profile
-from moesim.simulator.models.catalogue import load_model
-from moesim.simulator.routing.presets import typical_routing
-from moesim.simulator.serving.run import ServeOptions, capacity_for, simulate_serving
-from moesim.simulator.serving.step_cost import FastPathStepCost
+from moesim.simulator.scenario import Scenario
+from moesim.simulator.serving.run import (
+    ServeOptions,
+    capacity_for,
+    draws_for,
+    resolve_serving,
+    simulate_serving,
+)
+from moesim.simulator.serving.step_cost import ScenarioStepCost
 from moesim.simulator.serving.workload import random_workload
 
 
 def timed_run(model_name: str, hardware: str, requests: int, concurrency: int, length: int) -> str:
-    model = load_model(model_name)
-    profile = load_profile(hardware)
+    resolved = resolve_serving(Scenario(model_name, hardware))  # typical routing, EAGLE, K = 3, α = 0.8
     start = time.perf_counter()
-    cost = FastPathStepCost(model, profile, routing=typical_routing(model.n_experts, model.top_k))
+    cost = ScenarioStepCost(resolved)
     options = ServeOptions()
-    capacity = capacity_for(model, profile, "eagle", options)
+    capacity = capacity_for(resolved, options, with_drafter=True)
     workload = random_workload(requests, length, length, seed=0)
     run = simulate_serving(
-        workload, cost, capacity, speculative=True, max_concurrency=concurrency, options=options
+        workload, cost, capacity, draws_for(resolved, 0), max_concurrency=concurrency, options=options
     )
     wall = time.perf_counter() - start
     return (

@@ -3,7 +3,6 @@ reproducibility, throughput against concurrency, and the pieces (workloads, acce
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 
@@ -13,11 +12,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
-from moesim.simulator.serving.acceptance import AcceptanceDraws, rate_for_length
+from moesim.simulator.execution.timer import FastTimer
+from moesim.simulator.plan.layout import ParallelLayout
+from moesim.simulator.scenario import Scenario
+from moesim.simulator.serving.draws import AcceptanceDraws, rate_for_length
 from moesim.simulator.serving.kv import KvBlocks, kv_capacity
 from moesim.simulator.serving.loop import SchedulerLimits
-from moesim.simulator.serving.run import ServeOptions, capacity_for, serve, simulate_serving
-from moesim.simulator.serving.step_cost import FastPathStepCost, StepShape, bucket
+from moesim.simulator.serving.run import (
+    ServeOptions,
+    capacity_for,
+    draws_for,
+    resolve_serving,
+    serve,
+    simulate_serving,
+)
+from moesim.simulator.serving.step_cost import ScenarioStepCost, StepShape, bucket
 from moesim.simulator.serving.workload import (
     RequestSpec,
     Workload,
@@ -27,25 +36,28 @@ from moesim.simulator.serving.workload import (
     send_times_s,
     sglang_random_workload,
 )
-from moesim.simulator.speculative.drafters import tokens_per_step
-from moesim.simulator.speculative.sweep import run_sweep
+from moesim.simulator.speculative.acceptance import tokens_per_step
+from moesim.simulator.speculative.point import speculative_point
 from tests.core_fixtures import h200, model
 
 MODEL = "qwen3-30b-a3b"
+SCENARIO = Scenario(MODEL, "h200")  # typical routing, EAGLE drafter, K = 3, α = 0.8
 
 
 @pytest.fixture(scope="module")
-def cost() -> FastPathStepCost:
-    return FastPathStepCost(model(MODEL), h200())
+def cost() -> ScenarioStepCost:
+    return ScenarioStepCost(resolve_serving(SCENARIO))
 
 
-def _run(workload, cost, *, speculative=True, options=None, **kwargs):  # type: ignore[no-untyped-def]
+def _run(workload, cost, *, speculative=True, options=None, seed=0, **kwargs):  # type: ignore[no-untyped-def]
     options = options or ServeOptions()
-    capacity = capacity_for(model(MODEL), h200(), "eagle" if speculative else None, options)
-    return simulate_serving(workload, cost, capacity, speculative=speculative, options=options, **kwargs)
+    resolved = cost.resolved
+    capacity = capacity_for(resolved, options, with_drafter=speculative)
+    draws = draws_for(resolved, seed) if speculative else None
+    return simulate_serving(workload, cost, capacity, draws, options=options, seed=seed, **kwargs)
 
 
-def test_littles_law_closed_loop(cost: FastPathStepCost) -> None:
+def test_littles_law_closed_loop(cost: ScenarioStepCost) -> None:
     concurrency = 8
     workload = random_workload(96, 512, 64, range_ratio=0.5, seed=3)
     run = _run(workload, cost, max_concurrency=concurrency)
@@ -58,24 +70,23 @@ def test_littles_law_closed_loop(cost: FastPathStepCost) -> None:
     assert run.completed == 96
 
 
-def test_concurrency_one_matches_the_step_model(cost: FastPathStepCost) -> None:
+def test_concurrency_one_matches_the_step_model() -> None:
     """Fixed lengths, one request at a time (no prefill beside decode), every draft accepted: TPOT is the
-    step model's decode step and the SD speedup of TPOT is the step-level speedup, at the same context."""
+    speculative point's decode step and the SD speedup of TPOT is the point's speedup, at the same context."""
     k, prompt = 3, 2048
     output = 1 + 6 * (k + 1)  # the first token from prefill, then six full rounds
+    scenario = SCENARIO.replace(draft_len=k, acceptance=1.0, context_len=prompt)
+    cost = ScenarioStepCost(resolve_serving(scenario))
     workload = Workload((RequestSpec(prompt, output),) * 3, "fixed")
-    options = ServeOptions(draft_len=k, acceptance=1.0)
-    sd = _run(workload, cost, max_concurrency=1, options=options)
-    base = _run(workload, cost, speculative=False, max_concurrency=1, options=options)
-    row = run_sweep(
-        [model(MODEL)], h200(), [1], [k], context_len=prompt, drafter="eagle", acceptance=1.0
-    ).rows[0]
-    assert base.values["mean_tpot_ms"] == pytest.approx(row.decode_step_s * 1e3, rel=1e-9)
-    assert base.values["mean_tpot_ms"] / sd.values["mean_tpot_ms"] == pytest.approx(row.speedup, rel=1e-9)
+    sd = _run(workload, cost, max_concurrency=1)
+    base = _run(workload, cost, speculative=False, max_concurrency=1)
+    point = speculative_point(scenario.resolve(), FastTimer(h200()))
+    assert base.values["mean_tpot_ms"] == pytest.approx(point.decode.step_s * 1e3, rel=1e-9)
+    assert base.values["mean_tpot_ms"] / sd.values["mean_tpot_ms"] == pytest.approx(point.speedup, rel=1e-9)
     assert sd.mean_decode_batch <= 1.0
 
 
-def test_full_kv_cache_makes_requests_wait_not_fail(cost: FastPathStepCost) -> None:
+def test_full_kv_cache_makes_requests_wait_not_fail(cost: ScenarioStepCost) -> None:
     workload = random_workload(40, 300, 200, seed=1)
     roomy = _run(workload, cost, max_concurrency=40)
     tight = _run(workload, cost, max_concurrency=40, options=ServeOptions(kv_cache_tokens=2048))
@@ -86,27 +97,25 @@ def test_full_kv_cache_makes_requests_wait_not_fail(cost: FastPathStepCost) -> N
     assert tight.values["mean_ttft_ms"] > roomy.values["mean_ttft_ms"]
 
 
-def test_a_request_larger_than_the_cache_is_refused_before_running(cost: FastPathStepCost) -> None:
+def test_a_request_larger_than_the_cache_is_refused_before_running(cost: ScenarioStepCost) -> None:
     workload = Workload((RequestSpec(4000, 100),), "too long")
     with pytest.raises(MoesimError, match="kv_cache_tokens"):
         _run(workload, cost, options=ServeOptions(kv_cache_tokens=1024))
 
 
-def test_same_seed_same_numbers(cost: FastPathStepCost) -> None:
+def test_same_seed_same_numbers(cost: ScenarioStepCost) -> None:
     def once(seed: int) -> str:
         workload = random_workload(48, 256, 64, range_ratio=0.5, seed=seed)
-        result = serve(
-            model(MODEL), h200(), workload, concurrencies=[8], request_rates=[20.0], seed=seed, step_cost=cost
-        )
+        result = serve(SCENARIO, workload, concurrencies=[8], request_rates=[20.0], seed=seed, step_cost=cost)
         return json.dumps(result.to_json(), sort_keys=True)
 
     assert once(7) == once(7)
     assert once(7) != once(8)
 
 
-def test_raising_concurrency_never_lowers_throughput(cost: FastPathStepCost) -> None:
+def test_raising_concurrency_never_lowers_throughput(cost: ScenarioStepCost) -> None:
     workload = random_workload(128, 512, 128, range_ratio=0.5, seed=2)
-    result = serve(model(MODEL), h200(), workload, concurrencies=[1, 2, 4, 8, 16, 32, 64], step_cost=cost)
+    result = serve(SCENARIO, workload, concurrencies=[1, 2, 4, 8, 16, 32, 64], step_cost=cost)
     for mode in ("sd", "baseline"):
         runs = [getattr(point, mode) for point in result.points]
         assert all(run.preemptions == 0 for run in runs)
@@ -114,7 +123,7 @@ def test_raising_concurrency_never_lowers_throughput(cost: FastPathStepCost) -> 
         assert throughputs == sorted(throughputs)
 
 
-def test_open_loop_at_a_low_rate_has_no_queueing(cost: FastPathStepCost) -> None:
+def test_open_loop_at_a_low_rate_has_no_queueing(cost: ScenarioStepCost) -> None:
     workload = Workload((RequestSpec(1024, 16),) * 20, "fixed")
     run = _run(workload, cost, speculative=False, request_rate=0.5, burstiness=50.0)  # ~2 s apart
     prefill_s = cost(StepShape(0, 1, 0, _chunks(1024)))
@@ -128,7 +137,7 @@ def _chunks(tokens: int):  # type: ignore[no-untyped-def]
     return PrefillChunks.of([(tokens, 0)])
 
 
-def test_mixed_step_costs_more_than_its_parts_alone_and_grows_with_the_chunk(cost: FastPathStepCost) -> None:
+def test_mixed_step_costs_more_than_its_parts_alone_and_grows_with_the_chunk(cost: ScenarioStepCost) -> None:
     decode = cost(StepShape(32, 1, 1500))
     prefill = cost(StepShape(0, 1, 0, _chunks(2048)))
     mixed = [cost(StepShape(32, 1, 1500, _chunks(p))) for p in (256, 1024, 2048, 4096)]
@@ -225,67 +234,43 @@ def test_send_times_follow_vllm() -> None:
         send_times_s(5, 1.0, 0.0)
 
 
-def test_scheduler_limits_are_checked(cost: FastPathStepCost) -> None:
+def test_scheduler_limits_are_checked(cost: ScenarioStepCost) -> None:
     workload = Workload((RequestSpec(10, 10),), "one")
     limits = SchedulerLimits(max_num_batched_tokens=2)
     with pytest.raises(MoesimError, match="max_num_batched_tokens"):
-        _run(workload, cost, options=dataclasses.replace(ServeOptions(), limits=limits))
+        _run(workload, cost, options=ServeOptions(limits=limits))
 
 
 def test_tensor_parallel_concurrency_one_matches_the_parallel_step_model() -> None:
-    from moesim.simulator.plan.layout import ParallelLayout
-
-    layout = ParallelLayout(gpus=2, tp=2)
-    tp_cost = FastPathStepCost(model(MODEL), h200(), layout=layout)
     k, prompt = 3, 2048
-    workload = Workload((RequestSpec(prompt, 1 + 4 * (k + 1)),) * 2, "fixed")
-    options = ServeOptions(draft_len=k, acceptance=1.0)
-    runs = [
-        simulate_serving(
-            workload,
-            tp_cost,
-            capacity_for(model(MODEL), h200(), "eagle" if sd else None, options, layout),
-            speculative=sd,
-            max_concurrency=1,
-            options=options,
-        )
-        for sd in (True, False)
-    ]
-    row = run_sweep(
-        [model(MODEL)], h200(), [1], [k], context_len=prompt, acceptance=1.0, parallel=layout
-    ).rows[0]
-    assert row.gpus == 2
-    assert runs[1].values["mean_tpot_ms"] == pytest.approx(row.decode_step_s * 1e3, rel=1e-9)
-    assert runs[1].values["mean_tpot_ms"] / runs[0].values["mean_tpot_ms"] == pytest.approx(
-        row.speedup, rel=1e-9
+    scenario = SCENARIO.replace(
+        draft_len=k, acceptance=1.0, context_len=prompt, layout=ParallelLayout(gpus=2, tp=2)
     )
+    tp_cost = ScenarioStepCost(resolve_serving(scenario))
+    workload = Workload((RequestSpec(prompt, 1 + 4 * (k + 1)),) * 2, "fixed")
+    sd = _run(workload, tp_cost, max_concurrency=1)
+    base = _run(workload, tp_cost, speculative=False, max_concurrency=1)
+    point = speculative_point(scenario.resolve(), FastTimer(h200()))
+    assert point.decode.parallel is not None
+    assert base.values["mean_tpot_ms"] == pytest.approx(point.decode.step_s * 1e3, rel=1e-9)
+    assert base.values["mean_tpot_ms"] / sd.values["mean_tpot_ms"] == pytest.approx(point.speedup, rel=1e-9)
 
 
 def test_tensor_parallel_prefill_adds_work_and_the_kv_cache_grows() -> None:
-    from moesim.simulator.plan.layout import ParallelLayout
-
     layout = ParallelLayout(gpus=4, tp=4)
-    tp_cost = FastPathStepCost(model(MODEL), h200(), layout=layout)
+    tp_cost = ScenarioStepCost(resolve_serving(SCENARIO.replace(layout=layout)))
     decode = tp_cost(StepShape(16, 1, 1024))
     mixed = [tp_cost(StepShape(16, 1, 1024, _chunks(p))) for p in (512, 2048, 8192)]
     assert decode < mixed[0] < mixed[1] < mixed[2]
     assert tp_cost(StepShape(0, 1, 0, _chunks(2048))) < mixed[1]
-    one = capacity_for(model(MODEL), h200(), None, ServeOptions())
-    four = capacity_for(model(MODEL), h200(), None, ServeOptions(), layout)
+    one = capacity_for(resolve_serving(SCENARIO), ServeOptions(), with_drafter=False)
+    four = capacity_for(tp_cost.resolved, ServeOptions(), with_drafter=False)
     assert four.tokens > 4 * one.tokens  # the weights are split too
 
 
 def test_expert_parallel_serving_is_refused() -> None:
-    from moesim.simulator.plan.layout import ParallelLayout
-
     with pytest.raises(MoesimError, match="expert-parallel"):
-        FastPathStepCost(model(MODEL), h200(), layout=ParallelLayout(gpus=4, tp=1, ep=4))
-
-
-def test_acceptance_stream_does_not_depend_on_how_it_is_drawn() -> None:
-    a, b = AcceptanceDraws(3, 0.7, seed=5), AcceptanceDraws(3, 0.7, seed=5)
-    chunked = np.concatenate([a.draw(n) for n in (1, 7, 5000, 3)])
-    assert (chunked == b.draw(5011)).all()
+        resolve_serving(SCENARIO.replace(layout=ParallelLayout(gpus=4, tp=1, ep=4)))
 
 
 class _LinearCost:

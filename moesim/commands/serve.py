@@ -19,11 +19,13 @@ from moesim.commands.common import (
     parse_int_list,
     resolve_model,
 )
-from moesim.commands.simulate import _routing_for, sd_options
+from moesim.commands.simulate import sd_options
 from moesim.errors import MoesimError
+from moesim.simulator.execution.launch import LAUNCH_MODES
 from moesim.simulator.plan.layout import ParallelLayout
+from moesim.simulator.scenario import DEFAULT_DRAFT_LEN, DEFAULT_ENGINE, DEFAULT_LAUNCH
 from moesim.simulator.serving.loop import SchedulerLimits
-from moesim.simulator.serving.run import DEFAULT_DRAFT_LEN, ServeOptions
+from moesim.simulator.serving.run import ServeOptions
 from moesim.simulator.serving.workload import DATASETS
 
 LIMITS = SchedulerLimits()
@@ -110,8 +112,8 @@ def serve_options(func: Any) -> Any:
         ),
         click.option(
             "--launch",
-            type=click.Choice(["graph", "eager"]),
-            default="graph",
+            type=click.Choice(LAUNCH_MODES),
+            default=DEFAULT_LAUNCH,
             show_default=True,
             help="graph: CUDA-graph replay; eager: one host launch per kernel.",
         ),
@@ -122,7 +124,7 @@ def serve_options(func: Any) -> Any:
             show_default=True,
             help="Tensor-parallel GPUs (experts split over them too, as `vllm serve -tp N` by default).",
         ),
-        click.option("--engine", default="fused", show_default=True, help="Kernel plan style."),
+        click.option("--engine", default=DEFAULT_ENGINE, show_default=True, help="Kernel plan style."),
         click.option(
             "--routing",
             "routing_spec",
@@ -137,20 +139,17 @@ def serve_options(func: Any) -> Any:
 
 def options_from_flags(flags: dict[str, Any]) -> ServeOptions:
     return ServeOptions(
-        draft_len=flags["draft_len"],
-        acceptance=flags["acceptance"],
-        acceptance_length=flags["acceptance_length"],
         limits=SchedulerLimits(flags["max_num_batched_tokens"], flags["max_num_seqs"]),
         gpu_memory_utilization=flags["gpu_memory_utilization"],
         kv_cache_tokens=flags["kv_cache_tokens"],
     )
 
 
-def tensor_parallel(tp: int) -> ParallelLayout | None:
-    """The layout of `--tp N` (None for one GPU)."""
+def tensor_parallel(tp: int) -> ParallelLayout:
+    """The layout of `--tp N` (one GPU for 1)."""
     if tp < 1:
         raise MoesimError("--tp", f"must be ≥ 1, got {tp}")
-    return ParallelLayout(gpus=tp, tp=tp) if tp > 1 else None
+    return ParallelLayout(gpus=tp, tp=tp)
 
 
 def _label(point: Any) -> str:
@@ -228,15 +227,25 @@ def serve_command(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from moesim.simulator.hardware.profile import load_profile
+    from moesim.simulator.scenario import Scenario
     from moesim.simulator.serving.plots import plot_serving, plot_suffix
     from moesim.simulator.serving.run import serve
     from moesim.simulator.serving.workload import build_workload
 
     if plot_path:
         plot_suffix(plot_path)
-    spec = resolve_model(model_name, model_config, flags)
-    profile = load_profile(hardware)
+    scenario = Scenario(
+        resolve_model(model_name, model_config, flags),
+        hardware,
+        draft_len=flags["draft_len"],
+        engine=flags["engine"],
+        launch=flags["launch"],
+        routing=flags["routing_spec"],
+        layout=tensor_parallel(flags["tp"]),
+        drafter=flags["drafter"],
+        acceptance=flags["acceptance"],
+        acceptance_length=flags["acceptance_length"],
+    )
     concurrencies: list[int | None] = (
         list(parse_int_list("--max-concurrency", flags["max_concurrency"]))
         if flags["max_concurrency"]
@@ -263,19 +272,13 @@ def serve_command(
     ) as bar:
         task = bar.add_task("serve", total=total)
         result = serve(
-            spec,
-            profile,
+            scenario,
             workload,
             concurrencies=concurrencies,
             request_rates=rates,
             burstiness=flags["burstiness"],
             seed=flags["seed"],
-            engine=flags["engine"],
-            launch=flags["launch"],
-            routing=_routing_for(spec, flags["routing_spec"], None, None),
-            drafter=flags["drafter"],
             options=options_from_flags(flags),
-            layout=tensor_parallel(flags["tp"]),
             progress=lambda n: bar.advance(task, n),
         )
     if csv_path:

@@ -9,6 +9,7 @@ import click
 
 from moesim.commands.common import emit_json, handle_errors, parse_int_list
 from moesim.errors import MoesimError
+from moesim.simulator.scenario import DEFAULT_ACCEPTANCE, DEFAULT_DRAFTER
 from moesim.validation.report import MEASURED_SCHEMA
 
 _EXAMPLES = """
@@ -143,7 +144,9 @@ Examples:
     help="With --bench-result: the same benchmark without SD.",
 )
 @click.option("--model", "bench_model", default=None, help="With --bench-result: the served model.")
-@click.option("--draft", "bench_drafter", default="eagle", show_default=True, help="With --bench-result.")
+@click.option(
+    "--draft", "bench_drafter", default=DEFAULT_DRAFTER, show_default=True, help="With --bench-result."
+)
 @click.option(
     "--acceptance-length",
     "bench_acceptance_length",
@@ -151,7 +154,7 @@ Examples:
     default=None,
     help="With --bench-result: mean tokens per round (default: the file's accept_length, else --acceptance).",
 )
-@click.option("--acceptance", "bench_acceptance", type=float, default=0.8, show_default=True)
+@click.option("--acceptance", "bench_acceptance", type=float, default=DEFAULT_ACCEPTANCE, show_default=True)
 @click.option("--kv-cache-tokens", "bench_kv_tokens", type=int, default=None, help="With --bench-result.")
 @click.option(
     "--tp",
@@ -222,7 +225,9 @@ def validate_command(
     hardware = load_profile(profile)
     if bench_path or baseline_path:
         from moesim.commands.serve import tensor_parallel
-        from moesim.simulator.serving.run import DEFAULT_DRAFT_LEN, ServeOptions
+        from moesim.simulator.scenario import DEFAULT_DRAFT_LEN, Scenario
+        from moesim.simulator.serving.run import ServeOptions
+        from moesim.validation.bench_compare import validate_bench
 
         if not (bench_path and baseline_path and bench_model):
             raise MoesimError(
@@ -232,26 +237,26 @@ def validate_command(
         run_draft_lens = _draft_lens(draft_text) if draft_text else [DEFAULT_DRAFT_LEN]
         if len(run_draft_lens) != 1 or run_draft_lens[0] < 1:
             raise MoesimError("--draft-len", "with --bench-result give the one draft length K ≥ 1 of the run")
-        serve_options = ServeOptions(
-            draft_len=run_draft_lens[0],
-            acceptance=bench_acceptance,
-            acceptance_length=bench_acceptance_length,
-            kv_cache_tokens=bench_kv_tokens,
-        )
-        bench = _bench(
-            bench_path,
-            baseline_path,
+        scenario = Scenario(
             bench_model,
             hardware,
-            drafter=bench_drafter,
-            routing_name=routing,
-            options=serve_options,
+            draft_len=run_draft_lens[0],
             engine=engine,
             launch=launch if explicit_launch == click.core.ParameterSource.COMMANDLINE else "graph",
+            routing="independent" if routing == "uniform" else routing,
+            layout=tensor_parallel(bench_tp),
+            drafter=bench_drafter,
+            acceptance=bench_acceptance,
+            acceptance_length=bench_acceptance_length,
+        )
+        bench = validate_bench(
+            bench_path,
+            baseline_path,
+            scenario,
+            options=ServeOptions(kv_cache_tokens=bench_kv_tokens),
             input_len=bench_input_len,
             output_len=bench_output_len,
             seed=seed,
-            layout=tensor_parallel(bench_tp),
             num_prompts=bench_num_prompts,
         )
         if as_json:
@@ -336,23 +341,6 @@ def _measured(
             "measured elsewhere: the prediction samples the routing model, it does not replay the measured routing"
         ],
     }
-
-
-def _bench(
-    sd_path: str, baseline_path: str, model_name: str, hardware: Any, routing_name: str, **kwargs: Any
-) -> dict[str, Any]:
-    from moesim.simulator.models.catalogue import load_model
-    from moesim.simulator.routing.independent import IndependentRouting
-    from moesim.simulator.routing.presets import typical_routing
-    from moesim.validation.bench_compare import validate_bench
-
-    model = load_model(model_name)
-    routing = (
-        typical_routing(model.n_experts, model.top_k, model.n_groups, model.topk_groups)
-        if routing_name == "typical" and model.is_moe
-        else IndependentRouting()
-    )
-    return validate_bench(sd_path, baseline_path, model, hardware, routing=routing, **kwargs)
 
 
 def _print_bench(result: dict[str, Any]) -> None:

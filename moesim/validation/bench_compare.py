@@ -9,16 +9,12 @@ both the file and the simulator have is compared: measured, predicted, signed er
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.simulator.hardware.profile import HardwareProfile
-from moesim.simulator.models.spec import ModelSpec
-from moesim.simulator.plan.layout import ParallelLayout
-from moesim.simulator.routing.base import RoutingModel
+from moesim.simulator.scenario import Scenario
 from moesim.simulator.serving.metrics import speedups
 from moesim.simulator.serving.run import ServeOptions, serve
 from moesim.validation.bench_results import BenchRecord, read_bench_results, workload_of
@@ -48,40 +44,28 @@ def _error(predicted: float | None, measured: float | None) -> float | None:
 def compare_pair(
     sd: BenchRecord,
     baseline: BenchRecord,
-    model: ModelSpec,
-    hardware: HardwareProfile,
+    scenario: Scenario,
     *,
-    drafter: str,
-    routing: RoutingModel | None,
-    options: ServeOptions,
-    engine: str = "fused",
-    launch: str = "graph",
+    options: ServeOptions | None = None,
     input_len: int | None = None,
     output_len: int | None = None,
     seed: int = 0,
-    layout: ParallelLayout | None = None,
     num_prompts: int | None = None,
 ) -> dict[str, Any]:
-    """Measured against predicted for every metric of one SD / baseline pair."""
+    """Measured against predicted for every metric of one SD / baseline pair, `scenario` saying what ran."""
     notes = []
-    if options.acceptance_length is None and sd.accept_length:
-        options = replace(options, acceptance_length=sd.accept_length)
+    if scenario.acceptance_length is None and sd.accept_length:
+        scenario = scenario.replace(acceptance_length=sd.accept_length)
         notes.append(f"acceptance length {sd.accept_length:g} from the SD file's accept_length")
     workload = workload_of(sd, input_len, output_len, seed, num_prompts)
     result = serve(
-        model,
-        hardware,
+        scenario,
         workload,
         concurrencies=[sd.max_concurrency],
         request_rates=[sd.request_rate],
         burstiness=sd.burstiness,
         seed=seed,
-        engine=engine,
-        launch=launch,
-        routing=routing,
-        drafter=drafter,
         options=options,
-        layout=layout,
     )
     point = result.points[0]
     measured_up = speedups(sd.metrics, baseline.metrics)
@@ -122,19 +106,14 @@ def compare_pair(
     }
 
 
-def validate_bench(
-    sd_path: str,
-    baseline_path: str,
-    model: ModelSpec,
-    hardware: HardwareProfile,
-    **kwargs: Any,
-) -> dict[str, Any]:
+def validate_bench(sd_path: str, baseline_path: str, scenario: Scenario, **kwargs: Any) -> dict[str, Any]:
     """Every paired run of the two files, compared (keyword arguments as `compare_pair`)."""
     pairs = pair_records(read_bench_results(sd_path), read_bench_results(baseline_path))
-    points = [compare_pair(sd, base, model, hardware, **kwargs) for sd, base in pairs]
+    points = [compare_pair(sd, base, scenario, **kwargs) for sd, base in pairs]
     errors = [p["summary"]["mape"] for p in points if p["summary"]["mape"] is not None]
+    a = points[0]["assumptions"]
     return {
         "points": points,
         "summary": {"pairs": len(points), "mape": float(np.mean(errors)) if errors else None},
-        "meta": {"sd": sd_path, "baseline": baseline_path, "model": model.name, "hardware": hardware.name},
+        "meta": {"sd": sd_path, "baseline": baseline_path, "model": a["model"], "hardware": a["hardware"]},
     }

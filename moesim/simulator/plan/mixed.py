@@ -2,7 +2,7 @@
 
 Serving engines with chunked prefill (vLLM, SGLang) put the chunks of prompts being prefilled into the same
 forward pass as the running sequences' decode or verification tokens. The plan is the usual layer plan
-(`step.py`'s builders) over all M = B·T + P tokens, with three differences:
+(`step.py`'s builders, `styles.plan_from_context`) over all M = B·T + P tokens, with three differences:
 
 - attention: the B sequences attend to their cached context as in a decode step; the prefill chunks get one
   more kernel, causal attention of their P queries over their prefix and themselves
@@ -20,22 +20,22 @@ query–key pair of the full heads.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from moesim.simulator.models import spec as ms
 from moesim.simulator.models.spec import AttentionLayerKind, FfnLayerKind, ModelSpec
 from moesim.simulator.plan.kernels import Kernel, TensorRead
 from moesim.simulator.plan.step import (
     ACT_BYTES,
+    GENERIC_DEVICE,
     LAYER_PREFIX,
     PlanBuilder,
     PlanContext,
+    PlanDevice,
     StepPlan,
     distinct_experts_by_layer,
-    engine_style,
     kv_bytes_per_token,
-    plan_from_context,
 )
+from moesim.simulator.plan.styles import engine_style, plan_from_context
 from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.routing.independent import IndependentRouting, expected_distinct_uniform
 
@@ -147,14 +147,15 @@ def build_mixed_plan(
     chunks: PrefillChunks,
     engine: str = "fused",
     routing: RoutingModel | None = None,
-    hardware: Any = None,
+    device: PlanDevice | None = None,
 ) -> StepPlan:
     """The plan of one step of `decode_seqs` × `tokens_per_seq` tokens at `context_len` cached tokens each,
-    plus the prefill `chunks`."""
+    plus the prefill `chunks` (`device` as for `styles.build_plan`)."""
     routing = routing or IndependentRouting()
+    device = device or GENERIC_DEVICE
     builder = with_prefill_attention(engine_style(engine), chunks, decode_seqs)
-    ctx = MixedContext(model, decode_seqs, tokens_per_seq, context_len, hardware, chunks.tokens)
-    tail = MixedContext(model, decode_seqs, tokens_per_seq, context_len, hardware, chunks.chunks)
+    ctx = MixedContext(model, decode_seqs, tokens_per_seq, context_len, device, chunks.tokens)
+    tail = MixedContext(model, decode_seqs, tokens_per_seq, context_len, device, chunks.chunks)
     distinct = (
         mixed_distinct_by_layer(model, decode_seqs, tokens_per_seq, chunks.tokens, routing)
         if model.is_moe

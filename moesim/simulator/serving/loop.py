@@ -30,7 +30,7 @@ import simpy
 
 from moesim.errors import MoesimError
 from moesim.simulator.plan.mixed import PrefillChunks
-from moesim.simulator.serving.acceptance import AcceptanceDraws
+from moesim.simulator.serving.draws import AcceptanceDraws
 from moesim.simulator.serving.kv import KvBlocks
 from moesim.simulator.serving.step_cost import StepCost, StepShape
 from moesim.simulator.serving.workload import RequestSpec

@@ -1,11 +1,12 @@
 """Serving runs from Python: one run, or SD and no-SD side by side across concurrencies and request rates.
 
-    serve(model, hardware, workload, concurrencies=[1, 8, 64], ...) -> ServeResult
+    serve(Scenario(model="qwen3-30b-a3b", hardware="h200"), workload, concurrencies=[1, 8, 64]) -> ServeResult
 
-Every point simulates the same workload with the same seed twice — with speculative decoding (K draft
-tokens, drafter passes and verification in each step, seeded acceptance draws) and without — and reports
-each metric's SD speedup. Defaults are the engine's (`SchedulerLimits`, `kv.DEFAULT_*`) and the simulator's
-(`speculative.drafters.DEFAULT_*`).
+The scenario says what runs (model, hardware, kernel style, launch, routing, layout, drafter, draft length,
+acceptance: its defaults are the simulator's); `ServeOptions` holds the serving engine's knobs (defaults:
+vLLM's, `SchedulerLimits` and `kv.DEFAULT_*`). Every point simulates the same workload with the same seed
+twice — with speculative decoding (K draft tokens, drafter passes and verification in each step, seeded
+acceptance draws) and without — and reports each metric's SD speedup.
 """
 
 from __future__ import annotations
@@ -19,11 +20,9 @@ from typing import Any
 
 from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
-from moesim.simulator.hardware.profile import HardwareProfile
-from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.layout import ParallelLayout
-from moesim.simulator.routing.base import RoutingModel
-from moesim.simulator.serving.acceptance import AcceptanceDraws
+from moesim.simulator.scenario import ResolvedScenario, Scenario
+from moesim.simulator.serving.draws import AcceptanceDraws
 from moesim.simulator.serving.kv import (
     DEFAULT_BLOCK_TOKENS,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -33,21 +32,17 @@ from moesim.simulator.serving.kv import (
 )
 from moesim.simulator.serving.loop import SchedulerLimits, run_serving_loop
 from moesim.simulator.serving.metrics import METRIC_NAMES, ServingMetrics, serving_metrics, speedups
-from moesim.simulator.serving.step_cost import FastPathStepCost, StepCost
+from moesim.simulator.serving.step_cost import ScenarioStepCost, StepCost, check_serving_layout
 from moesim.simulator.serving.workload import Workload, send_times_s
-from moesim.simulator.speculative.drafters import DEFAULT_ACCEPTANCE, DEFAULT_DRAFTER, parse_drafter
+from moesim.simulator.speculative.drafters import drafter_bytes
 
-DEFAULT_DRAFT_LEN = 3
 MAX_SWEEP_POINTS = 64
 
 
 @dataclass(frozen=True)
 class ServeOptions:
-    """The serving engine's knobs and the speculative-decoding settings of a run."""
+    """The serving engine's knobs."""
 
-    draft_len: int = DEFAULT_DRAFT_LEN
-    acceptance: float = DEFAULT_ACCEPTANCE
-    acceptance_length: float | None = None
     limits: SchedulerLimits = field(default_factory=SchedulerLimits)
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
     block_size: int = DEFAULT_BLOCK_TOKENS
@@ -58,8 +53,8 @@ def simulate_serving(
     workload: Workload,
     step_cost: StepCost,
     capacity: KvCapacity,
+    acceptance: AcceptanceDraws | None,
     *,
-    speculative: bool,
     max_concurrency: int | None = None,
     request_rate: float = math.inf,
     burstiness: float = 1.0,
@@ -67,13 +62,9 @@ def simulate_serving(
     options: ServeOptions | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> ServingMetrics:
-    """One serving run of `workload`; `speculative` verifies K + 1 tokens per step with seeded acceptance."""
+    """One serving run of `workload`; with `acceptance` draws each step verifies K + 1 tokens per sequence
+    (speculative decoding), without them it decodes one."""
     options = options or ServeOptions()
-    acceptance = (
-        AcceptanceDraws(options.draft_len, options.acceptance, options.acceptance_length, seed)
-        if speculative
-        else None
-    )
     tokens = options.kv_cache_tokens if options.kv_cache_tokens is not None else capacity.tokens
     kv = KvBlocks(tokens, options.block_size, capacity.state_tokens_per_request)
     sends = send_times_s(len(workload.requests), request_rate, burstiness, seed)
@@ -145,40 +136,49 @@ class ServeResult:
         atomic_write_text(path, self.to_csv())
 
 
-def capacity_for(
-    model: ModelSpec,
-    hardware: HardwareProfile,
-    drafter: str | None,
-    options: ServeOptions,
-    layout: ParallelLayout | None = None,
-) -> KvCapacity:
-    """KV capacity of the target (and of its drafter when `drafter` is given)."""
-    from moesim.simulator.simulate import drafter_bytes
-
+def capacity_for(resolved: ResolvedScenario, options: ServeOptions, with_drafter: bool) -> KvCapacity:
+    """KV capacity of the scenario's target on its layout (and of its drafter when `with_drafter`)."""
     weights = per_token = 0.0
-    if drafter is not None:
-        parsed = parse_drafter(drafter)
-        one, two = (drafter_bytes(parsed, model, 1, n) for n in (1, 2))
+    if with_drafter:
+        one, two = (drafter_bytes(resolved.drafter, resolved.model, 1, n) for n in (1, 2))
         per_token = two - one
         weights = one - per_token
-    return kv_capacity(model, hardware, weights, per_token, options.gpu_memory_utilization, layout)
+    return kv_capacity(
+        resolved.model,
+        resolved.hardware,
+        weights,
+        per_token,
+        options.gpu_memory_utilization,
+        resolved.layout,
+    )
+
+
+def draws_for(resolved: ResolvedScenario, seed: int) -> AcceptanceDraws:
+    """The seeded tokens-per-round stream of the scenario's draft length and acceptance."""
+    s = resolved.scenario
+    return AcceptanceDraws(s.draft_len, s.acceptance, s.acceptance_length, seed)
+
+
+def resolve_serving(scenario: Scenario) -> ResolvedScenario:
+    """The scenario resolved for serving: one GPU unless it names a layout, which must be one GPU or a
+    tensor-parallel group; the memory check is the KV capacity's (weights must leave room for it)."""
+    if scenario.layout is None:
+        scenario = scenario.replace(layout=ParallelLayout())
+    resolved = scenario.resolve(check_fit=False)
+    check_serving_layout(resolved.layout)
+    resolved.layout.check_model(resolved.model)
+    return resolved
 
 
 def serve(
-    model: ModelSpec,
-    hardware: HardwareProfile,
+    scenario: Scenario,
     workload: Workload,
     *,
     concurrencies: Sequence[int | None] = (None,),
     request_rates: Sequence[float] = (math.inf,),
     burstiness: float = 1.0,
     seed: int = 0,
-    engine: str = "fused",
-    launch: str = "graph",
-    routing: RoutingModel | None = None,
-    drafter: str = DEFAULT_DRAFTER,
     options: ServeOptions | None = None,
-    layout: ParallelLayout | None = None,
     step_cost: StepCost | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> ServeResult:
@@ -187,11 +187,10 @@ def serve(
     options = options or ServeOptions()
     if len(concurrencies) * len(request_rates) > MAX_SWEEP_POINTS:
         raise MoesimError("max_concurrency", f"at most {MAX_SWEEP_POINTS} sweep points per call")
-    cost = step_cost or FastPathStepCost(
-        model, hardware, engine=engine, launch=launch, routing=routing, drafter=drafter, layout=layout
-    )
-    with_drafter = capacity_for(model, hardware, drafter, options, layout)
-    without = capacity_for(model, hardware, None, options, layout)
+    resolved = resolve_serving(scenario)
+    cost = step_cost or ScenarioStepCost(resolved)
+    with_drafter = capacity_for(resolved, options, True)
+    without = capacity_for(resolved, options, False)
     points = []
     for concurrency in concurrencies:
         for rate in request_rates:
@@ -200,7 +199,7 @@ def serve(
                     workload,
                     cost,
                     capacity,
-                    speculative=speculative,
+                    draws,
                     max_concurrency=concurrency,
                     request_rate=rate,
                     burstiness=burstiness,
@@ -208,24 +207,25 @@ def serve(
                     options=options,
                     progress=progress,
                 )
-                for speculative, capacity in ((True, with_drafter), (False, without))
+                for draws, capacity in ((draws_for(resolved, seed), with_drafter), (None, without))
             ]
             points.append(ServePoint(concurrency, rate, runs[0], runs[1]))
-    drafter_label = parse_drafter(drafter).label
+    s = resolved.scenario
     return ServeResult(
         points,
         {
-            "model": model.name,
-            "hardware": hardware.name,
-            "hardware_provenance": hardware.provenance.kind,
+            "model": resolved.model.name,
+            "hardware": resolved.hardware.name,
+            "hardware_provenance": resolved.hardware.provenance.kind,
+            "layout": resolved.layout.describe(),
             "workload": workload.description,
             "num_prompts": len(workload.requests),
             "seed": seed,
             "burstiness": burstiness,
-            "drafter": drafter_label,
-            "draft_len": options.draft_len,
-            "acceptance": None if options.acceptance_length is not None else options.acceptance,
-            "acceptance_length": options.acceptance_length,
+            "drafter": resolved.drafter.label,
+            "draft_len": s.draft_len,
+            "acceptance": None if s.acceptance_length is not None else s.acceptance,
+            "acceptance_length": s.acceptance_length,
             "max_num_batched_tokens": options.limits.max_num_batched_tokens,
             "max_num_seqs": options.limits.max_num_seqs,
             "kv_cache": (
@@ -234,7 +234,6 @@ def serve(
                 else f"SD: {with_drafter.description}; no SD: {without.description}"
             ),
             "step_cost": cost.description,
-            "layout": (layout or ParallelLayout()).describe(),
             "not_modelled": "the serving engine's per-step host work (scheduling, input preparation, "
             "CUDA-graph padding); expert-parallel layouts",
         },

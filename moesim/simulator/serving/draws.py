@@ -2,7 +2,7 @@
 
 Each of the K draft tokens is accepted with probability α as long as every earlier one was (a chain
 drafter), and the target always adds one token: tokens = 1 + (leading accepted drafts), whose mean is
-(1 − α^(K+1)) / (1 − α) — `speculative.drafters.tokens_per_step`. Given a mean acceptance length L instead,
+(1 − α^(K+1)) / (1 − α) — `speculative.acceptance.tokens_per_step`. Given a mean acceptance length L instead,
 α is the rate whose mean is L (bisection; L = K + 1 means α = 1).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.simulator.speculative.drafters import check_acceptance, expected_tokens, tokens_per_step
+from moesim.simulator.speculative.acceptance import check_acceptance, expected_tokens, tokens_per_step
 
 BISECTION_STEPS = 60  # halves [0, 1] to below 1e-18: exact in double precision
 DRAW_BLOCK = 4096  # rounds drawn at once (one numpy call instead of one per step)
