@@ -50,3 +50,15 @@ def test_bad_flags_end_in_one_line() -> None:
         result = CliRunner().invoke(cli, [*BASE, *extra])
         assert result.exit_code == 2, (extra, result.output)
         assert field in result.output and "Traceback" not in result.output
+
+
+def test_the_shell_and_python_give_the_same_numbers() -> None:
+    import moesim
+    from moesim.simulator.serving.workload import random_workload
+
+    result = CliRunner().invoke(cli, [*BASE, "--max-concurrency", "4", "--json"])
+    shell = json.loads(result.output)["points"][0]
+    python = moesim.serve(
+        moesim.Scenario("olmoe-1b-7b"), random_workload(24, 256, 32), concurrencies=[4]
+    ).to_json()["points"][0]
+    assert shell == json.loads(json.dumps(python))
