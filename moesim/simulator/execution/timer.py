@@ -51,14 +51,19 @@ class StepTimer(Protocol):
 
 
 @dataclass
-class EngineTimer:
-    """The simpy engine: a timeline of every kernel, bandwidth shared between streams."""
+class _ProfileTimer:
+    """A timer bound to one profile, its cost parameters computed once."""
 
     hardware: HardwareProfile
     params: CostParams = field(init=False)
 
     def __post_init__(self) -> None:
         self.params = CostParams.from_hardware(self.hardware)
+
+
+@dataclass
+class EngineTimer(_ProfileTimer):
+    """The simpy engine: a timeline of every kernel, bandwidth shared between streams."""
 
     def step(
         self,
@@ -87,14 +92,8 @@ class EngineTimer:
 
 
 @dataclass
-class FastTimer:
+class FastTimer(_ProfileTimer):
     """The closed-form fast path (numpy only)."""
-
-    hardware: HardwareProfile
-    params: CostParams = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.params = CostParams.from_hardware(self.hardware)
 
     def step(
         self,

@@ -79,7 +79,11 @@ def _combined(fmt: WeightFormat, mats: list[tuple[str, int, int]], names: tuple[
 
 
 def attention_matrices(model: ModelSpec, kind: AttentionLayerKind) -> dict[str, Matrix]:
-    """The weight matrices of one attention layer of `kind`, grouped as the fused kernels read them."""
+    """The weight matrices of one attention layer of `kind`, grouped as the fused kernels read them.
+
+    Low-rank query (q_b), grouped low-rank output (o_b) and a sparse-attention indexer ("index": its key
+    and weight projections from the hidden state; "index_q" from the query latent) get their own GEMMs.
+    """
     fmt = model.dense_format
     mats = ms.attention_projections(model, kind)
     if kind == "linear":
@@ -88,19 +92,28 @@ def attention_matrices(model: ModelSpec, kind: AttentionLayerKind) -> dict[str, 
             "conv": _combined(BF16, mats, ("conv1d",)),
             "out_proj": _combined(fmt, mats, ("out_proj",)),
         }
-    a = model.attention
+    a = ms.attention_for(model, kind)
+    extra = {
+        group: _combined(fmt, mats, names)
+        for group, names in (
+            ("q_b", ("q_b",)),
+            ("o_b", ("o_b",)),
+            ("index", ("index_k", "index_weights")),
+            ("index_q", ("index_q",)),
+        )
+        if any(name in names for name, _, _ in mats)
+    }
     if a.is_mla:
         out = {"q_a_kv_a": _combined(fmt, mats, ("q_a", "q", "kv_a"))}
-        if a.q_lora_rank:
-            out["q_b"] = _combined(fmt, mats, ("q_b",))
         kv_b = _combined(fmt, mats, ("kv_b",))
         nope, v_dim = a.qk_nope_head_dim or 0, a.v_head_dim or 0
         k_share = nope / max(1, nope + v_dim)
         out["kv_b_k"] = Matrix(a.num_heads * nope, kv_b.cols, fmt, kv_b.bytes * k_share)
         out["kv_b_v"] = Matrix(a.num_heads * v_dim, kv_b.cols, fmt, kv_b.bytes * (1 - k_share))
-        out["o"] = _combined(fmt, mats, ("o",))
-        return out
-    return {"qkv": _combined(fmt, mats, ("q", "k", "v")), "o": _combined(fmt, mats, ("o",))}
+        out["o"] = _combined(fmt, mats, ("o", "o_a"))
+        return out | extra
+    qkv = _combined(fmt, mats, ("q", "q_a", "k", "v", "kv"))
+    return {"qkv": qkv, "o": _combined(fmt, mats, ("o", "o_a"))} | extra
 
 
 def kv_bytes_per_token(model: ModelSpec, kind: AttentionLayerKind) -> float:
@@ -409,7 +422,7 @@ def attention_core_kernel(
 ) -> Kernel:
     """Paged / flash decoding attention: every sequence's T new queries against its cached context."""
     model, b, t = ctx.model, ctx.batch, ctx.tokens_per_seq
-    a = model.attention
+    a = ms.attention_for(model, kind)
     length = ms.attended_tokens(model, kind, ctx.context_len + t)
     cache = b * length * kv_bytes_per_token(model, kind)
     if a.is_mla:
@@ -417,7 +430,7 @@ def attention_core_kernel(
         flops = 2.0 * b * t * a.num_heads * length * (2 * latent + rope)
         m_rows = t * a.num_heads
     else:
-        flops = 4.0 * b * t * a.num_heads * a.head_dim * length
+        flops = 2.0 * b * t * a.num_heads * (a.head_dim + a.value_head_dim) * length
         m_rows = t * max(1, a.num_heads // max(1, a.num_kv_heads))
     intensity = flops / max(cache, 1.0)
     category: Category = "attention" if intensity > ctx.device.ridge_flops_per_byte else "kv_cache"
@@ -429,6 +442,50 @@ def attention_core_kernel(
         write=(out[0], out[1] * ACT_BYTES),
         m=m_rows,
     )
+
+
+def indexer_kernels(
+    ctx: PlanContext, kind: AttentionLayerKind, mats: dict[str, Matrix], latent: str
+) -> list[Kernel]:
+    """A sparse-attention indexer (DeepSeek-V3.2 / GLM-5 DSA, DeepSeek-V4 CSA): its projections, then a
+    scan scoring every cached entry's fp8 index key for each query, whose top-k the attention reads."""
+    if "index" not in mats:
+        return []
+    model, m, P = ctx.model, ctx.m_tokens, LAYER_PREFIX
+    a = ms.attention_for(model, kind)
+    entries = ms.indexed_tokens(model, kind, ctx.context_len + ctx.tokens_per_seq)
+    keys = ctx.batch * entries * ms.index_key_bytes_per_token(model, kind)
+    flops = 2.0 * m * a.index_heads * a.index_head_dim * entries
+    category: Category = (
+        "attention" if flops / max(keys, 1.0) > ctx.device.ridge_flops_per_byte else "kv_cache"
+    )
+    out = [
+        gemm_kernel(ctx, "index_proj", "dense_weights", P + "attn.index", mats["index"], m, "h", "index_k")
+    ]
+    if "index_q" in mats:
+        out.append(
+            gemm_kernel(
+                ctx,
+                "index_q_proj",
+                "dense_weights",
+                P + "attn.index_q",
+                mats["index_q"],
+                m,
+                latent,
+                "index_q",
+            )
+        )
+    out.append(
+        _k(
+            "index_scan",
+            category,
+            flops=flops,
+            reads=(TensorRead(P + "index_keys", keys), _act("index_q", m * a.index_heads * a.index_head_dim)),
+            write=("index_topk", m * (a.index_topk or 0) * INDEX_BYTES),
+            m=ctx.tokens_per_seq * a.index_heads,
+        )
+    )
+    return out
 
 
 def attention_kernels(ctx: PlanContext, kind: AttentionLayerKind) -> list[Kernel]:
@@ -480,7 +537,7 @@ def attention_kernels(ctx: PlanContext, kind: AttentionLayerKind) -> list[Kernel
             ),
         ]
         return out
-    a = model.attention
+    a = ms.attention_for(model, kind)
     kv_token = kv_bytes_per_token(model, kind)
     if a.is_mla:
         nope, rope, v_dim = a.qk_nope_head_dim or 0, a.qk_rope_head_dim or 0, a.v_head_dim or 0
@@ -498,6 +555,7 @@ def attention_kernels(ctx: PlanContext, kind: AttentionLayerKind) -> list[Kernel
             out.append(
                 gemm_kernel(ctx, "q_b_proj", "dense_weights", P + "attn.q_b", mats["q_b"], m, "qkv_a", "q")
             )
+        out += indexer_kernels(ctx, kind, mats, "qkv_a")
         kb = mats["kv_b_k"]
         out.append(
             _k(
@@ -558,6 +616,11 @@ def attention_kernels(ctx: PlanContext, kind: AttentionLayerKind) -> list[Kernel
     q_elems = m * a.num_heads * a.head_dim
     kv_elems = m * 2 * a.num_kv_heads * a.head_dim
     out.append(gemm_kernel(ctx, "qkv_proj", "dense_weights", P + "attn.qkv", qkv, m, "h", "qkv"))
+    if "q_b" in mats:  # low-rank query: qkv_proj produced the query latent
+        out.append(
+            gemm_kernel(ctx, "q_b_proj", "dense_weights", P + "attn.q_b", mats["q_b"], m, "qkv", "qkv")
+        )
+    out += indexer_kernels(ctx, kind, mats, "qkv")
     if a.qk_norm:
         out.append(
             elementwise_kernel(
@@ -575,6 +638,14 @@ def attention_kernels(ctx: PlanContext, kind: AttentionLayerKind) -> list[Kernel
     )
     out.append(_k("kv_store", "kv_cache", reads=(_act("qkv", kv_elems),), write=(P + "kv_new", m * kv_token)))
     out.append(attention_core_kernel(ctx, kind, "qkv", q_elems, ("attn_out", q_elems)))
+    if "o_b" in mats:  # grouped low-rank output: o_a per group, then o_b
+        out.append(
+            gemm_kernel(ctx, "o_a_proj", "dense_weights", P + "attn.o", mats["o"], m, "attn_out", "o_latent")
+        )
+        out.append(
+            gemm_kernel(ctx, "o_b_proj", "dense_weights", P + "attn.o_b", mats["o_b"], m, "o_latent", "resid")
+        )
+        return out
     out.append(gemm_kernel(ctx, "o_proj", "dense_weights", P + "attn.o", mats["o"], m, "attn_out", "resid"))
     return out
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -70,6 +70,14 @@ class LayerRouting:
                 "topk_groups", "the selected groups hold fewer experts than top_k", "raise topk_groups"
             )
 
+    def __hash__(self) -> int:
+        # Hashed on every cache lookup (per layer, per step): hash the long popularity tuple once.
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
     @property
     def n_experts(self) -> int:
         return len(self.popularity)
@@ -102,43 +110,115 @@ def _check_parents(parents: Sequence[int]) -> None:
             )
 
 
+def draw_pattern(layer: LayerRouting) -> tuple[int, bool, bool]:
+    """What random numbers `sample_sequences` draws for a layer: expert count, sequence and token noise.
+    Layers with equal patterns consume a generator identically (see `sample_sequence_banks`)."""
+    sigma, share = layer.sigma, layer.sequence_share
+    return layer.n_experts, bool(sigma > 0 and share > 0), bool(sigma * np.sqrt(1.0 - share) > 0)
+
+
 def sample_sequences(
     layer: LayerRouting, parents: Sequence[int], n_sequences: int, rng: np.random.Generator
 ) -> np.ndarray:
     """Expert ids [n_sequences, tokens, k] of independent sequences (or draft trees given by `parents`)."""
-    _check_parents(parents)
-    n, k = layer.n_experts, layer.top_k
-    log_p = np.log(layer.weights()).astype(np.float32)
-    sigma, share, rho = layer.sigma, layer.sequence_share, layer.token_corr
-    shape = (n_sequences, n)
-    sequence_part = (
-        sigma * np.sqrt(share) * rng.standard_normal(shape, dtype=np.float32)
-        if sigma > 0 and share > 0
-        else 0.0
-    )
-    token_scale = sigma * np.sqrt(1.0 - share)
-    needed = set(parents)
-    states: dict[int, np.ndarray] = {}
-    group_size = n // layer.n_groups
-    out = np.empty((n_sequences, len(parents), k), dtype=np.int32)
-    for t, parent in enumerate(parents):
-        exponential = np.maximum(rng.standard_exponential(shape, dtype=np.float32), np.float32(1e-30))
-        logits = log_p - np.log(exponential)  # + Gumbel noise
-        logits += sequence_part
-        if token_scale > 0:
-            noise = rng.standard_normal(shape, dtype=np.float32)
-            state = noise if parent < 0 or rho == 0 else rho * states[parent] + np.sqrt(1 - rho**2) * noise
-            if t in needed:
-                states[t] = state
-            logits += token_scale * state
+    return sample_sequence_banks((layer,), parents, n_sequences, rng)[0]
+
+
+def sample_sequence_banks(
+    layers: Sequence[LayerRouting], parents: Sequence[int], n_sequences: int, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """`sample_sequences` of several layers from one set of random draws: entry i equals what
+    `sample_sequences(layers[i], ...)` gives from the same generator state. The layers must share a
+    `draw_pattern`; drawing once is what makes a model's early and main layer banks cost one draw."""
+    banks = _GrowingBanks(layers, parents, n_sequences, rng)
+    banks.grow(len(parents))
+    return [sampler.out for sampler in banks.samplers]
+
+
+class _GrowingBanks:
+    """Sequences of sibling layers simulated token by token, only as far as has been asked for: token t's
+    draws follow those of the tokens before it, so a prefix grown later equals the full bank's prefix."""
+
+    def __init__(
+        self,
+        layers: Sequence[LayerRouting],
+        parents: Sequence[int],
+        n_sequences: int,
+        rng: np.random.Generator,
+    ) -> None:
+        _check_parents(parents)
+        patterns = {draw_pattern(layer) for layer in layers}
+        if len(patterns) != 1:
+            raise ValueError(f"layers draw different random numbers: {sorted(patterns)}")
+        n, self.has_sequence_noise, self.has_token_noise = patterns.pop()
+        self.shape = (n_sequences, n)
+        self.rng = rng
+        self.parents = tuple(parents)
+        sequence_noise = (
+            rng.standard_normal(self.shape, dtype=np.float32) if self.has_sequence_noise else None
+        )
+        self.samplers = [_LayerSampler(layer, parents, n_sequences, sequence_noise) for layer in layers]
+        self.grown = 0
+
+    def grow(self, tokens: int) -> None:
+        """Simulate up to `tokens` tokens (at most the tree's size)."""
+        rng, shape = self.rng, self.shape
+        while self.grown < min(tokens, len(self.parents)):
+            t = self.grown
+            exponential = np.maximum(rng.standard_exponential(shape, dtype=np.float32), np.float32(1e-30))
+            gumbel_free = np.log(exponential)  # logits = log p − this, + Gumbel noise
+            noise = rng.standard_normal(shape, dtype=np.float32) if self.has_token_noise else None
+            for sampler in self.samplers:
+                sampler.token(t, self.parents[t], gumbel_free, noise)
+            self.grown += 1
+
+    def prefix(self, index: int, tokens: int) -> np.ndarray:
+        """Read-only [n_sequences, tokens, k] expert ids of layer `index`'s first `tokens` tokens."""
+        self.grow(tokens)
+        view = self.samplers[index].out[:, :tokens]
+        view.setflags(write=False)
+        return view
+
+
+class _LayerSampler:
+    """One layer's share of `sample_sequence_banks`: its logits, AR(1) states and output."""
+
+    def __init__(
+        self,
+        layer: LayerRouting,
+        parents: Sequence[int],
+        n_sequences: int,
+        sequence_noise: np.ndarray | None,
+    ) -> None:
+        self.layer = layer
+        self.log_p = np.log(layer.weights()).astype(np.float32)
+        sigma, share = layer.sigma, layer.sequence_share
+        self.sequence_part = 0.0 if sequence_noise is None else sigma * np.sqrt(share) * sequence_noise
+        self.token_scale = sigma * np.sqrt(1.0 - share)
+        self.needed = set(parents)
+        self.states: dict[int, np.ndarray] = {}
+        self.out = np.empty((n_sequences, len(parents), layer.top_k), dtype=np.int32)
+
+    def token(self, t: int, parent: int, gumbel_free: np.ndarray, noise: np.ndarray | None) -> None:
+        layer, rho = self.layer, self.layer.token_corr
+        n_sequences, k = self.out.shape[0], layer.top_k
+        logits = self.log_p - gumbel_free
+        logits += self.sequence_part
+        if noise is not None:
+            state = (
+                noise if parent < 0 or rho == 0 else rho * self.states[parent] + np.sqrt(1 - rho**2) * noise
+            )
+            if t in self.needed:
+                self.states[t] = state
+            logits += self.token_scale * state
         if layer.group_limited:
+            group_size = layer.n_experts // layer.n_groups
             grouped = logits.reshape(n_sequences, layer.n_groups, group_size)
             best_two = -np.partition(-grouped, min(1, group_size - 1), axis=2)[:, :, : min(2, group_size)]
             group_score = best_two.sum(axis=2)
             dropped = np.argpartition(-group_score, layer.topk_groups - 1, axis=1)[:, layer.topk_groups :]
             grouped[np.arange(n_sequences)[:, None], dropped] = -np.inf
-        out[:, t] = np.argpartition(-logits, k - 1, axis=1)[:, :k]
-    return out
+        self.out[:, t] = np.argpartition(-logits, k - 1, axis=1)[:, :k]
 
 
 def _expert_masks(sets: np.ndarray, n_experts: int) -> np.ndarray:
@@ -150,19 +230,54 @@ def _expert_masks(sets: np.ndarray, n_experts: int) -> np.ndarray:
     return mask.reshape(*lead, n_experts)
 
 
-@functools.lru_cache(maxsize=256)
-def _bank(layer: LayerRouting, parents: tuple[int, ...], n_sequences: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    bank = sample_sequences(layer, parents, n_sequences, rng)
-    bank.setflags(write=False)
-    return bank
+_BANKS: dict[tuple[LayerRouting, tuple[int, ...], int, int], tuple[_GrowingBanks, int]] = {}
+_MAX_BANKS = 256
+
+
+def _bank(
+    layer: LayerRouting,
+    parents: tuple[int, ...],
+    n_sequences: int,
+    seed: int,
+    siblings: tuple[LayerRouting, ...] = (),
+    tokens: int | None = None,
+) -> np.ndarray:
+    """The first `tokens` tokens (all by default) of the seeded bank of simulated sequences of `layer`.
+
+    Cached, and grown only as far as asked. `siblings`, other layers of the same routing model, are
+    simulated in the same pass when they draw alike, since they are asked for next.
+    """
+    key = (layer, parents, n_sequences, seed)
+    if key not in _BANKS:
+        pattern = draw_pattern(layer)
+        group = [layer] + [
+            other
+            for other in dict.fromkeys(siblings)
+            if other != layer
+            and draw_pattern(other) == pattern
+            and (other, parents, n_sequences, seed) not in _BANKS
+        ]
+        banks = _GrowingBanks(group, parents, n_sequences, np.random.default_rng(seed))
+        for index, member in enumerate(group):
+            while len(_BANKS) >= _MAX_BANKS:
+                _BANKS.pop(next(iter(_BANKS)))
+            _BANKS[(member, parents, n_sequences, seed)] = (banks, index)
+    banks, index = _BANKS[key]
+    return banks.prefix(index, len(parents) if tokens is None else tokens)
 
 
 @functools.lru_cache(maxsize=4096)
-def miss_probability(layer: LayerRouting, parents: tuple[int, ...], tokens: int, seed: int) -> np.ndarray:
-    """q_e: fraction of bank sequences whose first `tokens` tokens never use expert e (smoothed off 0)."""
-    bank = _bank(layer, parents, BANK_SEQUENCES, seed)
-    hit = _expert_masks(bank[:, :tokens], layer.n_experts).mean(axis=0)
+def miss_probability(
+    layer: LayerRouting,
+    parents: tuple[int, ...],
+    tokens: int,
+    seed: int,
+    siblings: tuple[LayerRouting, ...] = (),
+) -> np.ndarray:
+    """q_e: fraction of bank sequences whose first `tokens` tokens never use expert e (smoothed off 0).
+    `siblings`: as for `_bank` (the result does not depend on them)."""
+    bank = _bank(layer, parents, BANK_SEQUENCES, seed, siblings, tokens)
+    hit = _expert_masks(bank, layer.n_experts).mean(axis=0)
     return np.clip(1.0 - hit, 0.0, 1.0)
 
 
@@ -218,11 +333,20 @@ class CorrelatedRouting:
             parts.append("per-layer parameters")
         return ", ".join(parts)
 
+    @functools.cached_property
+    def distinct_layers(self) -> tuple[LayerRouting, ...]:
+        """Every distinct parameter set (the default first)."""
+        return tuple(dict.fromkeys((self.default, *(layer for _, layer in self.layers))))
+
     def layer_params(self, layer: int | None = None) -> LayerRouting:
         if layer is None or not self.layers:
             return self.default
-        indices = np.array([index for index, _ in self.layers])
-        return self.layers[int(np.argmin(np.abs(indices - layer)))][1]
+        # Asked once per layer per step: remember each answer (the instance is frozen, its answers too).
+        nearest = self.__dict__.setdefault("_nearest", {})
+        if layer not in nearest:
+            indices = np.array([index for index, _ in self.layers])
+            nearest[layer] = self.layers[int(np.argmin(np.abs(indices - layer)))][1]
+        return nearest[layer]
 
     def _resolve(
         self, n_experts: int, top_k: int, batch: int, tokens: int, layer: int | None
@@ -245,7 +369,9 @@ class CorrelatedRouting:
     ) -> float:
         """Mean distinct experts: Σ_e 1 − q_e(T)^B (exact for independent sequences given q)."""
         params = self._resolve(n_experts, top_k, batch, tokens_per_seq, layer)
-        q = miss_probability(params, bank_parents(tokens_per_seq), tokens_per_seq, self.seed)
+        q = miss_probability(
+            params, bank_parents(tokens_per_seq), tokens_per_seq, self.seed, self.distinct_layers
+        )
         return float(np.sum(1.0 - q**batch))
 
     def expected_distinct_tree(
@@ -255,22 +381,19 @@ class CorrelatedRouting:
         parents = tuple(parents)
         params = self._resolve(n_experts, top_k, batch, len(parents), layer)
         _check_parents(parents)
-        q = miss_probability(params, parents, len(parents), self.seed)
+        q = miss_probability(params, parents, len(parents), self.seed, self.distinct_layers)
         return float(np.sum(1.0 - q**batch))
 
     # ---- distributions: B sequences drawn (without repeats) from the cached bank ----
 
-    def _bank_for(self, params: LayerRouting, batch: int, parents: tuple[int, ...]) -> np.ndarray:
-        n_seq = max(BANK_SEQUENCES, 4 * batch)
-        return _bank(params, parents, n_seq, self.seed)
-
     def _step_sets(
         self, params: LayerRouting, batch: int, tokens: int, parents: tuple[int, ...], n_samples: int, rng
     ) -> np.ndarray:
-        bank = self._bank_for(params, batch, parents)
+        n_seq = max(BANK_SEQUENCES, 4 * batch)
+        bank = _bank(params, parents, n_seq, self.seed, self.distinct_layers, tokens)
         keys = rng.random((n_samples, bank.shape[0]))
         picks = np.argpartition(keys, batch - 1, axis=1)[:, :batch]  # the bank holds ≥ 4·batch sequences
-        return bank[picks][:, :, :tokens]  # [samples, batch, tokens, k]
+        return bank[picks]  # [samples, batch, tokens, k]
 
     def sample_expert_loads(
         self,

@@ -81,30 +81,57 @@ def _expected_max_discrete(pmfs: list[np.ndarray]) -> np.ndarray:
     return np.sum(1.0 - product[:, :-1], axis=1)
 
 
-def _poisson_binomial_pmf(hit: np.ndarray) -> np.ndarray:
-    """pmf [m, n+1] of the number of successes among n independent Bernoulli(hit[:, j]) trials."""
+def _poisson_binomial_pmf(hit: np.ndarray, uniform: bool) -> np.ndarray:
+    """pmf [m, n+1] of the number of successes among n independent Bernoulli(hit[:, j]) trials.
+
+    `uniform`: every row's probabilities are (close to) equal, so the pmf is binomial with the first one's.
+    """
     m, n = hit.shape
-    if n and np.allclose(hit, hit[:, :1]):
+    if uniform:
         from scipy import stats  # lazily: scipy.stats would slow every `moesim` start by ~1 s
 
         return np.asarray(stats.binom.pmf(np.arange(n + 1)[None, :], n, hit[:, :1]))
     pmf = np.zeros((m, n + 1))
     pmf[:, 0] = 1.0
-    for j in range(n):
-        p = hit[:, j : j + 1]
-        pmf[:, 1:] = pmf[:, 1:] * (1 - p) + pmf[:, :-1] * p
-        pmf[:, 0] *= 1 - p[:, 0]
+    miss = 1.0 - hit
+    for j in range(n):  # after j trials only counts 0..j can be non-zero: update those and count j+1
+        p, q = hit[:, j : j + 1], miss[:, j : j + 1]
+        pmf[:, 1 : j + 2] = pmf[:, 1 : j + 2] * q + pmf[:, : j + 1] * p
+        pmf[:, 0] *= q[:, 0]
     return pmf
+
+
+def _rank_pmfs(hit: np.ndarray, members: list[np.ndarray]) -> list[np.ndarray]:
+    """Each rank's Poisson-binomial pmf of distinct experts, as `_poisson_binomial_pmf` of its columns gives.
+
+    A rank whose probabilities are all close (np.allclose) is binomial. Ranks that hold equally many experts
+    and are alike in that are stacked into one call (one recursion instead of one per rank).
+    """
+    m = hit.shape[0]
+    pmfs: list[np.ndarray] = [np.empty(0)] * len(members)
+    groups: dict[tuple[int, bool], list[int]] = {}
+    first = np.empty(hit.shape[1], dtype=int)  # each expert's rank's first expert (np.allclose's test)
+    for idx in members:
+        first[idx] = idx[0] if idx.size else 0
+    reference = hit[:, first]
+    close = np.abs(hit - reference) <= 1e-8 + 1e-5 * np.abs(reference)
+    for rank, idx in enumerate(members):
+        groups.setdefault((idx.size, bool(idx.size) and bool(close[:, idx].all())), []).append(rank)
+    for (_, uniform), ranks in groups.items():
+        stacked = _poisson_binomial_pmf(np.concatenate([hit[:, members[r]] for r in ranks], axis=0), uniform)
+        for i, rank in enumerate(ranks):
+            pmfs[rank] = stacked[i * m : (i + 1) * m]
+    return pmfs
 
 
 def _expected_max_normal(mean: np.ndarray, std: np.ndarray) -> np.ndarray:
     """E[max_r X_r] for independent normals X_r ~ N(mean[:, r], std[:, r]) floored at 0, by quadrature."""
     upper = np.max(mean + 8 * std, axis=1, keepdims=True)
     grid = np.linspace(0.0, 1.0, 513)[None, :] * upper  # [m, g]
-    from scipy import stats
+    from scipy.special import ndtr  # the standard normal cdf (what scipy.stats.norm.cdf evaluates)
 
     z = (grid[:, :, None] - mean[:, None, :]) / np.maximum(std[:, None, :], 1e-12)
-    cdf = np.prod(stats.norm.cdf(z), axis=2)  # P(max ≤ x)
+    cdf = np.prod(ndtr(z), axis=2)  # P(max ≤ x)
     return np.trapezoid(1.0 - cdf, grid, axis=1)
 
 
@@ -135,7 +162,7 @@ def rank_experts_from_inclusion(
         max_distinct = total
         max_tokens = mean_tokens_r[:, 0]
     else:
-        max_distinct = _expected_max_discrete([_poisson_binomial_pmf(hit[:, idx]) for idx in members])
+        max_distinct = _expected_max_discrete(_rank_pmfs(hit, members))
         var_token = np.array(
             [
                 np.sum(inclusion[idx] * (1 - inclusion[idx]))
@@ -191,9 +218,11 @@ def _independent_inclusion(popularity_alpha: float, seed: int, n_experts: int, t
     return np.bincount(picks.ravel(), minlength=n_experts) / picks.shape[0]
 
 
-def _correlated_miss(params: LayerRouting, tokens: int, seed: int) -> np.ndarray:
+def _correlated_miss(
+    params: LayerRouting, tokens: int, seed: int, siblings: tuple[LayerRouting, ...]
+) -> np.ndarray:
     """P(one sequence's `tokens` tokens never use expert e), from the correlated model's cached bank."""
-    return np.asarray(miss_probability(params, bank_parents(tokens), tokens, seed))
+    return np.asarray(miss_probability(params, bank_parents(tokens), tokens, seed, siblings))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -204,12 +233,14 @@ def _correlated_rank_experts(
     tokens: tuple[int, ...],
     ep: int,
     placement: Placement,
+    siblings: tuple[LayerRouting, ...] = (),
 ) -> RankExperts:
-    """Per-rank work under correlated routing; cached because most layers of a model share their parameters."""
+    """Per-rank work under correlated routing; cached because most layers of a model share their parameters.
+    `siblings`: the routing model's other layer parameters (their banks are simulated alongside)."""
     owner = expert_to_rank(params.n_experts, ep, placement)
-    inclusion = 1.0 - _correlated_miss(params, 1, seed)
+    inclusion = 1.0 - _correlated_miss(params, 1, seed, siblings)
     inclusion *= params.top_k / max(inclusion.sum(), 1e-12)
-    misses = {tt: _correlated_miss(params, tt, seed) for tt in set(tokens)}
+    misses = {tt: _correlated_miss(params, tt, seed, siblings) for tt in set(tokens)}
     hit = np.stack([1.0 - misses[tt] ** bb for bb, tt in zip(batches, tokens, strict=True)])
     step_tokens = np.asarray(batches, dtype=float) * np.asarray(tokens, dtype=float)
     return rank_experts_from_inclusion(inclusion, step_tokens, owner, ep, hit=hit)
@@ -261,7 +292,13 @@ def rank_experts(
         params = routing.layer_params(layer)
         if params.n_experts == n_experts and params.top_k == top_k:
             result = _correlated_rank_experts(
-                params, routing.seed, tuple(b.ravel().tolist()), tuple(t.ravel().tolist()), ep, placement
+                params,
+                routing.seed,
+                tuple(b.ravel().tolist()),
+                tuple(t.ravel().tolist()),
+                ep,
+                placement,
+                routing.distinct_layers,
             )
             return _reshape(result, b.shape)
     sample: Callable[..., RankExperts] = _sampled_rank_experts
