@@ -9,6 +9,7 @@ from moesim.commands.calibrate import calibrate_command
 from moesim.commands.catalog import models_command, profiles_group
 from moesim.commands.engines import engines_command
 from moesim.commands.routing import routing_group
+from moesim.commands.serve import serve_command
 from moesim.commands.simulate import layer_command, simulate_command, sweep_command
 from moesim.commands.validate import validate_command
 
@@ -37,6 +38,7 @@ for command in (
     routing_group,
     calibrate_command,
     validate_command,
+    serve_command,
 ):
     cli.add_command(command)
 
