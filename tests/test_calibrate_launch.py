@@ -137,32 +137,36 @@ def _with_m1_rate(rate_gbps: float) -> list[dict]:
     return rows
 
 
-def test_m1_streaming_rate_is_the_best_memory_bound_gemm() -> None:
-    rows = _with_m1_rate(12.9)
-    assert m1_gemm_streaming_gbps(rows, "fp32") == pytest.approx(12.9, rel=1e-9)  # M>1 rows ignored
+def test_m1_streaming_rate_is_the_median_memory_bound_gemm_over_shapes() -> None:
+    rows = _with_m1_rate(12.9)  # one shape streams at 12.9 GB/s, the other 1.3x slower
+    typical = float(np.median([12.9, 12.9 / 1.3]))
+    assert m1_gemm_streaming_gbps(rows, "fp32") == pytest.approx(typical, rel=1e-9)  # M>1 rows ignored
     assert m1_gemm_streaming_gbps(rows, "bf16") == 0.0
     csv_like = [{k: str(v) for k, v in r.items()} for r in rows]  # as read back from the CSV
-    assert m1_gemm_streaming_gbps(csv_like, "fp32") == pytest.approx(12.9, rel=1e-9)
+    assert m1_gemm_streaming_gbps(csv_like, "fp32") == pytest.approx(typical, rel=1e-9)
 
 
 @given(sum_gbps=st.floats(1.0, 100.0), gemm_gbps=st.floats(0.0, 100.0))
 def test_cpu_bandwidths_keep_the_sum_rate_for_elementwise(sum_gbps: float, gemm_gbps: float) -> None:
     memory, fraction = cpu_bandwidths(sum_gbps, gemm_gbps)
-    assert memory == max(sum_gbps, gemm_gbps) and 0 < fraction <= 1
+    plausible = gemm_gbps >= 0.5 * sum_gbps
+    assert memory == (gemm_gbps if plausible else sum_gbps) and 0.0 < fraction <= 2.0
     assert memory * fraction == pytest.approx(sum_gbps)
 
 
 def test_cpu_build_streams_gemms_at_their_rate_and_elementwise_at_the_sum_plateau() -> None:
     tables = synthetic_tables()  # sum plateau 12 GB/s
-    profile, _ = build_profile(tables, "cpu-base")
-    assert profile.empirical.elementwise_bandwidth_fraction == 1.0  # GEMM rate not above the plateau
-    tables.gemm = _with_m1_rate(15.0)
-    profile, _ = build_profile(tables, "cpu-gemm-faster")
-    assert profile.datasheet.memory_bandwidth_gbps == pytest.approx(15.0, rel=1e-6)
-    assert profile.empirical.memory_bandwidth_fraction == 1.0
-    plateau = profile.empirical.elementwise_bandwidth_fraction * 15.0
-    assert plateau == pytest.approx(12.0, rel=0.05)
-    assert any("elementwise_bandwidth_fraction = sum plateau" in a for a in profile.provenance.assumptions)
+    for gemm_gbps in (15.0, 9.0):  # one-row GEMMs streaming faster, then slower, than torch.sum
+        tables.gemm = _with_m1_rate(gemm_gbps)
+        typical = float(np.median([gemm_gbps, gemm_gbps / 1.3]))
+        profile, _ = build_profile(tables, "cpu-gemm")
+        assert profile.datasheet.memory_bandwidth_gbps == pytest.approx(typical, rel=1e-6)
+        assert profile.empirical.memory_bandwidth_fraction == 1.0
+        plateau = profile.empirical.elementwise_bandwidth_fraction * typical
+        assert plateau == pytest.approx(12.0, rel=0.05)
+    assert any(
+        "elementwise_bandwidth_fraction = torch.sum plateau" in a for a in profile.provenance.assumptions
+    )
     assert (
         np.isfinite(profile.empirical.cache_bandwidth_gbps) and profile.empirical.cache_effective_bytes > MIB
     )

@@ -170,20 +170,20 @@ def _launch_part(asm: _Assembly) -> LaunchParams | None:
 
 
 def _cpu_streaming_part(asm: _Assembly, mem: MemoryParams | None) -> tuple[float | None, float]:
-    """(memory bandwidth GB/s, element-wise fraction): on a CPU the faster of torch.sum's plateau and the
-    M = 1 GEMMs' weight stream, the sum's share as the element-wise fraction; elsewhere the plateau."""
+    """(memory bandwidth GB/s, element-wise fraction): on a CPU the M = 1 GEMMs' weight stream, with
+    torch.sum's plateau as the element-wise fraction of it; elsewhere the plateau."""
     meas = asm.meas
     if mem is None:
         return None, 1.0
     if meas.backend == "cpu" and meas.gemm and meas.dtypes:
         gemm_gbps = m1_gemm_streaming_gbps(meas.gemm, meas.dtypes[0])
-        if gemm_gbps > mem.memory_gbps:
-            memory_gbps, elementwise_fraction = cpu_bandwidths(mem.memory_gbps, gemm_gbps)
+        memory_gbps, elementwise_fraction = cpu_bandwidths(mem.memory_gbps, gemm_gbps)
+        if memory_gbps == gemm_gbps:
             asm.notes.append(
                 f"cpu: memory_bandwidth_gbps = the M=1 {meas.dtypes[0]} GEMMs' weight streaming rate "
-                f"({gemm_gbps:.2f} GB/s, best over the gemm suite's shapes), above the torch.sum plateau "
-                f"({mem.memory_gbps:.2f} GB/s); elementwise_bandwidth_fraction = sum plateau / that rate "
-                f"= {elementwise_fraction:.3f}, so non-GEMM kernels stream at the measured sum rate"
+                f"({gemm_gbps:.2f} GB/s, median over the gemm suite's shapes); elementwise_bandwidth_fraction "
+                f"= torch.sum plateau ({mem.memory_gbps:.2f} GB/s) / that rate = {elementwise_fraction:.3f}, "
+                "so GEMMs stream at the GEMM rate and non-GEMM kernels at the measured sum rate"
             )
             return memory_gbps, elementwise_fraction
     return mem.memory_gbps, 1.0

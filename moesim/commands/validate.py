@@ -16,6 +16,7 @@ _EXAMPLES = """
 \b
 Examples:
   moesim validate --profile cpu.toml --device cpu --quick --json
+  moesim validate --profile cpu.toml --device cpu --quick --reference torch-fused --report out
   moesim validate --profile measured/h200 --device cuda --quick --report docs/validation/h200
   moesim validate --profile h200 --measured bench.csv --engine fused --launch graph
   moesim validate --repredict run/result.json --profile measured/h200 --report out

@@ -1,4 +1,6 @@
 """Validation: measured torch reference runs against the simulator's predictions for the same work.
 
-torch is imported only by `reference.py` (and lazily by the runner); the rest is plain numpy.
+Two halves joined by the rows a run writes: measure (`measure`, `run`; torch, imported lazily by
+`reference.py`) and predict (`predict.predict_rows`, `repredict`; pure, no torch), with `configs` telling
+both how a row's model and forced routing are rebuilt. Reports and error attribution in `report`.
 """
