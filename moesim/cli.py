@@ -8,6 +8,7 @@ from moesim import __version__
 from moesim.commands.calibrate import calibrate_command
 from moesim.commands.catalog import models_command, profiles_group
 from moesim.commands.routing import routing_group
+from moesim.commands.screen import screen_command
 from moesim.commands.simulate import layer_command, simulate_command, sweep_command
 from moesim.commands.validate import validate_command
 
@@ -29,6 +30,7 @@ def cli() -> None:
 for command in (
     simulate_command,
     sweep_command,
+    screen_command,
     layer_command,
     models_command,
     profiles_group,

@@ -104,17 +104,9 @@ def sd_options(func: F) -> F:
 
 
 def _routing_for(spec: Any, routing_spec: str | None, overlap: str | None, baseline: float | None) -> Any:
-    if not spec.is_moe:
-        from moesim.simulator.routing.independent import IndependentRouting
+    from moesim.simulator.routing.presets import routing_for_model
 
-        return IndependentRouting()
-    from moesim.simulator.routing.presets import routing_from_cli
-
-    if routing_spec is None:
-        routing_spec = "independent" if (overlap is not None or baseline is not None) else "typical"
-    return routing_from_cli(
-        routing_spec, spec.n_experts, spec.top_k, overlap, baseline, spec.n_groups, spec.topk_groups
-    )
+    return routing_for_model(spec, routing_spec, overlap, baseline)
 
 
 def _ms(seconds: float) -> str:

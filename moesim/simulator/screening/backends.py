@@ -78,10 +78,12 @@ def run_ray(
     progress: Progress | None = None,
     workers: int | None = None,
 ) -> list[DesignResult]:
-    """Ray tasks, one per chunk, on the cluster at `address` (None: the running or a new local one)."""
+    """Ray tasks, one per chunk, on the cluster at `address` (None: the running Ray, or a new local one
+    with `workers` CPUs)."""
     ray = _ray()
     if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        local_cpus = workers if address is None else None
+        ray.init(address=address, num_cpus=local_cpus, include_dashboard=False, log_to_driver=False)
     cpus = int(ray.cluster_resources().get("CPU", 1))
     remote = ray.remote(num_cpus=1)(evaluate_chunk)
     shared = ray.put(settings)

@@ -85,7 +85,7 @@ class ConstrainedDesigns:
 
 
 def _solve(
-    base: ModelSpec, overrides: dict[str, Value], constraint: Constraint, target: int
+    base: ModelSpec, overrides: dict[str, object], constraint: Constraint, target: int
 ) -> tuple[int, ModelSpec]:
     """The free field's value (a multiple of `multiple`) whose count is nearest the target, by bisection
     (counts grow with widths, counts and layer numbers); raises MoesimError when none is close enough."""
@@ -128,10 +128,10 @@ def apply_constraints(
     out = ConstrainedDesigns()
     targets = {c.kind: _counter(c.kind)(base) for c in constraints if c.is_parameter}
     for design in designs:
-        overrides = design.as_dict()
+        overrides: dict[str, object] = dict(design.as_dict())
         solved: dict[str, Value] = {}
         try:
-            spec = apply_overrides(base, overrides)
+            spec = apply_overrides(base, dict(overrides))
             for constraint in constraints:
                 if not constraint.is_parameter or constraint.free_field is None:
                     continue

@@ -16,7 +16,7 @@ from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import ModelSpec, param_counts, total_weight_bytes
 from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout
 from moesim.simulator.routing.base import RoutingModel
-from moesim.simulator.routing.presets import routing_from_cli
+from moesim.simulator.routing.presets import routing_for_model
 from moesim.simulator.screening.space import Value
 from moesim.simulator.speculative.drafters import DEFAULT_ACCEPTANCE, DEFAULT_DRAFTER, peak_batch
 from moesim.simulator.speculative.sweep import SweepRow, run_sweep
@@ -35,7 +35,7 @@ class ScreenSettings:
     context_len: int = 2048
     engine: str = "fused"
     launch: str = "graph"
-    routing: str = "typical"  # typical | independent | a routing statistics file
+    routing: str | None = None  # typical (default) | independent | a routing statistics file
     overlap: tuple[float, ...] | None = None
     baseline_overlap: float | None = None
     drafter: str = DEFAULT_DRAFTER
@@ -44,15 +44,7 @@ class ScreenSettings:
     parallel: ParallelLayout | LayoutRequest | None = field(default_factory=LayoutRequest)
 
     def routing_for(self, spec: ModelSpec) -> RoutingModel:
-        return routing_from_cli(
-            self.routing,
-            spec.n_experts,
-            spec.top_k,
-            self.overlap,
-            self.baseline_overlap,
-            spec.n_groups,
-            spec.topk_groups,
-        )
+        return routing_for_model(spec, self.routing, self.overlap, self.baseline_overlap)
 
 
 @dataclass(frozen=True)

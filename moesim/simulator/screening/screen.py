@@ -97,13 +97,7 @@ class ScreenResult:
 
     def write_parquet(self, path: str | Path) -> None:
         """The rows as a Parquet file (pyarrow is optional: a clear error when it is missing)."""
-        try:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise MoesimError(
-                "--parquet", "pyarrow is not installed", "pip install pyarrow, or write --csv instead"
-            ) from None
+        pa, pq = parquet_modules()
         rows = self.rows()
         columns = {
             name: [None if row[name] == "" else row[name] for row in rows]
@@ -111,6 +105,18 @@ class ScreenResult:
         }
         with atomic_path(path) as tmp:
             pq.write_table(pa.table(columns), str(tmp))
+
+
+def parquet_modules() -> tuple[Any, Any]:
+    """pyarrow and pyarrow.parquet, or the error saying how to install them."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise MoesimError(
+            "--parquet", "pyarrow is not installed", "pip install 'moesim[parquet]', or write --csv instead"
+        ) from None
+    return pa, pq
 
 
 def screen(
@@ -128,7 +134,7 @@ def screen(
     """Evaluate `designs` around `base` under `settings`, keeping only those meeting `constraints`."""
     objective = check_objective(objective or f"speedup@{min(settings.batches)}", settings.batches)
     constrained = apply_constraints(base, designs, constraints)
-    dropped = list(constrained.dropped)
+    dropped: list[dict[str, Any]] = list(constrained.dropped)
     kept = []
     for design, spec, solved in constrained.kept:
         try:
@@ -153,7 +159,7 @@ def screen(
             else:
                 fitting.append(r)
         results = fitting
-    dropped.sort(key=lambda entry: entry["design"])
+    dropped.sort(key=lambda entry: int(entry["design"]))
     return ScreenResult(
         base=base.name,
         settings=settings,
@@ -164,7 +170,7 @@ def screen(
         ranking=ranking(results, objective),
         front=design_front(results, settings.batches),
         assumptions={
-            "routing": settings.routing,
+            "routing": settings.routing_for(base).description + " (each design: its own N, k)",
             "drafter": settings.drafter,
             "acceptance": None if settings.acceptance_length is not None else settings.acceptance,
             "acceptance_length": settings.acceptance_length,
@@ -177,4 +183,4 @@ def screen(
     )
 
 
-__all__ = ["ScreenResult", "screen"]
+__all__ = ["ScreenResult", "parquet_modules", "screen"]

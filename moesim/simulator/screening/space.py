@@ -178,7 +178,7 @@ def read_designs(path: str | Path) -> list[Design]:
         if not reader.fieldnames:
             raise MoesimError(str(path), "has no header row", "write field names such as experts,top-k")
         fields = {column: field_name(column) for column in reader.fieldnames}
-        designs = []
+        designs: list[Design] = []
         for row in reader:
             values = {
                 fields[column]: _coerce(fields[column], text)
