@@ -19,10 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 from moesim.simulator.hardware.profile import load_profile
 from moesim.simulator.models.catalogue import list_models, load_model
-from moesim.simulator.models.spec import ModelSpec
-from moesim.simulator.plan.layout import LayoutRequest
-from moesim.simulator.routing import IndependentRouting, RoutingModel
-from moesim.simulator.routing.presets import typical_routing
+from moesim.simulator.plan.layout import ParallelLayout
+from moesim.simulator.routing import IndependentRouting
+from moesim.simulator.scenario import Scenario
 from moesim.simulator.speculative.sweep import run_sweep
 
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
@@ -42,21 +41,13 @@ def main() -> None:
     models = [load_model(name) for name in list_models()]
     start = time.perf_counter()
 
-    def routing(spec: ModelSpec) -> RoutingModel:
-        if args.routing == "independent" or not spec.is_moe:
-            return IndependentRouting()
-        return typical_routing(spec.n_experts, spec.top_k, spec.n_groups, spec.topk_groups)
-
-    parallel = None if args.single_gpu or args.no_fit_check else LayoutRequest()
-    result = run_sweep(
-        models,
+    base = Scenario(
+        models[0],
         hardware,
-        BATCHES,
-        DRAFT_LENS,
-        check_fit=not args.no_fit_check,
-        parallel=parallel,
-        routing=routing,
+        routing=IndependentRouting() if args.routing == "independent" else None,  # None: typical per model
+        layout=ParallelLayout() if args.single_gpu or args.no_fit_check else None,  # None: smallest fit
     )
+    result = run_sweep(base, models, BATCHES, DRAFT_LENS, check_fit=not args.no_fit_check)
     wall = time.perf_counter() - start
     configs = len(models) * len(BATCHES) * len(DRAFT_LENS)
     computed = len(result.rows)

@@ -13,17 +13,17 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import moesim
 from moesim.commands.screen import screen_command
 from moesim.errors import MoesimError
 from moesim.simulator.models.spec import param_counts
+from moesim.simulator.scenario import Scenario
 from moesim.simulator.screening.backends import run_local
 from moesim.simulator.screening.constraints import Constraint, apply_constraints
 from moesim.simulator.screening.evaluate import ScreenSettings, make_tasks
 from moesim.simulator.screening.pareto import pareto_front, ranking
 from moesim.simulator.screening.screen import screen
 from moesim.simulator.screening.space import Design, grid, parse_values, read_designs, sample
-from moesim.simulator.simulate import simulate_speculative
-from moesim.simulator.speculative.sweep import run_sweep
 from tests.core_fixtures import h200, model
 
 BASE = "qwen3-30b-a3b"
@@ -32,7 +32,8 @@ KS = (1, 3)
 
 
 def quick_settings(**changes: object) -> ScreenSettings:
-    return ScreenSettings(h200(), batches=BATCHES, draft_lens=KS, drafter="fraction:0.1", **changes)  # type: ignore[arg-type]
+    scenario = Scenario(BASE, h200(), drafter="fraction:0.1").replace(**changes)
+    return ScreenSettings(scenario, batches=BATCHES, draft_lens=KS)
 
 
 # ---- spaces ----
@@ -156,31 +157,21 @@ def small_screen():  # type: ignore[no-untyped-def]
 
 def test_the_base_design_reproduces_simulate() -> None:
     base = model(BASE)
-    result = screen(base, grid({}), quick_settings(), workers=1)
+    settings = quick_settings()
+    result = screen(base, grid({}), settings, workers=1)
     (design,) = result.results
-    routing = quick_settings().routing_for(base)  # typical, as `moesim simulate` uses by default
-    sweep = run_sweep(
-        [base],
-        h200(),
-        list(BATCHES),
-        list(KS),
-        drafter="fraction:0.1",
-        routing=routing,
-        parallel=quick_settings().parallel,
-    )
+    swept = moesim.sweep([base], settings.scenario, batches=BATCHES, draft_lens=KS)
     for b in BATCHES:
-        rows = [r for r in sweep.rows if r.batch == b]
-        best = max(rows, key=lambda r: r.speedup)
+        best = max((r for r in swept.rows if r.batch == b), key=lambda r: r.speedup)
         metrics = design.at(b)
         assert metrics is not None
-        assert (metrics.speedup, metrics.best_draft_len, metrics.verify_step_s) == (
+        assert (metrics.speedup, metrics.best_draft_len, metrics.verify_step_s, metrics.draft_s) == (
             best.speedup,
             best.draft_len,
             best.verify_step_s,
+            best.draft_s,
         )
-        engine = simulate_speculative(
-            base, h200(), b, best.draft_len, drafter="fraction:0.1", routing=routing
-        )
+        engine = moesim.simulate(settings.scenario, batch=b, draft_len=best.draft_len)
         assert metrics.speedup == pytest.approx(engine.speedup, rel=0.01)
         assert metrics.decode_step_s == pytest.approx(engine.decode.step_s, rel=0.01)
         assert metrics.tokens_per_s == pytest.approx(
@@ -241,7 +232,7 @@ def test_fits_drops_designs_that_do_not_fit_one_gpu() -> None:
     result = screen(
         model(BASE),
         grid({"expert_width": [768, 6144]}),
-        quick_settings(parallel=LayoutRequest(gpus=1)),
+        quick_settings(layout=LayoutRequest(gpus=1)),
         [Constraint("fits")],
         workers=1,
     )

@@ -8,16 +8,81 @@ import click
 from rich.table import Table
 
 from moesim.commands.common import emit_json, handle_errors, make_console
+from moesim.errors import MoesimError
 
 
 @click.command("models")
+@click.argument("name", required=False)
+@click.option(
+    "--model-config",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A Hugging Face config.json (or a catalogue-style .toml): show what moesim understood of it.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @handle_errors
-def models_command(as_json: bool) -> None:
-    """List the bundled model catalogue with computed parameter counts.
+def models_command(name: str | None, model_config: str | None, as_json: bool) -> None:
+    """List the bundled model catalogue, or show one model as moesim understood it.
 
-    Example: moesim models --json
+    With NAME or --model-config: layer pattern, attention kind, experts, widths, weight format, total and
+    active parameters, weight bytes, and for an imported config the assumptions made and keys not read.
+
+    Examples: moesim models --json; moesim models deepseek-v3; moesim models --model-config config.json
     """
+    if name is not None and model_config is not None:
+        raise MoesimError("--model-config", "give a model NAME or --model-config PATH, not both")
+    if name is None and model_config is None:
+        _catalogue(as_json)
+        return
+    from moesim.simulator.models.catalogue import load_model
+    from moesim.simulator.models.summary import model_summary
+
+    summary = model_summary(load_model(name if name is not None else str(model_config)))
+    if as_json:
+        emit_json(summary)
+    else:
+        make_console().print(_summary_table(summary))
+
+
+def _summary_table(summary: dict[str, Any]) -> Table:
+    """One model's summary as a two-column table."""
+    table = Table(title=f"{summary['name']} ({summary['family'] or 'custom'})", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    params, experts, widths = summary["params"], summary["experts"], summary["widths"]
+    table.add_row("layers", f"{summary['layers']}: {summary['layer_pattern']['text']}")
+    for kind, att in summary["attention"].items():
+        details = ", ".join(f"{key} {value}" for key, value in att.items() if key != "kind")
+        table.add_row(f"attention ({kind})", f"{att['kind']}: {details}")
+    if "linear_attention" in summary:
+        lin = summary["linear_attention"]
+        table.add_row("attention (linear)", ", ".join(f"{key} {value}" for key, value in lin.items()))
+    if experts["routed"]:
+        groups = (
+            f", {experts['groups']} groups (top {experts['topk_groups']})" if experts["groups"] > 1 else ""
+        )
+        table.add_row(
+            "experts",
+            f"{experts['routed']} routed, top-{experts['top_k']}, {experts['shared']} shared, "
+            f"{experts['moe_layers']} MoE layers, {experts['router_score']} router{groups}",
+        )
+    table.add_row("widths", ", ".join(f"{key} {value}" for key, value in widths.items() if value))
+    fmt = summary["weight_format"]
+    table.add_row("weight format", f"{fmt['dense']} (experts {fmt['experts']})")
+    mtp = f", MTP {params['mtp'] / 1e9:.2f}B" if params["mtp"] else ""
+    table.add_row(
+        "parameters", f"total {params['total'] / 1e9:.2f}B, active {params['active'] / 1e9:.2f}B{mtp}"
+    )
+    table.add_row("weight bytes", f"{summary['weight_bytes']['total'] / 1e9:.1f} GB")
+    for text in summary["assumptions"]:
+        table.add_row("assumption", text)
+    if summary["ignored_keys"]:
+        table.add_row("keys not read", ", ".join(summary["ignored_keys"]))
+    return table
+
+
+def _catalogue(as_json: bool) -> None:
+    """The catalogue table: one row per bundled model with its computed parameter counts."""
     from moesim.simulator.models.catalogue import list_models, load_model
     from moesim.simulator.models.spec import param_counts, params_as_published
 

@@ -13,7 +13,6 @@ from moesim.commands.common import (
     handle_errors,
     hardware_option,
     make_console,
-    parse_float_list,
     parse_int_list,
 )
 from moesim.commands.parallel_options import layout_from_kwargs, parallel_options
@@ -194,8 +193,8 @@ def screen_command(**options: Any) -> None:
 
 def _scenario(options: dict[str, Any]) -> tuple[Any, list[Any], list[Any], Any]:
     """Flags → base model, designs, constraints and settings (the library owns every default)."""
-    from moesim.simulator.hardware.profile import load_profile
     from moesim.simulator.models.catalogue import load_model
+    from moesim.simulator.scenario import Scenario
     from moesim.simulator.screening.constraints import Constraint
     from moesim.simulator.screening.evaluate import ScreenSettings
     from moesim.simulator.screening.space import grid, parse_values, read_designs, sample
@@ -234,21 +233,23 @@ def _scenario(options: dict[str, Any]) -> tuple[Any, list[Any], list[Any], Any]:
     ]
     if options["address"] and options["backend"] != "ray":
         raise MoesimError("--address", "is for --backend ray")
-    overlap = options["overlap"]
     settings = ScreenSettings(
-        hardware=load_profile(options["hardware"]),
+        Scenario(
+            base,
+            options["hardware"],
+            context_len=options["context_len"],
+            engine=options["engine"],
+            launch=options["launch"],
+            routing=options["routing_spec"],
+            overlap=options["overlap"],
+            baseline_overlap=options["baseline_overlap"],
+            layout=layout_from_kwargs(options),
+            drafter=options["drafter"],
+            acceptance=options["acceptance"],
+            acceptance_length=options["acceptance_length"],
+        ),
         batches=tuple(sorted(set(parse_int_list("--batch", options["batches"])))),
         draft_lens=tuple(sorted(set(parse_int_list("--draft-len", options["draft_lens"])))),
-        context_len=options["context_len"],
-        engine=options["engine"],
-        launch=options["launch"],
-        routing=options["routing_spec"],
-        overlap=tuple(parse_float_list("--overlap", overlap)) if overlap else None,
-        baseline_overlap=options["baseline_overlap"],
-        drafter=options["drafter"],
-        acceptance=options["acceptance"],
-        acceptance_length=options["acceptance_length"],
-        parallel=layout_from_kwargs(options),
     )
     if options["top"] < 1:
         raise MoesimError("--top", f"must be ≥ 1, got {options['top']}")

@@ -36,7 +36,16 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-_STRUCTURED = ("layer_attention", "layer_ffn", "attention", "linear_attention")
+_STRUCTURED = (
+    "layer_attention",
+    "layer_ffn",
+    "attention",
+    "linear_attention",
+    "full_attention",
+    "assumptions",
+    "ignored_keys",
+)
+_TEXT_LISTS = ("assumptions", "ignored_keys")
 _LAYER_KEYS = ("count", "dense_prefix", "moe_every", "moe_offset", "attention_cycle", "attention", "ffn")
 
 
@@ -129,7 +138,7 @@ def spec_from_dict(data: dict[str, Any], origin: str = "<dict>") -> ModelSpec:
     if not isinstance(data, dict):
         raise MoesimError(origin, "is not a table of model fields")
     spec_fields = {f.name: f for f in fields(ModelSpec) if f.name not in _STRUCTURED}
-    allowed = set(spec_fields) | {"layers", "attention", "linear_attention"}
+    allowed = set(spec_fields) | {"layers", "attention", "linear_attention", "full_attention", *_TEXT_LISTS}
     unknown = sorted(set(data) - allowed)
     if unknown:
         close = difflib.get_close_matches(unknown[0], sorted(allowed), n=3)
@@ -148,6 +157,16 @@ def spec_from_dict(data: dict[str, Any], origin: str = "<dict>") -> ModelSpec:
         values["linear_attention"] = _dataclass_from_table(
             LinearAttentionSpec, data["linear_attention"], origin, "linear_attention"
         )
+    if "full_attention" in data:
+        values["full_attention"] = _dataclass_from_table(
+            AttentionSpec, data["full_attention"], origin, "full_attention"
+        )
+    for key in _TEXT_LISTS:
+        if key in data:
+            texts = data[key]
+            if not isinstance(texts, list) or not all(isinstance(text, str) for text in texts):
+                raise MoesimError(f"{origin}:{key}", f"must be a list of strings, got {texts!r}")
+            values[key] = tuple(texts)
     values["layer_attention"], values["layer_ffn"] = _layers_from_table(data.get("layers"), origin)
     spec = ModelSpec(**values)
     try:
@@ -168,6 +187,14 @@ def _non_default(obj: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
     return out
 
 
+def _attention_table(attention: AttentionSpec) -> dict[str, Any]:
+    table = _non_default(attention)
+    table.update(
+        num_heads=attention.num_heads, num_kv_heads=attention.num_kv_heads, head_dim=attention.head_dim
+    )
+    return table
+
+
 def spec_to_dict(spec: ModelSpec) -> dict[str, Any]:
     """The catalogue-style dict of `spec` (TOML-ready: no None values); `spec_from_dict` inverts it."""
     data = _non_default(spec, skip=_STRUCTURED)
@@ -183,13 +210,12 @@ def spec_to_dict(spec: ModelSpec) -> dict[str, Any]:
             "moe_offset": pattern.moe_offset,
             "attention_cycle": list(pattern.attention_cycle),
         }
-    attention = _non_default(spec.attention)
-    attention.update(
-        num_heads=spec.attention.num_heads,
-        num_kv_heads=spec.attention.num_kv_heads,
-        head_dim=spec.attention.head_dim,
-    )
-    data["attention"] = attention
+    data["attention"] = _attention_table(spec.attention)
+    if spec.full_attention is not None:
+        data["full_attention"] = _attention_table(spec.full_attention)
+    for key in _TEXT_LISTS:
+        if getattr(spec, key):
+            data[key] = list(getattr(spec, key))
     if spec.linear_attention is not None:
         data["linear_attention"] = _non_default(spec.linear_attention) | {
             "num_key_heads": spec.linear_attention.num_key_heads,
@@ -245,7 +271,7 @@ def load_model_file(path: str | Path) -> ModelSpec:
     except OSError as err:
         raise MoesimError(origin, f"cannot be read ({err.strerror})", "check the path") from None
     if text.lstrip().startswith("{"):
-        from moesim.simulator.models.hf_config import spec_from_hf_config
+        from moesim.simulator.models.hf import spec_from_hf_config
 
         try:
             config = json.loads(text)

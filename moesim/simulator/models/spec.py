@@ -23,9 +23,9 @@ from typing import Literal
 
 from moesim.errors import MoesimError
 
-AttentionLayerKind = Literal["full", "sliding", "linear"]
+AttentionLayerKind = Literal["full", "sliding", "linear", "compressed"]
 FfnLayerKind = Literal["dense", "moe"]
-ATTENTION_KINDS: tuple[str, ...] = ("full", "sliding", "linear")
+ATTENTION_KINDS: tuple[str, ...] = ("full", "sliding", "linear", "compressed")
 FFN_KINDS: tuple[str, ...] = ("dense", "moe")
 Matrix = tuple[str, int, int]
 
@@ -62,6 +62,15 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
     "fp8": WeightFormat("fp8", 8, scale_bits=32, scale_block=(128, 128), compute_dtype="fp8"),
     "mxfp4": WeightFormat("mxfp4", 4, scale_bits=8, scale_block=(1, 32)),
     "int4": WeightFormat("int4", 4, scale_bits=16, scale_block=(1, 128)),
+    "int4-g64": WeightFormat("int4-g64", 4, scale_bits=16, scale_block=(1, 64)),
+    "int4-g32": WeightFormat("int4-g32", 4, scale_bits=16, scale_block=(1, 32)),
+    # NVFP4: e2m1 values with one e4m3 scale per 16 (the one fp32 scale per tensor is negligible).
+    "nvfp4": WeightFormat("nvfp4", 4, scale_bits=8, scale_block=(1, 16)),
+    # fp8 with one fp32 scale per output row, or one per matrix (a block as large as any matrix).
+    "fp8-channel": WeightFormat("fp8-channel", 8, scale_bits=32, scale_block=(1, 2**31), compute_dtype="fp8"),
+    "fp8-tensor": WeightFormat(
+        "fp8-tensor", 8, scale_bits=32, scale_block=(2**31, 2**31), compute_dtype="fp8"
+    ),
 }
 
 
@@ -85,6 +94,18 @@ class AttentionSpec:
     `output_gate`: the query projection also emits a sigmoid gate of the same width (Qwen3-Next).
     `attention_sinks`: one learned logit per head (gpt-oss). For MLA, `head_dim` is the query/key head
     dimension (qk_nope_head_dim + qk_rope_head_dim); the latent dimensions define the shapes.
+    For MHA/GQA, `v_head_dim` (when set) is the value head width if it differs from `head_dim` (MiMo-V2),
+    `q_lora_rank` a low-rank query (q_a, q_b; DeepSeek-V4), `o_lora_rank` a grouped low-rank output
+    projection in `o_groups` groups (DeepSeek-V4), and `shared_kv` one tensor serving as key and value.
+
+    Sparse and compressed attention (DeepSeek-V3.2 / GLM-5 DSA, DeepSeek-V4): `index_topk` caps the cached
+    entries each query of a full layer attends to, chosen by a lightning indexer with `index_heads` heads of
+    `index_head_dim` that scans every cached entry's index key. `kv_compress_ratio` tokens share one cached
+    entry in full layers (DeepSeek-V4 CSA: 4), `compressed_ratio` in "compressed" layers (HCA: 128); with
+    compression, `sliding_window` is the uncompressed local window those layers attend to besides.
+    `attention_experts` (JetMoE's mixture of attention): per layer this many query/output projection pairs
+    of `num_kv_heads` heads each are stored, of which a token uses num_heads ÷ num_kv_heads; the unused
+    ones are listed as `idle_q` / `idle_o` (stored, never read by a step's plan).
     """
 
     num_heads: int
@@ -103,10 +124,24 @@ class AttentionSpec:
     qk_norm_per_head: bool = True
     output_gate: bool = False
     attention_sinks: bool = False
+    o_lora_rank: int | None = None
+    o_groups: int = 1
+    shared_kv: bool = False
+    index_topk: int | None = None
+    index_heads: int = 0
+    index_head_dim: int = 0
+    kv_compress_ratio: int = 1
+    compressed_ratio: int = 1
+    attention_experts: int = 0
 
     @property
     def is_mla(self) -> bool:
         return self.kv_lora_rank is not None
+
+    @property
+    def value_head_dim(self) -> int:
+        """Width of one value head (MHA/GQA): `v_head_dim` when it differs from `head_dim`."""
+        return self.v_head_dim or self.head_dim
 
 
 @dataclass(frozen=True)
@@ -131,8 +166,12 @@ class ModelSpec:
     router bias, DeepSeek/GLM's score-correction bias). `shared_expert_gate`: a hidden → 1 sigmoid gate on
     the shared expert output (Qwen2-MoE, Qwen3-Next). `norms_per_layer`: RMSNorm/LayerNorm weight vectors
     of width `hidden` in each block (2 for pre-norm blocks; 4 for Grok-1's sandwich norms).
+    `full_attention`: the attention of the full layers when it differs from the others' (Gemma-4's global
+    layers use wider heads than its sliding ones); None: `attention` serves every softmax layer.
     The `published_*`, `params_tolerance_reason`, `source` and `notes` fields are catalogue metadata;
     `published_active_counts` says which vocabulary matrices the publisher's active figure includes.
+    `assumptions` and `ignored_keys` record, for a model imported from a Hugging Face config, every
+    approximation the importer made and every config key it did not read.
     """
 
     name: str
@@ -167,6 +206,9 @@ class ModelSpec:
     published_active_counts: Literal["embedding_and_lm_head", "lm_head", "neither"] = "embedding_and_lm_head"
     params_tolerance_reason: str = ""
     source: str = ""
+    full_attention: AttentionSpec | None = None
+    assumptions: tuple[str, ...] = ()
+    ignored_keys: tuple[str, ...] = ()
 
     @property
     def n_layers(self) -> int:
@@ -194,8 +236,18 @@ class ModelSpec:
 
 
 OVERRIDABLE_FIELDS: tuple[str, ...] = tuple(
-    f.name for f in fields(ModelSpec) if f.name not in ("layer_attention", "layer_ffn", "attention")
+    f.name
+    for f in fields(ModelSpec)
+    if f.name
+    not in ("layer_attention", "layer_ffn", "attention", "full_attention", "assumptions", "ignored_keys")
 )
+
+
+def attention_for(spec: ModelSpec, kind: AttentionLayerKind) -> AttentionSpec:
+    """The softmax-attention spec of layers of `kind` (full layers may have their own)."""
+    if kind == "full" and spec.full_attention is not None:
+        return spec.full_attention
+    return spec.attention
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -225,24 +277,56 @@ def _non_negative(value: int, field: str) -> None:
     )
 
 
+def _validate_softmax_attention(att: AttentionSpec, prefix: str) -> None:
+    _positive(att.num_heads, f"{prefix}.num_heads")
+    _positive(att.num_kv_heads, f"{prefix}.num_kv_heads")
+    _positive(att.head_dim, f"{prefix}.head_dim")
+    if att.is_mla:
+        for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            _positive(getattr(att, name), f"{prefix}.{name}", f"{name} (MLA needs all latent dims)")
+    else:
+        _require(
+            att.num_heads % att.num_kv_heads == 0,
+            f"{prefix}.num_kv_heads",
+            f"{att.num_heads} query heads are not a multiple of {att.num_kv_heads} KV heads",
+            "choose num_kv_heads dividing num_heads",
+        )
+    for name in ("q_lora_rank", "o_lora_rank", "index_topk", "v_head_dim"):
+        if getattr(att, name) is not None:
+            _positive(getattr(att, name), f"{prefix}.{name}")
+    for name in ("o_groups", "kv_compress_ratio", "compressed_ratio"):
+        _positive(getattr(att, name), f"{prefix}.{name}")
+    _require(
+        att.attention_experts == 0 or att.attention_experts >= att.num_heads // att.num_kv_heads,
+        f"{prefix}.attention_experts",
+        f"{att.attention_experts} attention experts but each token uses {att.num_heads // att.num_kv_heads}",
+        "give at least num_heads ÷ num_kv_heads attention experts (0: none)",
+    )
+    if att.o_lora_rank is not None:
+        _require(
+            (att.num_heads * att.value_head_dim) % att.o_groups == 0,
+            f"{prefix}.o_groups",
+            f"{att.num_heads} heads × {att.value_head_dim} do not split into {att.o_groups} groups",
+            "choose o_groups dividing the output width",
+        )
+    if att.index_topk is not None:
+        _positive(att.index_heads, f"{prefix}.index_heads", "the indexer heads (sparse attention needs them)")
+        _positive(att.index_head_dim, f"{prefix}.index_head_dim", "the indexer head width")
+
+
 def _validate_attention(spec: ModelSpec) -> None:
     att = spec.attention
-    if any(kind in ("full", "sliding") for kind in spec.layer_attention):
-        _positive(att.num_heads, "attention.num_heads")
-        _positive(att.num_kv_heads, "attention.num_kv_heads")
-        _positive(att.head_dim, "attention.head_dim")
-        if att.is_mla:
-            for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-                _positive(getattr(att, name), f"attention.{name}", f"{name} (MLA needs all latent dims)")
-            if att.q_lora_rank is not None:
-                _positive(att.q_lora_rank, "attention.q_lora_rank")
-        else:
-            _require(
-                att.num_heads % att.num_kv_heads == 0,
-                "attention.num_kv_heads",
-                f"{att.num_heads} query heads are not a multiple of {att.num_kv_heads} KV heads",
-                "choose num_kv_heads dividing num_heads",
-            )
+    if any(kind != "linear" for kind in spec.layer_attention):
+        _validate_softmax_attention(att, "attention")
+    if spec.full_attention is not None:
+        _validate_softmax_attention(spec.full_attention, "full_attention")
+    if "compressed" in spec.layer_attention:
+        _require(
+            att.compressed_ratio > 1,
+            "attention.compressed_ratio",
+            f"compressed layers need a compression ratio above 1, got {att.compressed_ratio}",
+            "set compressed_ratio (tokens per cached entry) or make those layers full attention",
+        )
     if "sliding" in spec.layer_attention:
         _positive(att.sliding_window, "attention.sliding_window", "the window (sliding layers need one)")
     if "linear" in spec.layer_attention:
@@ -386,6 +470,8 @@ def attention_projections(spec: ModelSpec, kind: AttentionLayerKind) -> list[Mat
 
     MLA lists its down/up projections (q_a, q_b, kv_a, kv_b, o); at decode with absorbed MLA the
     per-token work of kv_b's key and value halves (W_UK, W_UV) equals a matmul of kv_b's shape.
+    MHA/GQA lists q (or q_a, q_b), k and v (or one kv), o (or o_a, o_b). A sparse-attention indexer adds
+    index_q (from the query latent, or from the hidden state without one), index_k and index_weights.
     Linear attention (Gated DeltaNet) lists in_proj_qkvz, in_proj_ba, the depthwise conv1d weight
     (conv_dim × kernel) and out_proj.
     """
@@ -402,30 +488,50 @@ def attention_projections(spec: ModelSpec, kind: AttentionLayerKind) -> list[Mat
             ("conv1d", 2 * key_dim + value_dim, lin.conv_kernel),
             ("out_proj", h, value_dim),
         ]
-    att = spec.attention
+    att = attention_for(spec, kind)
     if att.is_mla:
         nope, rope = att.qk_nope_head_dim or 0, att.qk_rope_head_dim or 0
         v_dim, kv_lora = att.v_head_dim or 0, att.kv_lora_rank or 0
         q_out = att.num_heads * (nope + rope)
-        q_mats: list[Matrix] = (
-            [("q_a", att.q_lora_rank, h), ("q_b", q_out, att.q_lora_rank)]
-            if att.q_lora_rank
-            else [("q", q_out, h)]
-        )
-        return [
-            *q_mats,
-            ("kv_a", kv_lora + rope, h),
-            ("kv_b", att.num_heads * (nope + v_dim), kv_lora),
-            ("o", h, att.num_heads * v_dim),
+        mats = [*_query_matrices(att, q_out, h), ("kv_a", kv_lora + rope, h)]
+        mats.append(("kv_b", att.num_heads * (nope + v_dim), kv_lora))
+        mats += _output_matrices(att, att.num_heads * v_dim, h)
+    else:
+        q_width = att.num_heads * att.head_dim
+        k_width = att.num_kv_heads * att.head_dim
+        v_width = att.num_kv_heads * att.value_head_dim
+        mats = _query_matrices(att, q_width * (2 if att.output_gate else 1), h)
+        mats += [("kv", k_width, h)] if att.shared_kv else [("k", k_width, h), ("v", v_width, h)]
+        mats += _output_matrices(att, att.num_heads * att.value_head_dim, h)
+        idle = att.attention_experts - att.num_heads // att.num_kv_heads
+        if att.attention_experts and idle > 0:
+            mats += [("idle_q", idle * k_width, h), ("idle_o", h, idle * v_width)]
+    if att.index_topk is not None and kind == "full":
+        index_in = att.q_lora_rank or h
+        mats += [
+            ("index_q", att.index_heads * att.index_head_dim, index_in),
+            ("index_k", att.index_head_dim, h),
+            ("index_weights", att.index_heads, h),
         ]
-    q_width = att.num_heads * att.head_dim
-    kv_width = att.num_kv_heads * att.head_dim
-    return [
-        ("q", q_width * (2 if att.output_gate else 1), h),
-        ("k", kv_width, h),
-        ("v", kv_width, h),
-        ("o", h, q_width),
-    ]
+    return mats
+
+
+def _query_matrices(att: AttentionSpec, q_out: int, hidden: int) -> list[Matrix]:
+    if att.q_lora_rank:
+        return [("q_a", att.q_lora_rank, hidden), ("q_b", q_out, att.q_lora_rank)]
+    return [("q", q_out, hidden)]
+
+
+def _output_matrices(att: AttentionSpec, o_in: int, hidden: int) -> list[Matrix]:
+    """The output projection: one matrix, or DeepSeek-V4's grouped low rank (o_a per group, then o_b).
+
+    o_a is listed as one block-diagonal matrix of the groups' total size (rows o_groups·rank, cols the
+    per-group input), so its parameter count and bytes are exact.
+    """
+    if att.o_lora_rank:
+        rank_total = att.o_groups * att.o_lora_rank
+        return [("o_a", rank_total, o_in // att.o_groups), ("o_b", hidden, rank_total)]
+    return [("o", hidden, o_in)]
 
 
 def attention_vector_params(spec: ModelSpec, kind: AttentionLayerKind) -> int:
@@ -435,21 +541,21 @@ def attention_vector_params(spec: ModelSpec, kind: AttentionLayerKind) -> int:
         assert lin is not None
         # dt_bias and A_log per value head, plus the gated RMSNorm over one value head.
         return 2 * lin.num_value_heads + lin.value_head_dim
-    att = spec.attention
-    n = 0
+    att = attention_for(spec, kind)
+    n = 2 * att.index_head_dim if att.index_topk is not None and kind == "full" else 0  # index-key LayerNorm
+    if att.attention_sinks:
+        n += att.num_heads
     if att.is_mla:
-        n += (att.q_lora_rank or 0) + (att.kv_lora_rank or 0)  # q_a_layernorm, kv_a_layernorm
-        return n
+        return n + (att.q_lora_rank or 0) + (att.kv_lora_rank or 0)  # q_a_layernorm, kv_a_layernorm
+    n += att.q_lora_rank or 0
     q_width = att.num_heads * att.head_dim
-    kv_width = att.num_kv_heads * att.head_dim
+    kv_width = att.num_kv_heads * (att.head_dim + (0 if att.shared_kv else att.value_head_dim))
     if att.bias:
-        n += q_width * (2 if att.output_gate else 1) + 2 * kv_width
+        n += q_width * (2 if att.output_gate else 1) + kv_width
     if att.output_bias:
         n += spec.hidden
     if att.qk_norm:
-        n += 2 * att.head_dim if att.qk_norm_per_head else q_width + kv_width
-    if att.attention_sinks:
-        n += att.num_heads
+        n += 2 * att.head_dim if att.qk_norm_per_head else q_width + att.num_kv_heads * att.head_dim
     return n
 
 
@@ -711,34 +817,74 @@ def total_weight_bytes(spec: ModelSpec, include_mtp: bool = False) -> int:
 # KV cache and recurrent state
 
 
-def kv_cache_bytes_per_token(spec: ModelSpec, kind: AttentionLayerKind, dtype_bytes: float = 2) -> float:
-    """KV-cache bytes one token adds to one layer of `kind`.
+# An indexer key is cached in fp8 with one fp32 scale per key (DeepSeek-V3.2's lightning indexer).
+INDEX_KEY_SCALE_BYTES = 4
 
-    GQA/MHA: K and V for each KV head. MLA caches the compressed latent plus the shared rope key
-    (kv_lora_rank + qk_rope_head_dim). Linear-attention layers have no per-token cache (see
-    `linear_state_bytes`).
+
+def kv_cache_bytes_per_token(spec: ModelSpec, kind: AttentionLayerKind, dtype_bytes: float = 2) -> float:
+    """KV-cache bytes one cached entry adds to one layer of `kind` (the attention core reads these).
+
+    GQA/MHA: K and V for each KV head (one tensor when `shared_kv`). MLA caches the compressed latent
+    plus the shared rope key (kv_lora_rank + qk_rope_head_dim). Linear-attention layers have no
+    per-token cache (see `linear_state_bytes`); indexer keys are apart (`index_key_bytes_per_token`).
     """
     if kind == "linear":
         return 0.0
-    att = spec.attention
+    att = attention_for(spec, kind)
     if att.is_mla:
         return ((att.kv_lora_rank or 0) + (att.qk_rope_head_dim or 0)) * dtype_bytes
-    return 2 * att.num_kv_heads * att.head_dim * dtype_bytes
+    if att.shared_kv:
+        return att.num_kv_heads * att.head_dim * dtype_bytes
+    return att.num_kv_heads * (att.head_dim + att.value_head_dim) * dtype_bytes
 
 
-def attended_tokens(spec: ModelSpec, kind: AttentionLayerKind, context_len: int) -> int:
-    """Cached tokens one query attends to in a layer of `kind`: the window caps sliding layers."""
+def index_key_bytes_per_token(spec: ModelSpec, kind: AttentionLayerKind) -> float:
+    """Bytes of the indexer key one cached entry adds to a sparse-attention layer (0 without an indexer)."""
+    att = attention_for(spec, kind) if kind != "linear" else spec.attention
+    if kind != "full" or att.index_topk is None:
+        return 0.0
+    return att.index_head_dim + INDEX_KEY_SCALE_BYTES
+
+
+def cached_tokens(spec: ModelSpec, kind: AttentionLayerKind, context_len: int) -> int:
+    """Entries one sequence keeps in a layer of `kind`: a window for sliding layers; for compressed caches
+    one entry per `ratio` tokens plus the uncompressed local window; otherwise every token."""
     if kind == "linear":
         return 0
-    if kind == "sliding" and spec.attention.sliding_window:
-        return min(context_len, spec.attention.sliding_window)
+    att = attention_for(spec, kind)
+    if kind == "sliding" and att.sliding_window:
+        return min(context_len, att.sliding_window)
+    ratio = att.compressed_ratio if kind == "compressed" else att.kv_compress_ratio
+    if ratio > 1:
+        return math.ceil(context_len / ratio) + min(context_len, att.sliding_window or 0)
     return context_len
 
 
+def attended_tokens(spec: ModelSpec, kind: AttentionLayerKind, context_len: int) -> int:
+    """Cached entries one query attends to in a layer of `kind`: the window caps sliding layers, the
+    indexer's top-k caps sparse layers (plus their local window), compression divides the context."""
+    cached = cached_tokens(spec, kind, context_len)
+    att = attention_for(spec, kind) if kind != "linear" else spec.attention
+    if kind != "full" or att.index_topk is None:
+        return cached
+    local = min(context_len, att.sliding_window or 0) if att.kv_compress_ratio > 1 else 0
+    return min(cached - local, att.index_topk) + local
+
+
+def indexed_tokens(spec: ModelSpec, kind: AttentionLayerKind, context_len: int) -> int:
+    """Cached entries the sparse-attention indexer scores for one query (0 without an indexer)."""
+    if not index_key_bytes_per_token(spec, kind):
+        return 0
+    att = attention_for(spec, kind)
+    return math.ceil(context_len / att.kv_compress_ratio)
+
+
 def kv_cache_bytes(spec: ModelSpec, context_len: int, dtype_bytes: float = 2) -> float:
-    """KV-cache bytes of one sequence of `context_len` tokens across all layers (linear layers excluded)."""
+    """KV-cache bytes of one sequence of `context_len` tokens across all layers (linear layers excluded),
+    indexer keys included."""
     return sum(
-        attended_tokens(spec, kind, context_len) * kv_cache_bytes_per_token(spec, kind, dtype_bytes)
+        cached_tokens(spec, kind, context_len) * kv_cache_bytes_per_token(spec, kind, dtype_bytes)
+        + indexed_tokens(spec, kind, context_len) * index_key_bytes_per_token(spec, kind)
         for kind in spec.layer_attention
     )
 
@@ -781,16 +927,18 @@ def attention_flops_per_token(
 
     GQA/MHA: 2·H·d for QKᵀ plus 2·H·d for AV per attended token. MLA absorbed (as decode kernels run
     it): scores over the latent plus rope key (kv_lora + rope) and values over the latent; MLA
-    non-absorbed: over the decompressed per-head dims. Linear attention (Gated DeltaNet): a fixed cost
+    non-absorbed: over the decompressed per-head dims. A sparse-attention indexer adds 2·heads·dim per
+    entry it scores (every cached entry). Linear attention (Gated DeltaNet): a fixed cost
     of about 7·dk·dv per value head (decay, delta-rule read, rank-1 update, output read), independent of
     the context length.
     """
-    att = spec.attention
     if kind == "linear":
         lin = spec.linear_attention
         assert lin is not None
         return 7.0 * lin.num_value_heads * lin.key_head_dim * lin.value_head_dim
+    att = attention_for(spec, kind)
     tokens = attended_tokens(spec, kind, context_len)
+    indexer = 2.0 * att.index_heads * att.index_head_dim * indexed_tokens(spec, kind, context_len)
     if att.is_mla:
         kv_lora, rope = att.kv_lora_rank or 0, att.qk_rope_head_dim or 0
         if mla_absorbed:
@@ -798,8 +946,8 @@ def attention_flops_per_token(
         else:
             nope, v_dim = att.qk_nope_head_dim or 0, att.v_head_dim or 0
             per_token = 2 * att.num_heads * (nope + rope) + 2 * att.num_heads * v_dim
-        return float(per_token * tokens)
-    return float(4 * att.num_heads * att.head_dim * tokens)
+        return float(per_token * tokens) + indexer
+    return float(2 * att.num_heads * (att.head_dim + att.value_head_dim) * tokens) + indexer
 
 
 def expert_flops_per_token(spec: ModelSpec) -> int:
@@ -1030,11 +1178,13 @@ __all__ = [
     "apply_overrides",
     "attended_tokens",
     "attention_flops_per_token",
+    "attention_for",
     "attention_params",
     "attention_projection_flops_per_token",
     "attention_projections",
     "attention_vector_params",
     "attention_weight_bytes",
+    "cached_tokens",
     "dense_ffn_flops_per_token",
     "dense_ffn_matrices",
     "dense_ffn_params",
@@ -1045,6 +1195,8 @@ __all__ = [
     "expert_params",
     "expert_weight_bytes",
     "high_precision_format",
+    "index_key_bytes_per_token",
+    "indexed_tokens",
     "kv_cache_bytes",
     "kv_cache_bytes_per_token",
     "layer_norm_bytes",

@@ -21,18 +21,22 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from moesim.errors import MoesimError
-from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import (
     ModelSpec,
-    attended_tokens,
+    attention_for,
     attention_projections,
     attention_vector_params,
+    cached_tokens,
     dense_ffn_weight_bytes,
     embedding_bytes,
     expert_weight_bytes,
     high_precision_format,
+    index_key_bytes_per_token,
+    indexed_tokens,
+    kv_cache_bytes_per_token,
     layer_norm_bytes,
     linear_state_bytes,
     lm_head_bytes,
@@ -53,6 +57,15 @@ GB = 1e9
 
 # MLA down projections that engines keep whole on every tensor-parallel rank.
 _REPLICATED_MLA = ("q_a", "kv_a")
+
+
+class DeviceMemory(Protocol):
+    """What the memory fit needs of a device (a `HardwareProfile` provides it; plan never imports hardware)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def memory_capacity_bytes(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -107,7 +120,7 @@ def _attention_rank_bytes(spec: ModelSpec, kind: str, tp: int) -> float:
     """One attention layer's weight bytes on one tensor-parallel rank."""
     fmt = spec.dense_format
     total = 0.0
-    att = spec.attention
+    att = attention_for(spec, kind) if kind != "linear" else spec.attention  # type: ignore[arg-type]
     for name, rows, cols in attention_projections(spec, kind):  # type: ignore[arg-type]
         if att.is_mla and kind != "linear" and name in _REPLICATED_MLA:
             total += fmt.matrix_bytes(rows, cols)
@@ -151,19 +164,17 @@ def kv_cache_bytes_per_rank(
 ) -> float:
     """KV cache (and linear-attention state) on the busiest rank for `batch` sequences of `context_len` tokens."""
     sequences = layout.sequences_per_group(batch)
-    att = spec.attention
     per_sequence = 0.0
     for kind in spec.layer_attention:
         if kind == "linear":
             per_sequence += linear_state_bytes(spec, kv_dtype_bytes) / layout.tp
             continue
-        tokens = attended_tokens(spec, kind, context_len)
-        if att.is_mla:
-            per_token = ((att.kv_lora_rank or 0) + (att.qk_rope_head_dim or 0)) * kv_dtype_bytes
-        else:
-            heads = max(1, math.ceil(att.num_kv_heads / layout.tp))
-            per_token = 2 * heads * att.head_dim * kv_dtype_bytes
-        per_sequence += tokens * per_token
+        att = attention_for(spec, kind)
+        per_token = kv_cache_bytes_per_token(spec, kind, kv_dtype_bytes)
+        if not att.is_mla:  # KV heads split over tensor-parallel ranks (replicated below one per rank)
+            per_token *= max(1, math.ceil(att.num_kv_heads / layout.tp)) / att.num_kv_heads
+        per_sequence += cached_tokens(spec, kind, context_len) * per_token
+        per_sequence += indexed_tokens(spec, kind, context_len) * index_key_bytes_per_token(spec, kind)
     return sequences * per_sequence
 
 
@@ -201,7 +212,7 @@ def rank_memory(
 
 def smallest_fitting_layout(
     spec: ModelSpec,
-    profile: HardwareProfile,
+    profile: DeviceMemory,
     batch: int,
     context_len: int,
     drafter_bytes: float = 0.0,
@@ -220,7 +231,7 @@ def smallest_fitting_layout(
         use = rank_memory(
             spec,
             layout,
-            profile.datasheet.memory_capacity_bytes,
+            profile.memory_capacity_bytes,
             batch,
             context_len,
             drafter_bytes,
@@ -234,7 +245,7 @@ def smallest_fitting_layout(
 
 def fit_layout(
     spec: ModelSpec,
-    profile: HardwareProfile,
+    profile: DeviceMemory,
     batch: int,
     context_len: int,
     layout: ParallelLayout | LayoutRequest | None = None,
@@ -254,7 +265,7 @@ def fit_layout(
     else:
         request = layout or LayoutRequest()
     fixed = request.fixed()
-    capacity = profile.datasheet.memory_capacity_bytes
+    capacity = profile.memory_capacity_bytes
     if request.draft_on == "separate" and drafter_bytes > capacity * (1 - reserve_fraction):
         raise MoesimError(
             "draft_on",

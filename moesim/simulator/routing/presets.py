@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -110,23 +109,6 @@ def _parse_overlap(overlap: str | Sequence[float] | None) -> tuple[float, ...] |
         except ValueError:
             raise MoesimError("--overlap", f"expected numbers like 0.4,0.3,0.25, got {overlap!r}") from None
     return tuple(float(o) for o in overlap)
-
-
-def routing_for_model(
-    model: Any,
-    spec: str | None = None,
-    overlap: str | Sequence[float] | None = None,
-    baseline: float | None = None,
-) -> RoutingModel:
-    """The routing a command uses for a model (a ModelSpec): independent for a dense model; else `spec`
-    (default: typical, or independent plus the summary statistics when --overlap/--baseline are given)."""
-    if not model.is_moe:
-        return IndependentRouting()
-    if spec is None:
-        spec = "independent" if (overlap is not None or baseline is not None) else "typical"
-    return routing_from_cli(
-        spec, model.n_experts, model.top_k, overlap, baseline, model.n_groups, model.topk_groups
-    )
 
 
 def routing_from_cli(

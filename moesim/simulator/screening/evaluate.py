@@ -9,16 +9,15 @@ the same table for the same designs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import ModelSpec, param_counts, total_weight_bytes
-from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout
 from moesim.simulator.routing.base import RoutingModel
-from moesim.simulator.routing.presets import routing_for_model
+from moesim.simulator.scenario import Scenario, resolve_hardware, resolve_routing
 from moesim.simulator.screening.space import Value
-from moesim.simulator.speculative.drafters import DEFAULT_ACCEPTANCE, DEFAULT_DRAFTER, peak_batch
+from moesim.simulator.speculative.acceptance import peak_batch
 from moesim.simulator.speculative.sweep import SweepRow, run_sweep
 
 DEFAULT_BATCHES = (1, 4, 16, 64)
@@ -27,24 +26,25 @@ DEFAULT_DRAFT_LENS = (1, 2, 3, 4)
 
 @dataclass(frozen=True)
 class ScreenSettings:
-    """Everything but the design that decides a design's figures (as `moesim sweep` takes it)."""
+    """What decides a design's figures besides the design: the scenario (hardware, engine, launch, routing,
+    layout, drafter, acceptance, context; its model is the base) and the batch sizes and draft lengths."""
 
-    hardware: HardwareProfile
+    scenario: Scenario
     batches: tuple[int, ...] = DEFAULT_BATCHES
     draft_lens: tuple[int, ...] = DEFAULT_DRAFT_LENS
-    context_len: int = 2048
-    engine: str = "fused"
-    launch: str = "graph"
-    routing: str | None = None  # typical (default) | independent | a routing statistics file
-    overlap: tuple[float, ...] | None = None
-    baseline_overlap: float | None = None
-    drafter: str = DEFAULT_DRAFTER
-    acceptance: float = DEFAULT_ACCEPTANCE
-    acceptance_length: float | None = None
-    parallel: ParallelLayout | LayoutRequest | None = field(default_factory=LayoutRequest)
+
+    def __post_init__(self) -> None:
+        # Load the profile once here, not in every worker.
+        hardware = resolve_hardware(self.scenario.hardware)
+        object.__setattr__(self, "scenario", self.scenario.replace(hardware=hardware))
+
+    @property
+    def hardware(self) -> HardwareProfile:
+        return resolve_hardware(self.scenario.hardware)
 
     def routing_for(self, spec: ModelSpec) -> RoutingModel:
-        return routing_for_model(spec, self.routing, self.overlap, self.baseline_overlap)
+        s = self.scenario
+        return resolve_routing(spec, s.routing, s.overlap, s.baseline_overlap)
 
 
 @dataclass(frozen=True)
@@ -129,21 +129,7 @@ def evaluate_chunk(settings: ScreenSettings, tasks: Sequence[DesignTask]) -> lis
     if not tasks:
         return []
     specs = [task.spec for task in tasks]
-    routings = {spec.name: settings.routing_for(spec) for spec in specs}
-    result = run_sweep(
-        specs,
-        settings.hardware,
-        list(settings.batches),
-        list(settings.draft_lens),
-        context_len=settings.context_len,
-        engine=settings.engine,
-        launch=settings.launch,
-        routing=lambda spec: routings[spec.name],
-        drafter=settings.drafter,
-        acceptance=settings.acceptance,
-        acceptance_length=settings.acceptance_length,
-        parallel=settings.parallel,
-    )
+    result = run_sweep(settings.scenario, specs, settings.batches, settings.draft_lens)
     rows: dict[str, list[SweepRow]] = {spec.name: [] for spec in specs}
     for row in result.rows:
         rows[row.model].append(row)

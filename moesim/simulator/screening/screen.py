@@ -170,14 +170,8 @@ def screen(
         ranking=ranking(results, objective),
         front=design_front(results, settings.batches),
         assumptions={
+            **settings.scenario.replace(model=base).resolve(check_fit=False).assumptions(),
             "routing": settings.routing_for(base).description + " (each design: its own N, k)",
-            "drafter": settings.drafter,
-            "acceptance": None if settings.acceptance_length is not None else settings.acceptance,
-            "acceptance_length": settings.acceptance_length,
-            "engine": settings.engine,
-            "launch": settings.launch,
-            "context_len": settings.context_len,
-            "hardware_provenance": settings.hardware.provenance.kind,
             "evaluation": "closed-form fast path (as moesim sweep), best draft length per batch",
         },
     )

@@ -1,0 +1,162 @@
+"""Import a Hugging Face `config.json` into a ModelSpec: one reader per family group, a general reader for
+the rest, and a record of what was assumed and which keys were not read.
+
+Family readers follow the transformers 5.23 configuration classes (`configuration_<family>.py`: key
+names, defaults, per-layer lists) and modelling files (which layers are MoE, which attention each layer
+runs, which biases, norms and gates exist). Multimodal wrappers are read through their text model.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from moesim.errors import MoesimError
+from moesim.simulator.models.hf import deepseek, general, gqa_moe, hybrid, qwen
+from moesim.simulator.models.hf.reader import HfConfig
+from moesim.simulator.models.spec import ModelSpec, validate_spec
+
+Reader = Callable[[HfConfig, str], dict[str, Any]]
+
+FAMILIES: dict[str, Reader] = {
+    "deepseek_v2": deepseek.deepseek,
+    "deepseek_v3": deepseek.deepseek,
+    "kimi_k2": deepseek.deepseek,
+    "glm4_moe_lite": deepseek.deepseek,
+    "deepseek_v32": deepseek.deepseek_sparse,
+    "glm_moe_dsa": deepseek.deepseek_sparse,
+    "deepseek_v4": deepseek.deepseek_v4,
+    "qwen2_moe": qwen.qwen_moe,
+    "qwen3_moe": qwen.qwen_moe,
+    "qwen3_vl_moe_text": qwen.qwen_moe,
+    "qwen3_omni_moe_text": qwen.qwen_moe,
+    "qwen3_next": qwen.qwen_next,
+    "qwen3_5_moe_text": qwen.qwen_next,
+    "mixtral": gqa_moe.mixtral,
+    "phimoe": gqa_moe.mixtral,
+    "minimax_m2": gqa_moe.mixtral,
+    "olmoe": gqa_moe.olmoe,
+    "flex_olmo": gqa_moe.olmoe,
+    "granitemoe": gqa_moe.granitemoe,
+    "granitemoeshared": gqa_moe.granitemoe,
+    "granitemoe_swa": gqa_moe.granitemoe,
+    "glm4_moe": gqa_moe.glm4_moe,
+    "glm4v_moe_text": gqa_moe.glm4_moe,
+    "ernie4_5_moe": gqa_moe.ernie,
+    "hunyuan_v1_moe": gqa_moe.hunyuan,
+    "exaone_moe": gqa_moe.exaone,
+    "afmoe": gqa_moe.afmoe,
+    "cohere2_moe": gqa_moe.cohere2_moe,
+    "mimo_v2_flash": gqa_moe.mimo_v2_flash,
+    "gpt_oss": gqa_moe.gpt_oss,
+    "llama4_text": gqa_moe.llama4,
+    "dbrx": gqa_moe.dbrx,
+    "grok-1": gqa_moe.grok,
+    "grok1": gqa_moe.grok,
+    "jetmoe": gqa_moe.jetmoe,
+    "gemma4_text": gqa_moe.gemma4,
+    "minimax": hybrid.minimax,
+    "granitemoehybrid": hybrid.granitemoehybrid,
+    "lfm2_moe": hybrid.lfm2_moe,
+    "qwen2": general.dense,
+    "qwen3": general.dense,
+    "llama": general.dense,
+    "mistral": general.dense,
+}
+# Wrappers whose language model sits in a nested config (vision / audio towers are not modelled).
+WRAPPERS: dict[str, tuple[str, ...]] = {
+    "kimi_k25": ("text_config",),
+    "qwen3_vl_moe": ("text_config",),
+    "qwen3_5_moe": ("text_config",),
+    "qwen3_omni_moe": ("thinker_config", "text_config"),
+    "glm4v_moe": ("text_config",),
+    "llama4": ("text_config",),
+    "gemma4": ("text_config",),
+}
+# The text model type each wrapper nests, for configs whose nested part omits `model_type`.
+_NESTED_TYPES = {
+    "kimi_k25": "deepseek_v3",
+    "qwen3_vl_moe": "qwen3_vl_moe_text",
+    "qwen3_5_moe": "qwen3_5_moe_text",
+    "qwen3_omni_moe": "qwen3_omni_moe_text",
+    "glm4v_moe": "glm4v_moe_text",
+    "llama4": "llama4_text",
+    "gemma4": "gemma4_text",
+}
+_INHERITED = ("tie_word_embeddings", "torch_dtype", "dtype", "quantization_config")
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted({*FAMILIES, *WRAPPERS}))
+
+
+def _text_model(cfg: HfConfig, model_type: str) -> tuple[HfConfig, str]:
+    """The language model of a wrapper config (with the wrapper's dtype, tying and quantisation)."""
+    text, towers = cfg, []
+    for key in WRAPPERS[model_type]:
+        if not isinstance(text.data.get(key), dict):
+            raise MoesimError(
+                text.field(key), "is missing", f"a {model_type} config nests its language model here"
+            )
+        towers += [
+            text.prefix + k
+            for k in text.data
+            if k != key and (k.endswith("_config") or k.startswith(("projection", "mm_")))
+        ]
+        text = text.sub(key)
+    for key in _INHERITED:  # the wrapper's tying decides (transformers ties the wrapper's lm_head)
+        if key in cfg.data and (key not in text.data or key == "tie_word_embeddings"):
+            text.data[key] = cfg.data[key]
+            cfg.used.add(key)
+    if towers:
+        cfg.assume(f"{', '.join(sorted(towers))}: not modelled (a text decode step does not run them)")
+        cfg.used.update(towers)
+    nested = text.data.get("model_type") or _NESTED_TYPES[model_type]
+    text.used.add(text.prefix + "model_type")
+    return text, nested
+
+
+def spec_from_hf_config(config: dict[str, Any], name: str, origin: str = "config.json") -> ModelSpec:
+    """The ModelSpec of a Hugging Face `config.json` (already parsed), named `name`, validated.
+
+    Known families use their reader; any other `model_type` goes through the general reader, whose
+    assumptions are recorded on the spec with the keys nobody read. Errors name `origin` and the key.
+    """
+    if not isinstance(config, dict):
+        raise MoesimError(origin, "is not a JSON object", "point at a model's config.json")
+    cfg = HfConfig(copy.deepcopy(config), origin)
+    model_type = cfg.get("model_type", None)
+    if not isinstance(model_type, str) or not model_type:
+        raise MoesimError(cfg.field("model_type"), "is missing", "a config.json names its model_type")
+    text, family = _text_model(cfg, model_type) if model_type in WRAPPERS else (cfg, model_type)
+    reader = FAMILIES.get(family, general.general)
+    fields = reader(text, family)
+    if model_type in WRAPPERS:
+        fields["family"] = model_type
+    spec = ModelSpec(name=name, **fields, assumptions=tuple(cfg.assumptions), ignored_keys=cfg.ignored_keys())
+    try:
+        return validate_spec(spec)
+    except MoesimError as err:
+        raise MoesimError(f"{origin}:{err.field}", err.problem, err.fix) from None
+
+
+def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
+    """Read a Hugging Face config.json (or a directory holding one) into a ModelSpec.
+
+    The name defaults to the directory name for `.../config.json`, else the file stem.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise MoesimError(str(path), f"cannot be read ({err.strerror})", "check the path") from None
+    except json.JSONDecodeError as err:
+        raise MoesimError(str(path), f"is not valid JSON ({err})", "point at a model's config.json") from None
+    if name is None:
+        name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
+    return spec_from_hf_config(config, name=name, origin=str(path))
+
+
+__all__ = ["FAMILIES", "SUPPORTED_MODEL_TYPES", "WRAPPERS", "load_hf_config", "spec_from_hf_config"]

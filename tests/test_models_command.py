@@ -1,0 +1,52 @@
+"""`moesim models NAME` and `moesim models --model-config PATH`: what moesim understood, as table and JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from moesim.cli import cli
+from moesim.simulator.models.catalogue import load_model
+from moesim.simulator.models.spec import param_counts, total_weight_bytes
+
+FAMILIES = Path(__file__).parent / "data" / "hf_configs" / "families"
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_model_config_json_carries_counts_assumptions_and_ignored_keys() -> None:
+    path = FAMILIES / "deepseek_v4.json"
+    code, out, _ = invoke("models", "--model-config", str(path), "--json")
+    assert code == 0
+    summary = json.loads(out)
+    spec = load_model(str(path))
+    assert summary["params"]["total"] == param_counts(spec).total
+    assert summary["params"]["active"] == param_counts(spec).active
+    assert summary["weight_bytes"]["total"] == total_weight_bytes(spec)
+    assert summary["attention"]["full"]["index_topk"] == 512
+    assert summary["attention"]["compressed"]["compressed_ratio"] == 128
+    assert summary["assumptions"] and summary["assumptions"] == list(spec.assumptions)
+    assert summary["ignored_keys"] == list(spec.ignored_keys)
+
+
+def test_model_name_table_shows_what_was_understood() -> None:
+    code, out, _ = invoke("models", "gpt-oss-120b")
+    assert code == 0
+    for text in ("sliding", "128 routed, top-4", "mxfp4", "total 116.83B"):
+        assert text in out
+    code, out, _ = invoke("models", "--model-config", str(FAMILIES / "gemma4.json"))
+    assert code == 0 and "assumption" in out and "dense MLP beside the MoE block" in out
+
+
+def test_models_refuses_both_and_bad_configs_with_one_message(tmp_path: Path) -> None:
+    code, out, err = invoke("models", "mixtral-8x7b", "--model-config", "x.json")
+    assert code != 0 and "not both" in err and "Traceback" not in out + err
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps({"model_type": "qwen3_moe", "num_hidden_layers": 2, "hidden_size": 64}))
+    code, out, err = invoke("models", "--model-config", str(bad))
+    assert code != 0 and "num_attention_heads" in err and "Traceback" not in out + err
