@@ -106,7 +106,7 @@ def test_filter_constraint_drops_off_target_designs_with_a_reason() -> None:
     designs = grid({"top_k": [4, 8, 16]})  # only top-8 keeps the base's active parameters
     out = apply_constraints(base, designs, [Constraint("active-params")])
     assert [d.as_dict() for d, _, _ in out.kept] == [{"top_k": 8}]
-    assert {entry["label"] for entry in out.dropped} == {"top_k=4", "top_k=16"}
+    assert {entry["label"] for entry in out.dropped} == {"top-k=4", "top-k=16"}
     assert all("active-params" in str(entry["reason"]) for entry in out.dropped)
 
 
@@ -237,7 +237,7 @@ def test_fits_drops_designs_that_do_not_fit_one_gpu() -> None:
         workers=1,
     )
     assert [r.overrides for r in result.results] == [{"expert_width": 768}]
-    assert result.dropped[0]["label"] == "expert_width=6144"
+    assert result.dropped[0]["label"] == "expert-width=6144"
     assert "fits" in result.dropped[0]["reason"]
 
 

@@ -280,15 +280,17 @@ def _print(result: Any, top: int) -> None:
 
     def table(title: str, indices: list[int]) -> Table:
         t = Table(title=title)
-        for column in ("#", "design", "active B", "total B"):
-            t.add_column(column, justify="right" if column != "design" else "left")
+        t.add_column("#", justify="right")
+        t.add_column("design")
+        t.add_column("solved")
+        t.add_column("active B", justify="right")
+        t.add_column("total B", justify="right")
         for b in settings.batches:
-            t.add_column(f"B={b} speedup (K)", justify="right")
+            t.add_column(f"B={b}", justify="right")
         t.add_column(f"tok/s B={large}", justify="right")
         t.add_column("peak B", justify="right")
         for index in indices:
             r = by_index[index]
-            solved = "".join(f" → {k}={v}" for k, v in r.solved.items())
             cells = []
             for b in settings.batches:
                 m = r.at(b)
@@ -297,7 +299,8 @@ def _print(result: Any, top: int) -> None:
             peak = r.peak
             t.add_row(
                 str(index),
-                r.label + solved,
+                r.label,
+                " ".join(f"{k}={v}" for k, v in r.solved.items()),
                 f"{r.active_params / 1e9:.2f}",
                 f"{r.total_params / 1e9:.1f}",
                 *cells,
@@ -306,12 +309,14 @@ def _print(result: Any, top: int) -> None:
             )
         return t
 
+    console.print("  B=b: SD speedup at batch b (best K); tok/s: tokens/s with SD at the best K")
     console.print(
         table(f"ranking by {result.objective} (top {min(top, len(result.ranking))})", result.ranking[:top])
     )
     console.print(
         table(
-            f"Pareto front: SD speedup at batch {small} vs tokens/s at batch {large} ({len(result.front)} designs)",
+            f"Pareto front: SD speedup at batch {small} vs tokens/s at batch {large} "
+            f"({len(result.front)} design{'s' if len(result.front) != 1 else ''})",
             result.front,
         )
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import TYPE_CHECKING
 
 from moesim.atomic import atomic_path
@@ -42,7 +43,7 @@ def plot_front(result: ScreenResult, path: str) -> None:
     small, large = min(result.settings.batches), max(result.settings.batches)
     ax.set_xlabel(f"SD speedup at batch {small} (best draft length)")
     ax.set_ylabel(f"tokens/s with SD at batch {large}")
-    constraint = "; ".join(result.constraints) or "no constraint"
+    constraint = textwrap.fill("; ".join(result.constraints) or "no constraint", 120)
     ax.set_title(
         f"{result.base} designs on {result.settings.hardware.name}: {len(points)} designs\n{constraint}",
         fontsize=8,

@@ -29,6 +29,7 @@ MAX_VALUES_PER_FIELD = 10_000
 
 _FIELD_TYPES: dict[str, type] = {field: kind for _, field, kind, _ in OVERRIDE_OPTIONS}
 _FLAG_TO_FIELD: dict[str, str] = {flag.lstrip("-"): field for flag, field, _, _ in OVERRIDE_OPTIONS}
+_FIELD_TO_FLAG: dict[str, str] = {field: flag for flag, field in _FLAG_TO_FIELD.items()}
 
 
 def field_name(name: str) -> str:
@@ -64,7 +65,8 @@ class Design:
         return dict(self.overrides)
 
     def label(self) -> str:
-        return " ".join(f"{field}={value}" for field, value in self.overrides) or "base"
+        """Its overrides in the CLI's spelling (`experts=128 top-k=8`), or `base`."""
+        return " ".join(f"{_FIELD_TO_FLAG[field]}={value}" for field, value in self.overrides) or "base"
 
 
 def _coerce(field: str, text: str) -> Value:
