@@ -16,7 +16,7 @@ from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import ModelSpec, param_counts, total_weight_bytes
 from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.scenario import Scenario, resolve_hardware, resolve_routing
-from moesim.simulator.screening.space import Value
+from moesim.simulator.screening.space import Design, Value
 from moesim.simulator.speculative.acceptance import peak_batch
 from moesim.simulator.speculative.sweep import SweepRow, run_sweep
 
@@ -115,11 +115,9 @@ def _batch_metrics(rows: Sequence[SweepRow]) -> tuple[BatchMetrics, ...]:
 
 @dataclass(frozen=True)
 class DesignTask:
-    """What a worker needs for one design (picklable: plain data)."""
+    """What a worker needs for one design (picklable): the design, the fields solved for it, its model."""
 
-    index: int
-    label: str
-    overrides: dict[str, Value]
+    design: Design
     solved: dict[str, Value]
     spec: ModelSpec
 
@@ -140,9 +138,9 @@ def evaluate_chunk(settings: ScreenSettings, tasks: Sequence[DesignTask]) -> lis
         entry: dict[str, Any] = skipped.get(task.spec.name, {})
         out.append(
             DesignResult(
-                index=task.index,
-                label=task.label,
-                overrides=dict(task.overrides),
+                index=task.design.index,
+                label=task.design.label(),
+                overrides=task.design.as_dict(),
                 solved=dict(task.solved),
                 total_params=counts.total,
                 active_params=counts.active,
@@ -155,16 +153,12 @@ def evaluate_chunk(settings: ScreenSettings, tasks: Sequence[DesignTask]) -> lis
     return out
 
 
-def make_tasks(base: ModelSpec, kept: Sequence[tuple[Any, ModelSpec, dict[str, Value]]]) -> list[DesignTask]:
+def make_tasks(
+    base: ModelSpec, kept: Sequence[tuple[Design, ModelSpec, dict[str, Value]]]
+) -> list[DesignTask]:
     """Tasks from constrained designs; each design's model gets a unique name (sweep rows are keyed by it)."""
     return [
-        DesignTask(
-            design.index,
-            design.label(),
-            design.as_dict(),
-            solved,
-            replace(spec, name=design_name(base, design.index)),
-        )
+        DesignTask(design, solved, replace(spec, name=design_name(base, design.index)))
         for design, spec, solved in kept
     ]
 
