@@ -16,8 +16,10 @@ from moesim.commands.common import (
     hardware_option,
     make_console,
     model_options,
+    override_options,
     parse_int_list,
     resolve_model,
+    with_override_flags,
 )
 from moesim.commands.parallel_options import layout_from_kwargs, parallel_options
 from moesim.errors import MoesimError
@@ -265,8 +267,15 @@ def _print_layout(console: Console, parallel: dict[str, Any], chosen: bool) -> N
 
 @click.command("sweep")
 @click.option(
-    "--model", "model_names", required=True, help="Comma-separated catalogue names or model files, or 'all'."
+    "--model", "model_names", default="", help="Comma-separated catalogue names or model files, or 'all'."
 )
+@click.option(
+    "--model-config",
+    "model_configs",
+    default="",
+    help="Comma-separated Hugging Face config.json files (or catalogue-style .toml) to sweep as well.",
+)
+@override_options
 @hardware_option
 @click.option(
     "--batch",
@@ -298,6 +307,7 @@ def _print_layout(console: Console, parallel: dict[str, Any], chosen: bool) -> N
 @handle_errors
 def sweep_command(
     model_names: str,
+    model_configs: str,
     hardware: str,
     batches: str,
     draft_lens: str,
@@ -334,10 +344,10 @@ def sweep_command(
     request = layout_from_kwargs(parallel_flags)
     batch_list = parse_int_list("--batch", batches)
     k_list = parse_int_list("--draft-len", draft_lens)
-    names = model_list(model_names)
+    names = model_list(model_names) + model_list(model_configs)
     if not names:
-        raise MoesimError("--model", "needs at least one model name, or all")
-    specs = [load_model(str(name)) for name in names]
+        raise MoesimError("--model", "needs at least one model name (or all), or --model-config PATH")
+    specs = [with_override_flags(load_model(str(name)), parallel_flags) for name in names]
     profile = load_profile(hardware)
     base = Scenario(
         specs[0],

@@ -96,6 +96,24 @@ Examples:
     "machine), wall clock otherwise.",
 )
 @click.option(
+    "--reference",
+    "style",
+    type=click.Choice(["torch-reference", "torch-fused"]),
+    default="torch-reference",
+    show_default=True,
+    help="The torch step's routed experts: a loop of GEMMs per distinct expert (torch-reference), or one "
+    "grouped GEMM per projection over all of them (torch-fused, torch._grouped_mm: the fused style's kind of "
+    "kernel), each predicted with its own exact plan.",
+)
+@click.option(
+    "--cache",
+    type=click.Choice(["auto", "cold", "warm"]),
+    default="auto",
+    show_default=True,
+    help="Cache state each timed step starts in: cold (a read of the last-level cache's size evicts it first), "
+    "warm (back to back), auto: cold on a CPU (a scaled-down model partly fits its cache), warm on a GPU.",
+)
+@click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed of weights, inputs and routing samples."
 )
 @click.option(
@@ -150,6 +168,8 @@ def validate_command(
     threads: int | None,
     routing: str,
     clock: str,
+    style: str,
+    cache: str,
     seed: int,
     cross_profiles: tuple[str, ...],
     measured_path: str | None,
@@ -203,6 +223,8 @@ def validate_command(
             routing=routing,
             seed=seed,
             clock=clock,
+            cache=cache,
+            style=style,
         )
         progress = None if as_json else (lambda text: click.echo(f"  measuring {text}", err=True))
         cross = {name: load_profile(name) for name in cross_profiles}

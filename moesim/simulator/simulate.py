@@ -25,6 +25,7 @@ from moesim.simulator.execution.launch import check_launch
 from moesim.simulator.execution.timer import EngineTimer
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import ModelSpec
+from moesim.simulator.models.summary import model_summary
 from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout
 from moesim.simulator.plan.memory import fit_layout
 from moesim.simulator.plan.step import check_step_inputs
@@ -92,6 +93,8 @@ class SpeculativeResult:
     assumptions: dict[str, Any] = field(default_factory=dict)
     # The layout simulated and its memory use; "decode"/"verify" hold the parallel steps' summaries.
     parallel: dict[str, Any] = field(default_factory=dict)
+    # What the model is (models.summary.model_summary): layer pattern, experts, counts, import assumptions.
+    model_summary: dict[str, Any] = field(default_factory=dict)
 
     @property
     def verify_over_decode(self) -> float:
@@ -113,6 +116,7 @@ class SpeculativeResult:
             "speedup": self.speedup,
             "assumptions": dict(self.assumptions),
             "parallel": dict(self.parallel),
+            "model_summary": dict(self.model_summary),
         }
 
 
@@ -158,6 +162,7 @@ def _result(resolved: ResolvedScenario, point: SpeculativePoint) -> SpeculativeR
         "the acceptance kernel is part of the verification step (accept_s is its share)"
     )
     return SpeculativeResult(
+        model_summary=model_summary(resolved.model),
         model=resolved.model.name,
         hardware=resolved.hardware.name,
         batch=resolved.batch,
