@@ -9,6 +9,7 @@ from moesim.commands.calibrate import calibrate_command
 from moesim.commands.catalog import models_command, profiles_group
 from moesim.commands.engines import engines_command
 from moesim.commands.routing import routing_group
+from moesim.commands.screen import screen_command
 from moesim.commands.serve import serve_command
 from moesim.commands.simulate import layer_command, simulate_command, sweep_command
 from moesim.commands.validate import validate_command
@@ -31,6 +32,7 @@ def cli() -> None:
 for command in (
     simulate_command,
     sweep_command,
+    screen_command,
     layer_command,
     models_command,
     profiles_group,

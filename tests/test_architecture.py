@@ -4,6 +4,7 @@
 - models/, hardware/ and routing/ import nothing of the simulator outside their own room;
 - execution/ times plans: it never imports the speculative room, the scenario or the API above it;
 - serving/ (the serving loop) sits above them all but under the API: no room below imports it;
+- screening/ builds on speculative/ and the scenario, never on the API or the CLI above it;
 - torch is imported only under calibrate/ and validation/;
 - the roofline (fixed latency + max(compute, memory)) is written in one module, execution/cost.py.
 """
@@ -19,7 +20,17 @@ import moesim
 
 PACKAGE = Path(moesim.__file__).parent
 SIM = "moesim.simulator."
-ROOMS = ("models", "hardware", "routing", "engines", "plan", "execution", "speculative", "serving")
+ROOMS = (
+    "models",
+    "hardware",
+    "routing",
+    "engines",
+    "plan",
+    "execution",
+    "speculative",
+    "serving",
+    "screening",
+)
 
 # For each room: the simulator modules (prefixes) it must not import, whatever the import's position.
 ABOVE = (SIM + "scenario", SIM + "simulate")
@@ -45,6 +56,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "execution": (SIM + "speculative", SIM + "serving", SIM + "scenario", SIM + "simulate"),
     "speculative": (SIM + "serving", SIM + "simulate"),
     "serving": (SIM + "simulate",),
+    "screening": (SIM + "serving", SIM + "simulate", "moesim.commands", "moesim.cli"),
 }
 
 

@@ -171,3 +171,18 @@ def test_best_draft_length_per_batch(sweep) -> None:  # type: ignore[no-untyped-
     for entry in best:
         rows = [r for r in sweep.rows if r.model == entry["model"] and r.batch == entry["batch"]]
         assert entry["speedup"] == max(r.speedup for r in rows)
+
+
+def test_worker_processes_give_the_same_sweep() -> None:
+    from moesim.simulator.scenario import Scenario
+    from moesim.simulator.speculative.sweep import run_sweep
+
+    models = [model("qwen3-30b-a3b"), model("olmoe-1b-7b"), model("mixtral-8x7b")]
+    base = Scenario(models[0], h200(), drafter="fraction:0.1")  # typical routing, smallest fitting layout
+    one = run_sweep(base, models, BATCHES, KS)
+    seen: list[int] = []
+    two = run_sweep(base, models, BATCHES, KS, workers=2, progress=seen.append)
+    assert two.to_json() == one.to_json()
+    assert sum(seen) == len(models) * len(BATCHES) * len(KS)
+    with pytest.raises(MoesimError, match="workers"):
+        run_sweep(base, models, BATCHES, KS, workers=0)

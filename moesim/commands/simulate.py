@@ -328,6 +328,9 @@ def _print_layout(console: Console, parallel: dict[str, Any], chosen: bool) -> N
     "--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Write a plot (png, pdf, svg)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON {rows, peaks, skipped, assumptions}.")
+@click.option(
+    "--workers", type=int, default=1, show_default=True, help="Processes sweeping the models side by side."
+)
 @handle_errors
 def sweep_command(
     model_names: str,
@@ -348,6 +351,7 @@ def sweep_command(
     csv_path: str | None,
     plot_path: str | None,
     as_json: bool,
+    workers: int,
     **parallel_flags: Any,
 ) -> None:
     """SD speedup over models × batch sizes × draft lengths (closed-form fast path), with peaks and a plot.
@@ -400,7 +404,9 @@ def sweep_command(
         disable=total < 50,
     ) as bar:
         task = bar.add_task("sweep", total=total)
-        result = run_sweep(base, specs, batch_list, k_list, progress=lambda n: bar.advance(task, n))
+        result = run_sweep(
+            base, specs, batch_list, k_list, progress=lambda n: bar.advance(task, n), workers=workers
+        )
     if csv_path:
         result.write_csv(csv_path)
     if plot_path and result.rows:

@@ -962,11 +962,20 @@ def check_step_inputs(model: ModelSpec, batch: int, tokens_per_seq: int, context
 def distinct_experts_by_layer(
     model: ModelSpec, batch: int, tokens_per_seq: int, routing: RoutingModel
 ) -> tuple[float, ...]:
-    """Expected distinct experts of each MoE layer (bounded by N and by the token-expert pairs)."""
+    """Expected distinct experts of each MoE layer (bounded by N and by the token-expert pairs).
+
+    Layers whose routing parameters are equal (`layer_params`, where the routing model has them) share
+    one value, computed once.
+    """
     out = []
     cap = min(model.n_experts, batch * tokens_per_seq * model.top_k)
+    layer_key = getattr(routing, "layer_params", lambda layer: layer)
+    by_params: dict[object, float] = {}
     for layer, kind in enumerate(model.layer_ffn):
         if kind == "moe":
-            value = routing.expected_distinct(model.n_experts, model.top_k, batch, tokens_per_seq, layer)
-            out.append(float(min(max(value, model.top_k), cap)))
+            key = layer_key(layer)
+            if key not in by_params:
+                value = routing.expected_distinct(model.n_experts, model.top_k, batch, tokens_per_seq, layer)
+                by_params[key] = float(min(max(value, model.top_k), cap))
+            out.append(by_params[key])
     return tuple(out)

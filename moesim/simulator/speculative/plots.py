@@ -37,8 +37,8 @@ def sweep_title(result: SweepResult) -> str:
     )
 
 
-def plot_suffix(path: str) -> str:
-    """The file type of a plot path, refused unless matplotlib writes it here (png, pdf, svg)."""
+def plot_format(path: str) -> str:
+    """The file format a plot path asks for (its suffix); refuses what matplotlib should not write."""
     suffix = Path(path).suffix.lower()
     if suffix not in PLOT_SUFFIXES:
         raise MoesimError(
@@ -46,12 +46,12 @@ def plot_suffix(path: str) -> str:
             f"unsupported file type {suffix or '(none)'!r}",
             f"use one of {', '.join(PLOT_SUFFIXES)}",
         )
-    return suffix
+    return suffix[1:]
 
 
 def plot_sweep(result: SweepResult, path: str) -> None:
     """Speedup against batch size (log axis), one line per model and draft length; written atomically."""
-    suffix = plot_suffix(path)
+    file_format = plot_format(path)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -90,5 +90,5 @@ def plot_sweep(result: SweepResult, path: str) -> None:
         ax.legend(fontsize=6, ncol=max(1, n_lines // 24 + 1), loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format=suffix[1:])
+        fig.savefig(tmp, format=file_format)
     plt.close(fig)

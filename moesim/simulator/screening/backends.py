@@ -1,0 +1,119 @@
+"""Where the chunks of designs run: this process, a local process pool, or Ray tasks on a Ray cluster.
+
+All three run the same function (`evaluate_chunk`) on the same chunks and return results in design order,
+so their tables are identical. Ray is an optional extra (`pip install 'moesim[ray]'`), imported only when
+asked for; `address` None starts (or joins) a local Ray, as `ray.init()` does.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any
+
+from moesim.errors import MoesimError
+from moesim.simulator.screening.evaluate import DesignResult, DesignTask, ScreenSettings, evaluate_chunk
+
+BACKENDS = ("local", "ray")
+# Chunks per worker: enough to balance uneven designs (big ones take longer) and to move the progress
+# bar, few enough that per-task overhead (pickling the settings, a Ray task's ~1 ms) stays negligible.
+CHUNKS_PER_WORKER = 4
+MAX_CHUNK = 64
+
+Progress = Callable[[int], None]
+
+
+def default_workers() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def chunked(tasks: Sequence[DesignTask], workers: int) -> list[list[DesignTask]]:
+    """Consecutive chunks of at most MAX_CHUNK designs, about CHUNKS_PER_WORKER per worker."""
+    size = max(1, min(MAX_CHUNK, math.ceil(len(tasks) / (workers * CHUNKS_PER_WORKER))))
+    return [list(tasks[i : i + size]) for i in range(0, len(tasks), size)]
+
+
+def run_local(
+    settings: ScreenSettings,
+    tasks: Sequence[DesignTask],
+    workers: int,
+    progress: Progress | None = None,
+) -> list[DesignResult]:
+    """A process pool of `workers` (1: in this process, no pool)."""
+    if workers < 1:
+        raise MoesimError("--workers", f"must be ≥ 1, got {workers}")
+    chunks = chunked(tasks, workers)
+    results: list[DesignResult] = []
+    if workers == 1 or len(chunks) == 1:
+        for chunk in chunks:
+            results.extend(evaluate_chunk(settings, chunk))
+            if progress:
+                progress(len(chunk))
+        return results
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(evaluate_chunk, settings, chunk): len(chunk) for chunk in chunks}
+        for future in as_completed(futures):
+            results.extend(future.result())
+            if progress:
+                progress(futures[future])
+    return sorted(results, key=lambda r: r.index)
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise MoesimError(
+            "--backend", "ray is not installed", "pip install 'moesim[ray]', or use --backend local"
+        ) from None
+    return ray
+
+
+def run_ray(
+    settings: ScreenSettings,
+    tasks: Sequence[DesignTask],
+    address: str | None = None,
+    progress: Progress | None = None,
+    workers: int | None = None,
+) -> list[DesignResult]:
+    """Ray tasks, one per chunk, on the cluster at `address` (None: the running Ray, or a new local one
+    with `workers` CPUs)."""
+    ray = _ray()
+    if not ray.is_initialized():
+        local_cpus = workers if address is None else None
+        ray.init(address=address, num_cpus=local_cpus, include_dashboard=False, log_to_driver=False)
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    remote = ray.remote(num_cpus=1)(evaluate_chunk)
+    shared = ray.put(settings)
+    pending = {}
+    for chunk in chunked(tasks, workers or cpus):
+        pending[remote.remote(shared, chunk)] = len(chunk)
+    results: list[DesignResult] = []
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        for ref in done:
+            results.extend(ray.get(ref))
+            if progress:
+                progress(pending.pop(ref))
+    return sorted(results, key=lambda r: r.index)
+
+
+def run_backend(
+    backend: str,
+    settings: ScreenSettings,
+    tasks: Sequence[DesignTask],
+    *,
+    workers: int | None = None,
+    address: str | None = None,
+    progress: Progress | None = None,
+) -> list[DesignResult]:
+    if backend == "local":
+        return run_local(settings, tasks, workers or default_workers(), progress)
+    if backend == "ray":
+        return run_ray(settings, tasks, address, progress, workers)
+    raise MoesimError("--backend", f"unknown backend {backend!r}", f"choose {' or '.join(BACKENDS)}")
+
+
+__all__ = ["BACKENDS", "chunked", "default_workers", "run_backend", "run_local", "run_ray"]
