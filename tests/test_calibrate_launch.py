@@ -164,7 +164,9 @@ def test_cpu_build_streams_gemms_at_their_rate_and_elementwise_at_the_sum_platea
         assert profile.empirical.memory_bandwidth_fraction == 1.0
         plateau = profile.empirical.elementwise_bandwidth_fraction * typical
         assert plateau == pytest.approx(12.0, rel=0.05)
-    assert any("elementwise_bandwidth_fraction = torch.sum plateau" in a for a in profile.provenance.assumptions)
+    assert any(
+        "elementwise_bandwidth_fraction = torch.sum plateau" in a for a in profile.provenance.assumptions
+    )
     assert (
         np.isfinite(profile.empirical.cache_bandwidth_gbps) and profile.empirical.cache_effective_bytes > MIB
     )
