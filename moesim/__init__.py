@@ -5,8 +5,9 @@
     >>> result.speedup > 1
     True
 
-`simulate` (one SD point on the simpy engine), `sweep` (grids on the fast path) and `Scenario` (every
-default) load on first use, so `import moesim` and `moesim --help` stay fast.
+`simulate` (one SD point on the simpy engine), `sweep` (grids on the fast path), `serve` (a serving
+benchmark run with and without SD) and `Scenario` (every default) load on first use, so `import moesim`
+and `moesim --help` stay fast.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from moesim.simulator.scenario import Scenario
+    from moesim.simulator.serving.run import serve
     from moesim.simulator.simulate import simulate, sweep
 
 _API = {"simulate": "moesim.simulator.simulate", "sweep": "moesim.simulator.simulate"}
 _API["Scenario"] = "moesim.simulator.scenario"
+_API["serve"] = "moesim.simulator.serving.run"
 
 
 def __getattr__(name: str) -> Any:
@@ -31,4 +34,4 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(_API[name]), name)
 
 
-__all__ = ["Scenario", "__version__", "simulate", "sweep"]
+__all__ = ["Scenario", "__version__", "serve", "simulate", "sweep"]

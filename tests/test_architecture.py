@@ -3,6 +3,7 @@
 - plan/ describes work: it never imports execution/ or hardware/;
 - models/, hardware/ and routing/ import nothing of the simulator outside their own room;
 - execution/ times plans: it never imports the speculative room, the scenario or the API above it;
+- serving/ (the serving loop) sits above them all but under the API: no room below imports it;
 - torch is imported only under calibrate/ and validation/;
 - the roofline (fixed latency + max(compute, memory)) is written in one module, execution/cost.py.
 """
@@ -18,7 +19,7 @@ import moesim
 
 PACKAGE = Path(moesim.__file__).parent
 SIM = "moesim.simulator."
-ROOMS = ("models", "hardware", "routing", "plan", "execution", "speculative")
+ROOMS = ("models", "hardware", "routing", "engines", "plan", "execution", "speculative", "serving")
 
 # For each room: the simulator modules (prefixes) it must not import, whatever the import's position.
 ABOVE = (SIM + "scenario", SIM + "simulate")
@@ -32,8 +33,18 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "models": _all_rooms_but("models"),
     "hardware": _all_rooms_but("hardware"),
     "routing": _all_rooms_but("routing"),
-    "plan": (SIM + "execution", SIM + "hardware", SIM + "speculative", SIM + "scenario", SIM + "simulate"),
-    "execution": (SIM + "speculative", SIM + "scenario", SIM + "simulate"),
+    "engines": _all_rooms_but("engines"),
+    "plan": (
+        SIM + "execution",
+        SIM + "hardware",
+        SIM + "speculative",
+        SIM + "serving",
+        SIM + "scenario",
+        SIM + "simulate",
+    ),
+    "execution": (SIM + "speculative", SIM + "serving", SIM + "scenario", SIM + "simulate"),
+    "speculative": (SIM + "serving", SIM + "simulate"),
+    "serving": (SIM + "simulate",),
 }
 
 

@@ -394,3 +394,22 @@ def test_impossible_attention_shapes_name_the_field(change: dict[str, Any], fiel
     with pytest.raises(MoesimError) as err:
         ms.validate_spec(replace(spec, attention=replace(spec.attention, **change)))
     assert err.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("family", "change", "key"),
+    [
+        ("gemma4", {"per_layer_config": [1, 2]}, "per_layer_config"),
+        ("deepseek_v4", {"compress_rates": 4}, "compress_rates"),
+        ("deepseek_v3", {"mlp_layer_types": "dense"}, "mlp_layer_types"),
+    ],
+)
+def test_malformed_structures_name_the_key(family: str, change: dict[str, Any], key: str) -> None:
+    config = _config(family)
+    if "text_config" in config:
+        config["text_config"] = config["text_config"] | change
+    else:
+        config |= change
+    with pytest.raises(MoesimError) as err:
+        spec_from_hf_config(config, "x", origin="c.json")
+    assert err.value.field.endswith(key)

@@ -9,6 +9,7 @@ import click
 
 from moesim.commands.common import emit_json, handle_errors, parse_int_list
 from moesim.errors import MoesimError
+from moesim.simulator.scenario import DEFAULT_ACCEPTANCE, DEFAULT_DRAFTER
 from moesim.validation.report import MEASURED_SCHEMA
 
 _EXAMPLES = """
@@ -19,6 +20,8 @@ Examples:
   moesim validate --profile measured/h200 --device cuda --quick --report docs/validation/h200
   moesim validate --profile h200 --measured bench.csv --engine fused --launch graph
   moesim validate --repredict run/result.json --profile measured/h200 --report out
+  moesim validate --runs --serving-engine ideal,vllm,sglang,trtllm,per-run
+  moesim validate --profile h200 --model qwen3-30b-a3b --bench-result SD.json --baseline BASE.json
 """
 
 
@@ -32,8 +35,8 @@ Examples:
 )
 @click.option(
     "--profile",
-    required=True,
-    help="Hardware profile (name or file) to predict with, e.g. a calibrated cpu.toml.",
+    default=None,
+    help="Hardware profile (name or file) to predict with, e.g. a calibrated cpu.toml (not with --runs).",
 )
 @click.option(
     "--device",
@@ -145,6 +148,51 @@ Examples:
     help="Re-score the measured rows of an earlier torch run (its result.json) with --profile, offline: "
     "each row's plan is rebuilt and its routing re-sampled with the run's recorded seed.",
 )
+@click.option(
+    "--bench-result",
+    "bench_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A serving benchmark with SD: `vllm bench serve --save-result` JSON or SGLang bench_serving JSONL; "
+    "compared, with --baseline, metric by metric against `moesim serve` on the workload it describes.",
+)
+@click.option(
+    "--baseline",
+    "baseline_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="With --bench-result: the same benchmark without SD.",
+)
+@click.option("--model", "bench_model", default=None, help="With --bench-result: the served model.")
+@click.option(
+    "--draft", "bench_drafter", default=DEFAULT_DRAFTER, show_default=True, help="With --bench-result."
+)
+@click.option(
+    "--acceptance-length",
+    "bench_acceptance_length",
+    type=float,
+    default=None,
+    help="With --bench-result: mean tokens per round (default: the file's accept_length, else --acceptance).",
+)
+@click.option("--acceptance", "bench_acceptance", type=float, default=DEFAULT_ACCEPTANCE, show_default=True)
+@click.option("--kv-cache-tokens", "bench_kv_tokens", type=int, default=None, help="With --bench-result.")
+@click.option(
+    "--tp",
+    "bench_tp",
+    type=int,
+    default=1,
+    show_default=True,
+    help="With --bench-result: tensor-parallel GPUs.",
+)
+@click.option("--random-input-len", "bench_input_len", type=int, default=None, help="With --bench-result.")
+@click.option("--random-output-len", "bench_output_len", type=int, default=None, help="With --bench-result.")
+@click.option(
+    "--num-prompts",
+    "bench_num_prompts",
+    type=int,
+    default=None,
+    help="With --bench-result, if the file lacks it.",
+)
 @click.option("--schema", is_flag=True, help="Print the --measured CSV schema and exit.")
 @click.option(
     "--report",
@@ -153,6 +201,26 @@ Examples:
     default=None,
     help="Write report.md, rows.csv, result.json and predicted_vs_measured.png into this folder.",
 )
+@click.option(
+    "--runs",
+    "runs_path",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[FILE]",
+    help="Predict measured serving runs (a CSV, see --runs-schema; alone: the bundled public runs) under "
+    "--serving-engine; each row uses its own model, hardware profile and layout.",
+)
+@click.option(
+    "--serving-engine",
+    "serving_engine",
+    default="ideal",
+    show_default=True,
+    help="With --runs: serving-engine profiles (names or .toml paths, comma-separated; per-run = each "
+    "row's own engine preset).",
+)
+@click.option("--plot", "plot_path", default=None, help="With --runs: write predicted vs measured as a PNG.")
+@click.option("--runs-schema", is_flag=True, help="Print the --runs CSV columns and exit.")
 @click.option("--json", "as_json", is_flag=True, help="Print {rows, summary, meta} as JSON.")
 @handle_errors
 def validate_command(
@@ -176,16 +244,79 @@ def validate_command(
     measured_path: str | None,
     repredict_path: str | None,
     engine: str,
+    bench_path: str | None,
+    baseline_path: str | None,
+    bench_model: str | None,
+    bench_drafter: str,
+    bench_acceptance_length: float | None,
+    bench_acceptance: float,
+    bench_kv_tokens: int | None,
+    bench_tp: int,
+    bench_input_len: int | None,
+    bench_output_len: int | None,
+    bench_num_prompts: int | None,
     schema: bool,
     report_dir: str | None,
+    runs_path: str | None,
+    serving_engine: str,
+    plot_path: str | None,
+    runs_schema: bool,
     as_json: bool,
 ) -> None:
     if schema:
         click.echo(MEASURED_SCHEMA)
         return
+    if runs_schema or runs_path is not None:
+        _runs(runs_path, runs_schema, serving_engine, plot_path, as_json)
+        return
+    if plot_path:
+        raise MoesimError("--plot", "only applies with --runs", "use --report for the other validations")
+    if profile is None:
+        raise MoesimError("--profile", "is required", "give a hardware profile name or file, or use --runs")
     from moesim.simulator.hardware.profile import load_profile
 
     hardware = load_profile(profile)
+    if bench_path or baseline_path:
+        from moesim.commands.serve import tensor_parallel
+        from moesim.simulator.scenario import DEFAULT_DRAFT_LEN, Scenario
+        from moesim.simulator.serving.run import ServeOptions
+        from moesim.validation.bench_compare import validate_bench
+
+        if not (bench_path and baseline_path and bench_model):
+            raise MoesimError(
+                "--bench-result", "needs --bench-result SD, --baseline BASE and --model NAME together"
+            )
+        explicit_launch = click.get_current_context().get_parameter_source("launch")
+        run_draft_lens = _draft_lens(draft_text) if draft_text else [DEFAULT_DRAFT_LEN]
+        if len(run_draft_lens) != 1 or run_draft_lens[0] < 1:
+            raise MoesimError("--draft-len", "with --bench-result give the one draft length K ≥ 1 of the run")
+        scenario = Scenario(
+            bench_model,
+            hardware,
+            draft_len=run_draft_lens[0],
+            engine=engine,
+            launch=launch if explicit_launch == click.core.ParameterSource.COMMANDLINE else "graph",
+            routing="independent" if routing == "uniform" else routing,
+            layout=tensor_parallel(bench_tp),
+            drafter=bench_drafter,
+            acceptance=bench_acceptance,
+            acceptance_length=bench_acceptance_length,
+        )
+        bench = validate_bench(
+            bench_path,
+            baseline_path,
+            scenario,
+            options=ServeOptions(kv_cache_tokens=bench_kv_tokens),
+            input_len=bench_input_len,
+            output_len=bench_output_len,
+            seed=seed,
+            num_prompts=bench_num_prompts,
+        )
+        if as_json:
+            emit_json(bench)
+        else:
+            _print_bench(bench)
+        return
     if context_len < 0:
         raise MoesimError("--context-len", f"must be ≥ 0, got {context_len}")
     if measured_path and repredict_path:
@@ -245,6 +376,32 @@ def validate_command(
         _print(result)
 
 
+def _runs(
+    runs_path: str | None, schema: bool, serving_engine: str, plot_path: str | None, as_json: bool
+) -> None:
+    from moesim.commands.engines import plot_runs_validation, print_runs_validation, runs_validation
+
+    if schema:
+        from moesim.validation.runs import schema_rows
+
+        columns = schema_rows()
+        if as_json:
+            emit_json({"columns": columns})
+        else:
+            for c in columns:
+                choices = f" ({'|'.join(c['choices'])})" if c["choices"] else ""
+                need = "required" if c["required"] else "optional"
+                click.echo(f"{c['column']:<22} {c['type']:<7} {need:<9} {c['meaning']}{choices}")
+        return
+    data = runs_validation(runs_path or None, serving_engine)
+    if plot_path:
+        plot_runs_validation(data, plot_path)
+    if as_json:
+        emit_json(data)
+    else:
+        print_runs_validation(data)
+
+
 def _measured(
     path: str, profile: str, context_len: int, launch: str, engine: str, routing: str
 ) -> dict[str, Any]:
@@ -265,6 +422,60 @@ def _measured(
             "measured elsewhere: the prediction samples the routing model, it does not replay the measured routing"
         ],
     }
+
+
+def _print_bench(result: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from moesim.commands.common import make_console
+
+    def cell(value: float | None, fmt: str = "{:.2f}") -> str:
+        return "-" if value is None else fmt.format(value)
+
+    console = make_console()
+    for point in result["points"]:
+        where = f"concurrency {point['max_concurrency'] or '∞'}, rate {point['request_rate']}"
+        table = Table(title=f"{point['sd_source']} vs {point['baseline_source']} ({point['tool']}): {where}")
+        for column in (
+            "metric",
+            "SD meas.",
+            "SD pred.",
+            "err",
+            "base meas.",
+            "base pred.",
+            "err",
+            "speedup meas.",
+            "speedup pred.",
+            "err",
+        ):
+            table.add_column(column, justify="left" if column == "metric" else "right")
+        for r in point["rows"]:
+            table.add_row(
+                r["metric"],
+                cell(r["measured_sd"]),
+                cell(r["predicted_sd"]),
+                cell(r["error_sd"], "{:+.0%}"),
+                cell(r["measured_baseline"]),
+                cell(r["predicted_baseline"]),
+                cell(r["error_baseline"], "{:+.0%}"),
+                cell(r["measured_speedup"], "{:.3f}"),
+                cell(r["predicted_speedup"], "{:.3f}"),
+                cell(r["error_speedup"], "{:+.0%}"),
+            )
+        console.print(table)
+        summary = point["summary"]
+        console.print(
+            f"  {summary['metrics_compared']} values compared, MAPE "
+            f"{cell(summary['mape'], '{:.1%}')}, speedup MAPE {cell(summary['speedup_mape'], '{:.1%}')}; "
+            f"workload: {point['workload']}",
+            highlight=False,
+        )
+        for note in point["notes"]:
+            console.print(f"  note: {note}", highlight=False)
+    a = result["points"][0]["assumptions"] if result["points"] else {}
+    for key in ("kv_cache", "step_cost", "not_modelled"):
+        if key in a:
+            console.print(f"  {key}: {a[key]}", highlight=False)
 
 
 def _draft_lens(text: str) -> list[int]:

@@ -84,6 +84,20 @@ def build_plan(
         distinct = tuple(float(distinct_override) for kind in model.layer_ffn if kind == "moe")
     else:
         distinct = distinct_experts_by_layer(model, batch, tokens_per_seq, routing) if model.is_moe else ()
+    description = "forced routing" if distinct_override is not None else routing.description
+    return plan_from_context(ctx, builder, distinct, description)
+
+
+def plan_from_context(
+    ctx: PlanContext,
+    builder: PlanBuilder,
+    distinct: tuple[float, ...],
+    routing_description: str,
+    epilogue_ctx: PlanContext | None = None,
+) -> StepPlan:
+    """The plan of one step of `ctx` in the style of `builder`, given each MoE layer's distinct experts
+    (layer templates shared by identical layers); `epilogue_ctx` sizes the head and tail when it differs."""
+    model = ctx.model
     templates: dict[tuple[str, str, float], tuple[Kernel, ...]] = {}
     segments = [Segment(tuple(builder.prologue(ctx)))]
     moe_index = 0
@@ -96,16 +110,16 @@ def build_plan(
         if key not in templates:
             templates[key] = tuple(builder.layer(ctx, attn, ffn, u))
         segments.append(Segment(templates[key], layer))
-    segments.append(Segment(tuple(builder.epilogue(ctx))))
+    segments.append(Segment(tuple(builder.epilogue(epilogue_ctx or ctx))))
     plan = StepPlan(
         model_name=model.name,
         engine=builder.name,
-        batch=batch,
-        tokens_per_seq=tokens_per_seq,
-        context_len=context_len,
+        batch=ctx.batch,
+        tokens_per_seq=ctx.tokens_per_seq,
+        context_len=ctx.context_len,
         segments=tuple(segments),
         distinct_experts_by_layer=distinct,
-        routing_description="forced routing" if distinct_override is not None else routing.description,
+        routing_description=routing_description,
         n_experts=model.n_experts,
         top_k=model.top_k,
     )

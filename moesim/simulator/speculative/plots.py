@@ -37,8 +37,8 @@ def sweep_title(result: SweepResult) -> str:
     )
 
 
-def plot_sweep(result: SweepResult, path: str) -> None:
-    """Speedup against batch size (log axis), one line per model and draft length; written atomically."""
+def plot_suffix(path: str) -> str:
+    """The file type of a plot path, refused unless matplotlib writes it here (png, pdf, svg)."""
     suffix = Path(path).suffix.lower()
     if suffix not in PLOT_SUFFIXES:
         raise MoesimError(
@@ -46,6 +46,12 @@ def plot_sweep(result: SweepResult, path: str) -> None:
             f"unsupported file type {suffix or '(none)'!r}",
             f"use one of {', '.join(PLOT_SUFFIXES)}",
         )
+    return suffix
+
+
+def plot_sweep(result: SweepResult, path: str) -> None:
+    """Speedup against batch size (log axis), one line per model and draft length; written atomically."""
+    suffix = plot_suffix(path)
     import matplotlib
 
     matplotlib.use("Agg")

@@ -133,8 +133,15 @@ def spec_from_hf_config(config: dict[str, Any], name: str, origin: str = "config
         path = ("text_config",)  # an unknown multimodal wrapper: read its language model
     text, family = _text_model(cfg, model_type, path) if path else (cfg, model_type)
     reader = FAMILIES.get(family, general.general)
-    fields = reader(text, family)
-    if model_type in WRAPPERS:
+    try:
+        fields = reader(text, family)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as err:  # a value of the wrong shape
+        raise MoesimError(
+            origin,
+            f"cannot be read as a {family} config ({type(err).__name__}: {err})",
+            "check the config's values",
+        ) from None
+    if path:
         fields["family"] = model_type
     spec = ModelSpec(name=name, **fields, assumptions=tuple(cfg.assumptions), ignored_keys=cfg.ignored_keys())
     try:

@@ -65,7 +65,9 @@ def deepseek_v4(cfg: HfConfig, family: str) -> dict[str, Any]:
     one entry per 128 tokens; both also attend to an uncompressed sliding window."""
     n = cfg.first_integer(r.LAYER_KEYS)
     kinds = r.attention_kinds(cfg, n, lambda i: "full")
-    rates = cfg.get("compress_rates", {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128})
+    rates = cfg.mapping(
+        "compress_rates", {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128}
+    )
     hidden = cfg.first_integer(r.HIDDEN_KEYS)
     attention = r.gqa(
         cfg,

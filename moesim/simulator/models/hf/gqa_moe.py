@@ -1,4 +1,4 @@
-"""MoE families with softmax (MHA/GQA) attention on every layer, one reader each, sharing `_moe_block`.
+"""MoE families with softmax (MHA/GQA) attention on every layer: one reader each, sharing `_read`.
 
 Keys and defaults from each family's transformers 5.23 `configuration_<family>.py`; layer rules, biases,
 norms and gates from its `modeling_<family>.py`.
@@ -7,6 +7,8 @@ norms and gates from its `modeling_<family>.py`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from moesim.simulator.models.hf import reader as r
@@ -18,7 +20,7 @@ def _read(
     cfg: HfConfig,
     family: str,
     *,
-    rule: Any = None,
+    rule: Callable[[int], AttentionLayerKind] | None = None,
     first_dense: int = 0,
     shared_default: int | None = None,
     attention: dict[str, Any] | None = None,
@@ -118,10 +120,8 @@ def mimo_v2_flash(cfg: HfConfig, family: str) -> dict[str, Any]:
     spec = _read(cfg, family, first_dense=1, router_bias=True)
     full: AttentionSpec = spec["attention"]
     value = cfg.integer("v_head_dim", full.head_dim)
-    full = AttentionSpec(**{**full.__dict__, "v_head_dim": value if value != full.head_dim else None})
-    sliding = AttentionSpec(
-        **{**full.__dict__, "num_kv_heads": 2 * full.num_kv_heads, "attention_sinks": True}
-    )
+    full = replace(full, v_head_dim=value if value != full.head_dim else None)
+    sliding = replace(full, num_kv_heads=2 * full.num_kv_heads, attention_sinks=True)
     if "sliding" not in spec["layer_attention"]:
         return {**spec, "attention": full}
     return {**spec, "attention": sliding, "full_attention": full}
@@ -152,13 +152,11 @@ def llama4(cfg: HfConfig, family: str) -> dict[str, Any]:
     def rule(i: int) -> AttentionLayerKind:
         return "sliding" if rope[i] and chunk else "full"
 
-    kinds = r.attention_kinds(cfg, n, rule)
     spec = _read(cfg, family, rule=rule, router_score="sigmoid")
-    ffn = spec["layer_ffn"]
+    window = chunk if "sliding" in spec["layer_attention"] else None
+    att = replace(spec["attention"], sliding_window=window)
     width = spec["expert_width"]
-    att = spec["attention"]
-    att = AttentionSpec(**{**att.__dict__, "sliding_window": chunk if "sliding" in kinds else None})
-    dense = cfg.integer("intermediate_size_mlp") if "dense" in ffn else 0
+    dense = cfg.integer("intermediate_size_mlp") if "dense" in spec["layer_ffn"] else 0
     return {
         **spec,
         "attention": att,
@@ -229,7 +227,7 @@ def gemma4(cfg: HfConfig, family: str) -> dict[str, Any]:
     hidden = cfg.integer("hidden_size")
     kinds = r.attention_kinds(cfg, n, r.pattern_rule(6, 5))
     sliding = r.gqa(cfg, hidden, qk_norm=True, sliding_window=r.window(cfg, kinds))
-    overrides = {int(layer): value for layer, value in cfg.get("per_layer_config", {}).items()}
+    overrides = {int(layer): value for layer, value in cfg.mapping("per_layer_config", {}).items()}
     full_layers = [i for i, kind in enumerate(kinds) if kind == "full"]
     distinct = {json.dumps(overrides.get(i, {}), sort_keys=True) for i in full_layers}
     if len(distinct) > 1:
@@ -237,14 +235,12 @@ def gemma4(cfg: HfConfig, family: str) -> dict[str, Any]:
             f"per_layer_config: full layers differ ({len(distinct)} variants); the first is used for all"
         )
     full_override = overrides.get(full_layers[0], {}) if full_layers else {}
-    full = AttentionSpec(
-        **{
-            **sliding.__dict__,
-            "sliding_window": None,
-            "head_dim": full_override.get("head_dim", cfg.integer("global_head_dim", 512)),
-            "num_kv_heads": full_override.get("num_key_value_heads", sliding.num_kv_heads),
-            "shared_kv": cfg.boolean("attention_k_eq_v", False),
-        }
+    full = replace(
+        sliding,
+        sliding_window=None,
+        head_dim=full_override.get("head_dim", cfg.integer("global_head_dim", 512)),
+        num_kv_heads=full_override.get("num_key_value_heads", sliding.num_kv_heads),
+        shared_kv=cfg.boolean("attention_k_eq_v", False),
     )
     per_layer_width = cfg.integer("hidden_size_per_layer_input", 0)
     if per_layer_width:

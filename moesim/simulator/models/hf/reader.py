@@ -289,6 +289,13 @@ class HfConfig:
             )
         return value
 
+    def mapping(self, key: str, default: dict[str, Any]) -> dict[str, Any]:
+        """An object-valued key read whole (e.g. per-layer overrides), checked to be an object."""
+        value = self.get(key, default)
+        if not isinstance(value, dict):
+            raise MoesimError(self.field(key), f"must be an object, got {value!r}", "write a JSON object")
+        return value
+
     def sub(self, key: str) -> HfConfig:
         value = self.get(key, {})
         if not isinstance(value, dict):
@@ -397,7 +404,8 @@ def _quantised_format(quant: HfConfig, method: str) -> str:
     if method == "fp8":
         block = quant.data.get("weight_block_size")
         if block is None:
-            return "fp8-channel" if quant.data.get("activation_scheme") == "dynamic" else "fp8-tensor"
+            quant.assume("fp8 without weight_block_size: one scale per output channel assumed")
+            return "fp8-channel"
         if list(block) != [128, 128]:
             raise MoesimError(
                 quant.field("weight_block_size"),
@@ -417,6 +425,8 @@ def _quantised_format(quant: HfConfig, method: str) -> str:
         if any(w.get("num_bits") == 4 for w in weights):
             return _int4_format(quant, weights[0].get("group_size"))
         if any(w.get("num_bits") == 8 for w in weights):
+            if any(w.get("type") == "int" for w in weights):
+                quant.assume("int8 weights modelled as fp8 with per-channel scales (same bytes, same peak)")
             return "fp8-channel"
     if method in ("gptq", "awq", "autoround") and quant.data.get("bits", 4) == 4:
         return _int4_format(quant, quant.data.get("group_size"))

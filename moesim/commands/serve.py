@@ -1,0 +1,295 @@
+"""`moesim serve`: a simulated `vllm bench serve` run, with and without speculative decoding."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from moesim.commands.common import (
+    emit_json,
+    handle_errors,
+    hardware_option,
+    make_console,
+    model_options,
+    parse_float_list,
+    parse_int_list,
+    resolve_model,
+)
+from moesim.commands.simulate import sd_options
+from moesim.errors import MoesimError
+from moesim.simulator.execution.launch import LAUNCH_MODES
+from moesim.simulator.plan.layout import ParallelLayout
+from moesim.simulator.scenario import DEFAULT_DRAFT_LEN, DEFAULT_ENGINE, DEFAULT_LAUNCH
+from moesim.simulator.serving.loop import SchedulerLimits
+from moesim.simulator.serving.run import ServeOptions
+from moesim.simulator.serving.workload import DATASETS
+
+LIMITS = SchedulerLimits()
+DEFAULTS = ServeOptions()
+SUMMARY_COLUMNS = (
+    ("output_throughput", "out tok/s", "{:.0f}"),
+    ("mean_tpot_ms", "TPOT ms", "{:.2f}"),
+    ("mean_ttft_ms", "TTFT ms", "{:.1f}"),
+    ("mean_e2el_ms", "E2EL ms", "{:.0f}"),
+)
+DETAIL_METRICS = (
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    *(f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p99")),
+)
+
+
+def serve_options(func: Any) -> Any:
+    """The flags `vllm bench serve` and the engine share with moesim, under the same names."""
+    options = [
+        click.option("--num-prompts", type=int, default=1000, show_default=True, help="Requests to send."),
+        click.option(
+            "--max-concurrency",
+            default=None,
+            help="Most requests in flight (the client's semaphore); a comma list sweeps, e.g. 1,4,16,64.",
+        ),
+        click.option(
+            "--request-rate",
+            default="inf",
+            show_default=True,
+            help="Requests per second (inf: all at once); a comma list sweeps.",
+        ),
+        click.option(
+            "--burstiness",
+            type=float,
+            default=1.0,
+            show_default=True,
+            help="Gamma shape of the gaps between requests: 1 Poisson, < 1 burstier.",
+        ),
+        click.option(
+            "--dataset-name",
+            type=click.Choice(DATASETS),
+            default="random",
+            show_default=True,
+            help="random (vLLM's), chat (log-normal conversational lengths) or jsonl.",
+        ),
+        click.option(
+            "--dataset-path", default=None, help='JSONL of {"input_len": N, "output_len": M} per line.'
+        ),
+        click.option("--random-input-len", type=int, default=1024, show_default=True),
+        click.option("--random-output-len", type=int, default=128, show_default=True),
+        click.option(
+            "--random-range-ratio",
+            type=float,
+            default=0.0,
+            show_default=True,
+            help="Lengths uniform in [L(1 − r), L(1 + r)], as vLLM draws them.",
+        ),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option(
+            "--draft-len", type=int, default=DEFAULT_DRAFT_LEN, show_default=True, help="Draft tokens K."
+        ),
+        click.option(
+            "--max-num-batched-tokens",
+            type=int,
+            default=LIMITS.max_num_batched_tokens,
+            show_default=True,
+            help="Token budget per step (vLLM's flag; its default on ≥ 70 GB GPUs).",
+        ),
+        click.option("--max-num-seqs", type=int, default=LIMITS.max_num_seqs, show_default=True),
+        click.option(
+            "--gpu-memory-utilization",
+            type=float,
+            default=DEFAULTS.gpu_memory_utilization,
+            show_default=True,
+            help="Share of device memory for weights and KV cache (vLLM's flag).",
+        ),
+        click.option(
+            "--kv-cache-tokens",
+            type=int,
+            default=None,
+            help="KV-cache capacity in tokens when known (vLLM logs it); else from the memory model.",
+        ),
+        click.option(
+            "--launch",
+            type=click.Choice(LAUNCH_MODES),
+            default=DEFAULT_LAUNCH,
+            show_default=True,
+            help="graph: CUDA-graph replay; eager: one host launch per kernel.",
+        ),
+        click.option(
+            "--tp",
+            type=int,
+            default=1,
+            show_default=True,
+            help="Tensor-parallel GPUs (experts split over them too, as `vllm serve -tp N` by default).",
+        ),
+        click.option("--engine", default=DEFAULT_ENGINE, show_default=True, help="Kernel plan style."),
+        click.option(
+            "--routing",
+            "routing_spec",
+            default=None,
+            help="typical (default), independent, or a routing statistics file.",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def options_from_flags(flags: dict[str, Any]) -> ServeOptions:
+    return ServeOptions(
+        limits=SchedulerLimits(flags["max_num_batched_tokens"], flags["max_num_seqs"]),
+        gpu_memory_utilization=flags["gpu_memory_utilization"],
+        kv_cache_tokens=flags["kv_cache_tokens"],
+    )
+
+
+def tensor_parallel(tp: int) -> ParallelLayout:
+    """The layout of `--tp N` (one GPU for 1)."""
+    if tp < 1:
+        raise MoesimError("--tp", f"must be ≥ 1, got {tp}")
+    return ParallelLayout(gpus=tp, tp=tp)
+
+
+def _label(point: Any) -> str:
+    if point.max_concurrency is not None:
+        return str(point.max_concurrency)
+    return "∞" if math.isinf(point.request_rate) else f"{point.request_rate:g}"
+
+
+def render_result(result: Any, console: Console) -> None:
+    """A summary row per sweep point (no SD │ SD │ speedup), and every metric when there is one point."""
+    by_rate = any(p.max_concurrency is None for p in result.points)
+    table = Table(title="serving (means): each metric without SD, with SD, and the SD speedup ×")
+    table.add_column("req/s" if by_rate else "conc.", justify="right")
+    for _, text, _ in SUMMARY_COLUMNS:
+        for header in (text, "SD", "×"):
+            table.add_column(header, justify="right")
+    for point in result.points:
+        cells = [_label(point)]
+        for name, _, fmt in SUMMARY_COLUMNS:
+            ups = point.speedups.get(name)
+            cells += [
+                fmt.format(point.baseline.values[name]),
+                fmt.format(point.sd.values[name]),
+                f"{ups:.2f}" if ups else "-",
+            ]
+        table.add_row(*cells)
+    console.print(table)
+    if len(result.points) == 1:
+        point = result.points[0]
+        detail = Table(title="every metric (vLLM's names)")
+        for column in ("metric", "no SD", "SD", "SD speedup"):
+            detail.add_column(column, justify="left" if column == "metric" else "right")
+        for name in DETAIL_METRICS:
+            ups = point.speedups.get(name)
+            detail.add_row(
+                name,
+                f"{point.baseline.values[name]:.2f}",
+                f"{point.sd.values[name]:.2f}",
+                f"{ups:.3f}" if ups else "-",
+            )
+        console.print(detail)
+    for key, value in result.assumptions.items():
+        console.print(f"  {key}: {value}", highlight=False)
+
+
+@click.command("serve")
+@model_options
+@hardware_option
+@serve_options
+@sd_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON {points, assumptions}.")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None, help="Write rows as CSV.")
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write throughput vs TPOT and speedup vs concurrency (png, pdf, svg).",
+)
+@handle_errors
+def serve_command(
+    model_name: str | None,
+    model_config: str | None,
+    hardware: str,
+    as_json: bool,
+    csv_path: str | None,
+    plot_path: str | None,
+    **flags: Any,
+) -> None:
+    """Simulate a serving benchmark (as `vllm bench serve`) with and without speculative decoding.
+
+    Same workload and seed for both; every metric's SD speedup (> 1: SD better).
+
+    Example: moesim serve --model qwen3-30b-a3b --num-prompts 200 --max-concurrency 1,8,64
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from moesim.simulator.scenario import Scenario
+    from moesim.simulator.serving.plots import plot_serving, plot_suffix
+    from moesim.simulator.serving.run import serve
+    from moesim.simulator.serving.workload import build_workload
+
+    if plot_path:
+        plot_suffix(plot_path)
+    scenario = Scenario(
+        resolve_model(model_name, model_config, flags),
+        hardware,
+        draft_len=flags["draft_len"],
+        engine=flags["engine"],
+        launch=flags["launch"],
+        routing=flags["routing_spec"],
+        layout=tensor_parallel(flags["tp"]),
+        drafter=flags["drafter"],
+        acceptance=flags["acceptance"],
+        acceptance_length=flags["acceptance_length"],
+    )
+    concurrencies: list[int | None] = (
+        list(parse_int_list("--max-concurrency", flags["max_concurrency"]))
+        if flags["max_concurrency"]
+        else [None]
+    )
+    rates = parse_float_list("--request-rate", flags["request_rate"])
+    workload = build_workload(
+        flags["dataset_name"],
+        flags["num_prompts"],
+        input_len=flags["random_input_len"],
+        output_len=flags["random_output_len"],
+        range_ratio=flags["random_range_ratio"],
+        seed=flags["seed"],
+        dataset_path=flags["dataset_path"],
+    )
+    total = 2 * len(workload.requests) * len(concurrencies) * len(rates)
+    with Progress(
+        TextColumn("serve"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("serve", total=total)
+        result = serve(
+            scenario,
+            workload,
+            concurrencies=concurrencies,
+            request_rates=rates,
+            burstiness=flags["burstiness"],
+            seed=flags["seed"],
+            options=options_from_flags(flags),
+            progress=lambda n: bar.advance(task, n),
+        )
+    if csv_path:
+        result.write_csv(csv_path)
+    if plot_path:
+        plot_serving(result, plot_path)
+    if as_json:
+        emit_json(result.to_json())
+        return
+    console = make_console()
+    render_result(result, console)
+    for path in (csv_path, plot_path):
+        if path:
+            console.print(f"wrote {path}")
