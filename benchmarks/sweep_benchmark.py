@@ -3,7 +3,8 @@
 Usage: python3 benchmarks/sweep_benchmark.py [--hardware h200] [--routing typical|independent] [--no-fit-check]
        [--single-gpu] [--workers 2]
 Target: under 3 s on 2 cores. --workers N sweeps the models in N processes (one model per task; the same
-figures); it pays only when the cores are free (on a shared, loaded machine it was slower than one process). As `moesim sweep` does by default, each (model, batch) runs on the smallest
+figures); it pays only when the cores are free (on a shared, loaded machine it was slower than one process).
+As `moesim sweep` does by default, each (model, batch) runs on the smallest
 layout whose memory fits, so the trillion-parameter models run on 8–16 GPUs (expert-parallel plans with
 collectives); --single-gpu keeps every model on one device and skips those that do not fit;
 --no-fit-check (with --single-gpu) times every model on one device, fitting or not.
