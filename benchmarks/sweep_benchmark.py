@@ -1,8 +1,10 @@
 """Sweep the whole catalogue × batch {1, 2, 4, ..., 256} × draft length 1–8 on one profile; print the speed.
 
 Usage: python3 benchmarks/sweep_benchmark.py [--hardware h200] [--routing typical|independent] [--no-fit-check]
-       [--single-gpu] [--serving-engine ideal|vllm|sglang|trtllm|PATH] [--against-ideal] [--repeats N] [--workers 2]
-Target: under 3 s on 2 cores (two worker processes, one model per task; --workers 1 times one process). As `moesim sweep` does by default, each (model, batch) runs on the smallest
+       [--single-gpu] [--serving-engine ideal|vllm|sglang|trtllm|PATH] [--against-ideal] [--repeats N] [--workers N]
+Target: under 3 s on 2 cores. --workers N sweeps the models in N processes (one model per task; the same
+figures); it pays only when the cores are free (on a shared, loaded machine it was slower than one process).
+As `moesim sweep` does by default, each (model, batch) runs on the smallest
 layout whose memory fits, so the trillion-parameter models run on 8–16 GPUs (expert-parallel plans with
 collectives); --single-gpu keeps every model on one device and skips those that do not fit;
 --no-fit-check (with --single-gpu) times every model on one device, fitting or not.
@@ -44,7 +46,7 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=1, help="timings per sweep (the best is kept)")
     parser.add_argument(
-        "--workers", type=int, default=2, help="processes sweeping the models (1: this process alone)"
+        "--workers", type=int, default=1, help="processes sweeping the models (1: this process alone)"
     )
     args = parser.parse_args()
     hardware = load_profile(args.hardware)
