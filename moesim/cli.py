@@ -7,6 +7,7 @@ import click
 from moesim import __version__
 from moesim.commands.calibrate import calibrate_command
 from moesim.commands.catalog import models_command, profiles_group
+from moesim.commands.engines import engines_command
 from moesim.commands.routing import routing_group
 from moesim.commands.serve import serve_command
 from moesim.commands.simulate import layer_command, simulate_command, sweep_command
@@ -33,6 +34,7 @@ for command in (
     layer_command,
     models_command,
     profiles_group,
+    engines_command,
     routing_group,
     calibrate_command,
     validate_command,

@@ -19,7 +19,7 @@ import moesim
 
 PACKAGE = Path(moesim.__file__).parent
 SIM = "moesim.simulator."
-ROOMS = ("models", "hardware", "routing", "plan", "execution", "speculative", "serving")
+ROOMS = ("models", "hardware", "routing", "engines", "plan", "execution", "speculative", "serving")
 
 # For each room: the simulator modules (prefixes) it must not import, whatever the import's position.
 ABOVE = (SIM + "scenario", SIM + "simulate")
@@ -33,6 +33,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "models": _all_rooms_but("models"),
     "hardware": _all_rooms_but("hardware"),
     "routing": _all_rooms_but("routing"),
+    "engines": _all_rooms_but("engines"),
     "plan": (
         SIM + "execution",
         SIM + "hardware",

@@ -432,3 +432,30 @@ def test_outermost_cache_level_keeps_a_single_clean_level() -> None:
     llc = outermost_cache_level(sizes, bw)
     assert llc.knee_bytes == pytest.approx(40 * 2**20, rel=0.1)
     assert llc.cache_gbps == pytest.approx(3000.0, rel=0.05)
+
+
+def test_a_line_states_a_confidence_interval_that_holds_the_true_slope() -> None:
+    rng = np.random.default_rng(4)
+    n = np.repeat([25.0, 50.0, 100.0, 200.0], 8)
+    t = 20e-6 + 3e-6 * n + rng.normal(0.0, 15e-6, n.size)
+    line = fit.fit_line(n, t)
+    assert line.extra["slope_low"] < 3e-6 < line.extra["slope_high"]
+    assert line.extra["slope_low"] <= line.params["slope"] <= line.extra["slope_high"]
+    quiet = fit.fit_line(n, 20e-6 + 3e-6 * n + rng.normal(0.0, 1e-6, n.size))
+    assert (
+        quiet.extra["slope_high"] - quiet.extra["slope_low"]
+        < line.extra["slope_high"] - line.extra["slope_low"]
+    )
+
+
+def test_the_memory_fit_states_where_its_knee_lies() -> None:
+    rows = synthetic_tables().memory
+    assert rows is not None
+    for row in rows:
+        if row["kind"] == "working_set":
+            row |= {"median_s": row["size_bytes"] / row["bandwidth_gbps"] / 1e9, "iqr_s": 0.0}
+    mem = fit_memory_table(rows)
+    low, high = mem.knee_range_bytes
+    assert low <= mem.cache_bytes <= high
+    assert 10 * MIB < low < 40 * MIB < high < 160 * MIB  # the synthetic L3 step at 40 MiB, sharpness 5
+    assert mem.confidence()["memory_plateau_rel_iqr"] == 0.0

@@ -276,6 +276,16 @@ def test_bad_configs_name_the_key(change: dict[str, Any], key: str) -> None:
             "nvfp4",
             4 + 8 / 16,
         ),
+        (  # Kimi-K2-Thinking / K2.5 style: int4 experts in groups of 32, attention and shared experts 16-bit
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {"g": {"weights": {"num_bits": 4, "type": "int", "group_size": 32}}},
+                "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*"],
+            },
+            "bf16",
+            "int4-g32",
+            4 + 16 / 32,
+        ),
     ],
 )
 def test_quantisation_gives_the_exact_byte_count(
@@ -344,3 +354,43 @@ def test_per_layer_expert_counts_are_read_or_averaged_with_a_statement() -> None
     varied = spec_from_hf_config(config | {"moe_topk": [4] * (n // 2) + [8] * (n // 2)}, "x")
     assert varied.top_k == 6
     assert any("moe_topk: per-layer values 4–8 modelled as their mean 6" in a for a in varied.assumptions)
+
+
+@pytest.mark.parametrize("family", FILES)
+def test_imported_spec_round_trips_through_catalogue_toml(family: str) -> None:
+    from moesim.simulator.models.catalogue import parse_toml, spec_from_dict, spec_to_toml
+
+    spec = load_hf_config(FAMILY_DIR / f"{family}.json")
+    assert spec_from_dict(parse_toml(spec_to_toml(spec), "x.toml"), "x.toml") == spec
+
+
+def test_general_reader_unwraps_an_unknown_multimodal_config() -> None:
+    config = _config("qwen3_vl_moe")
+    config["model_type"] = "brand_new_vl"
+    config["text_config"] = config["text_config"] | {"model_type": "brand_new_vl_text"}
+    spec = spec_from_hf_config(config, "x")
+    known = load_hf_config(FAMILY_DIR / "qwen3_vl_moe.json")
+    assert (spec.n_experts, spec.top_k, spec.n_layers) == (known.n_experts, known.top_k, known.n_layers)
+    assert any("no dedicated reader" in a for a in spec.assumptions)
+    assert any("vision_config" in a and "not modelled" in a for a in spec.assumptions)
+    # the general reader assumes no QK-norm: within 0.1% of the Qwen3 reader's count
+    assert ms.param_counts(spec).total == pytest.approx(ms.param_counts(known).total, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"index_topk": 0}, "attention.index_topk"),
+        ({"index_heads": 0}, "attention.index_heads"),
+        ({"compressed_ratio": 1}, "attention.compressed_ratio"),
+        ({"o_lora_rank": 1024, "o_groups": 7}, "attention.o_groups"),
+        ({"kv_compress_ratio": 0}, "attention.kv_compress_ratio"),
+    ],
+)
+def test_impossible_attention_shapes_name_the_field(change: dict[str, Any], field: str) -> None:
+    from dataclasses import replace
+
+    spec = load_hf_config(FAMILY_DIR / "deepseek_v4.json")
+    with pytest.raises(MoesimError) as err:
+        ms.validate_spec(replace(spec, attention=replace(spec.attention, **change)))
+    assert err.value.field == field

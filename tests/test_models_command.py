@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from moesim.cli import cli
@@ -50,3 +51,63 @@ def test_models_refuses_both_and_bad_configs_with_one_message(tmp_path: Path) ->
     bad.write_text(json.dumps({"model_type": "qwen3_moe", "num_hidden_layers": 2, "hidden_size": 64}))
     code, out, err = invoke("models", "--model-config", str(bad))
     assert code != 0 and "num_attention_heads" in err and "Traceback" not in out + err
+
+
+@pytest.mark.parametrize("family", sorted(path.stem for path in FAMILIES.glob("*.json")))
+def test_every_family_simulates_on_a_layout_that_fits(family: str) -> None:
+    code, out, err = invoke(
+        "simulate",
+        "--model-config",
+        str(FAMILIES / f"{family}.json"),
+        "--batch",
+        "1",
+        "--draft-len",
+        "3",
+        "--json",
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    decode, verify = (
+        data["decode"]["distinct_experts_per_layer"],
+        data["verify"]["distinct_experts_per_layer"],
+    )
+    top_k = load_model(str(FAMILIES / f"{family}.json")).top_k
+    assert decode == pytest.approx(top_k)  # one token: exactly its top-k
+    assert top_k < verify <= 4 * top_k  # four tokens share some experts
+    assert data["parallel"]["memory"]["fits"] if "parallel" in data else True
+    assert 1.0 < data["speedup"] < data["tokens_per_step"]
+
+
+def test_simulate_json_carries_the_model_counts() -> None:
+    path = FAMILIES / "glm_moe_dsa.json"
+    code, out, err = invoke("simulate", "--model-config", str(path), "--json")
+    assert code == 0, err
+    summary = json.loads(out)["model_summary"]
+    spec = load_model(str(path))
+    assert summary["params"]["total"] == param_counts(spec).total
+    assert summary["params"]["active"] == param_counts(spec).active
+    assert summary["weight_bytes"]["total"] == total_weight_bytes(spec)
+    assert summary["experts"]["routed"] == spec.n_experts
+    assert summary["ignored_keys"] == list(spec.ignored_keys)
+
+
+def test_sweep_takes_model_configs_and_override_flags() -> None:
+    path = str(FAMILIES / "qwen3_moe.json")
+    args = ("sweep", "--model-config", path, "--batch", "1", "--draft-len", "3", "--json")
+    code, out, err = invoke(*args)
+    assert code == 0, err
+    base = json.loads(out)["rows"][0]
+    code, out, err = invoke(*args, "--top-k", "2")
+    assert code == 0, err
+    fewer = json.loads(out)["rows"][0]
+    assert fewer["verify_distinct_experts"] < base["verify_distinct_experts"]
+    code, _, err = invoke("sweep", "--batch", "1")
+    assert code != 0 and "--model-config" in err
+
+
+def test_models_shows_a_hypothetical_design_with_override_flags() -> None:
+    code, out, err = invoke("models", "deepseek-v3", "--experts", "128", "--json")
+    assert code == 0, err
+    assert json.loads(out)["params"]["total"] < param_counts(load_model("deepseek-v3")).total
+    code, _, err = invoke("models", "--experts", "128")
+    assert code != 0 and "override flags need a model" in err

@@ -21,7 +21,9 @@ from moesim.validation.routing_replay import (
 torch = pytest.importorskip("torch")
 
 from moesim.simulator.plan.reference import reference_step_plan  # noqa: E402
+from moesim.simulator.plan.reference_fused import fused_reference_step_plan  # noqa: E402
 from moesim.validation.measure import aten_name  # noqa: E402
+from moesim.validation.predict import REFERENCE_PLANS  # noqa: E402
 from moesim.validation.reference import ReferenceModel, count_step_ops, dense_reference_logits  # noqa: E402
 
 
@@ -46,23 +48,30 @@ def tiny_spec(
     )
 
 
-def prepared(spec: ModelSpec, batch: int, tokens: int, context: int, seed: int = 0, dtype=None):
-    model = ReferenceModel(spec, dtype=dtype or torch.float64, seed=seed)
+def prepared(
+    spec: ModelSpec, batch: int, tokens: int, context: int, seed: int = 0, dtype=None, style="torch-reference"
+):
+    model = ReferenceModel(spec, dtype=dtype or torch.float64, seed=seed, style=style)
     routing = sample_step_routing(
         IndependentRouting(), spec.n_experts, spec.top_k, batch, tokens, model.moe_layers, seed
     )
     return model, routing, model.prepare(batch, tokens, context, routing)
 
 
+@pytest.mark.parametrize("style", ["torch-reference", "torch-fused"])
 @pytest.mark.parametrize(("qk_norm", "shared", "dense_first"), [(True, 1, True), (False, 0, False)])
 @pytest.mark.parametrize(("batch", "tokens", "context"), [(1, 1, 5), (3, 4, 6), (2, 3, 0)])
-def test_step_matches_dense_brute_force(qk_norm, shared, dense_first, batch, tokens, context):
+def test_step_matches_dense_brute_force(qk_norm, shared, dense_first, batch, tokens, context, style):
     spec = tiny_spec(qk_norm, shared, dense_first)
-    model, _, inputs = prepared(spec, batch, tokens, context)
+    fused = style == "torch-fused"  # torch._grouped_mm runs fp32/bf16/fp16 only
+    model, _, inputs = prepared(
+        spec, batch, tokens, context, dtype=torch.float32 if fused else None, style=style
+    )
     logits, next_ids = model.step(inputs)
     expected = dense_reference_logits(model, inputs)
     assert logits.shape == (batch * tokens, spec.vocab)
-    torch.testing.assert_close(logits, expected, rtol=1e-9, atol=1e-9)
+    tolerance = 1e-5 if fused else 1e-9
+    torch.testing.assert_close(logits, expected.to(logits.dtype), rtol=tolerance, atol=tolerance)
     assert torch.equal(next_ids, expected.argmax(-1))
 
 
@@ -127,12 +136,13 @@ def test_replay_routing_returns_the_recorded_loads():
         replay.expected_distinct(16, 4, 4, 2, 0)
 
 
+@pytest.mark.parametrize("style", ["torch-reference", "torch-fused"])
 @pytest.mark.parametrize(("qk_norm", "shared", "dense_first"), [(True, 1, True), (False, 0, False)])
-def test_plan_lists_exactly_the_kernels_torch_launches(qk_norm, shared, dense_first):
+def test_plan_lists_exactly_the_kernels_torch_launches(qk_norm, shared, dense_first, style):
     spec = tiny_spec(qk_norm, shared, dense_first)
-    model, routing, inputs = prepared(spec, 3, 2, 5, dtype=torch.float32)
+    model, routing, inputs = prepared(spec, 3, 2, 5, dtype=torch.float32, style=style)
     kernels, views = count_step_ops(model, inputs)
-    plan = reference_step_plan(spec, 3, 2, 5, routing.loads)
+    plan = REFERENCE_PLANS[style](spec, 3, 2, 5, routing.loads)
     assert views == []  # every view is made in prepare(), none in the timed step
     assert [aten_name(k.name) for k in plan.kernels] == [op.lstrip("_") for op in kernels]
 
@@ -154,6 +164,32 @@ def test_plan_expert_kernels_follow_the_distinct_experts():
         n_other = len(plan.kernels) - len(expert_kernels)
         base = n_other if base is None else base
         assert n_other == base  # everything else is independent of routing
+
+
+def test_fused_plan_does_the_loops_work_in_three_grouped_gemms_per_layer():
+    """Same FLOPs and expert-weight bytes as the per-expert loop, in a kernel count independent of routing."""
+    spec = tiny_spec(shared=0, dense_first=False)
+    counts = set()
+    for tokens in (1, 2, 4):
+        routing = sample_step_routing(IndependentRouting(), 8, 2, 2, tokens, (0, 1), seed=tokens)
+        loop = reference_step_plan(spec, 2, tokens, 8, routing.loads)
+        fused = fused_reference_step_plan(spec, 2, tokens, 8, routing.loads)
+        grouped = [
+            k for k in fused.kernels if k.name.endswith(("grouped_gate", "grouped_up", "grouped_down"))
+        ]
+        assert len(grouped) == 3 * spec.n_moe_layers
+        assert sum(k.flops for k in fused.kernels) == pytest.approx(sum(k.flops for k in loop.kernels))
+
+        def expert_weight_bytes(plan):
+            return sum(r.size_bytes for k in plan.kernels for r in k.reads if ".e" in r.tensor)
+
+        assert expert_weight_bytes(fused) == pytest.approx(expert_weight_bytes(loop))
+        distinct = routing.distinct_experts()
+        for k, u in zip(grouped[::3], distinct, strict=True):
+            assert k.m_tokens == pytest.approx(2 * tokens * spec.top_k / u)  # mean rows per distinct expert
+        counts.add(len(fused.kernels))
+    assert len(counts) == 1
+    assert fused.engine == "torch-fused"
 
 
 def test_plan_refuses_what_the_reference_cannot_run():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -146,10 +148,10 @@ def test_measured_csv_rows_are_refused(tmp_path):
 
 def test_a_measured_cpu_run_is_predicted_from_its_rows_alone():
     """Measurement writes rows (no predictions in them); prediction reads rows + meta only, and the saved
-    run re-predicts to exactly the predictions the measuring run made."""
+    run re-predicts to exactly the predictions made right after measuring. A CPU run starts each step cold."""
     pytest.importorskip("torch")
-    from moesim.validation.predict import MEASURED_KEYS
-    from moesim.validation.run import ValidationOptions, measure_validation, run_torch_validation
+    from moesim.validation.predict import MEASURED_KEYS, predict_rows
+    from moesim.validation.run import ValidationOptions, measure_validation
 
     hw = load_profile("h200")
     options = ValidationOptions(
@@ -158,7 +160,31 @@ def test_a_measured_cpu_run_is_predicted_from_its_rows_alone():
     measured = measure_validation(hw, options)
     assert {key for row in measured["rows"] for key in row} == {*MEASURED_KEYS, "distinct_experts"}
     assert all(row["measured_s"] > 0 for row in measured["rows"])
-    run = run_torch_validation(hw, options)
+    assert measured["meta"]["cache_between_steps"] == "cold" and measured["meta"]["flush_bytes"] >= 32 * 2**20
+    run = {"rows": predict_rows(measured["meta"], measured["rows"], hw), "meta": measured["meta"]}
     again = repredict_result(json.loads(json.dumps(run)), hw)
     assert [r["predicted_s"] for r in again["rows"]] == [r["predicted_s"] for r in run["rows"]]
     assert [r["predicted_terms_s"] for r in again["rows"]] == [r["predicted_terms_s"] for r in run["rows"]]
+
+
+def test_a_cold_start_never_predicts_a_faster_step_than_the_warm_steady_state():
+    run = fake_run("h200", device="cpu")
+    cpu = load_profile(str(Path(__file__).resolve().parents[1] / "docs/validation/cpu/cpu.toml"))
+    # a server part whose 400 MiB last-level cache holds these scaled-down models from step to step
+    hw = replace(cpu, empirical=replace(cpu.empirical, cache_effective_bytes=400 * 2**20))
+    warm = repredict_result(run, hw)["rows"]
+    cold = repredict_result(run | {"meta": run["meta"] | {"cache_between_steps": "cold"}}, hw)["rows"]
+    assert all(c["predicted_s"] >= w["predicted_s"] for c, w in zip(cold, warm, strict=True))
+    assert sum(c["predicted_s"] for c in cold) > 1.02 * sum(w["predicted_s"] for w in warm)
+    for row in cold:
+        assert sum(row["predicted_terms_s"].values()) == pytest.approx(row["predicted_s"], rel=1e-9)
+
+
+def test_the_cache_state_defaults_to_cold_on_a_cpu_and_warm_on_a_gpu():
+    from moesim.validation.run import cache_between_steps
+
+    assert cache_between_steps("auto", "cpu") == "cold"
+    assert cache_between_steps("auto", "cuda") == "warm"
+    assert cache_between_steps("warm", "cpu") == "warm"
+    with pytest.raises(MoesimError, match="--cache"):
+        cache_between_steps("lukewarm", "cpu")

@@ -9,7 +9,6 @@ GPU, with a note, or stops with one message naming the suite.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -19,6 +18,7 @@ from moesim.calibrate.fit_gemm import cpu_bandwidths, fit_gemm_table, m1_gemm_st
 from moesim.calibrate.fit_launch import LaunchParams, fit_launch_table
 from moesim.calibrate.fit_memory import MemoryParams, fit_memory_table
 from moesim.calibrate.fit_moe import fit_moe_table
+from moesim.calibrate.timing import name_slug
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.profile import (
     Datasheet,
@@ -73,7 +73,7 @@ def bundled_match(device_name: str) -> str | None:
 
 def default_name(device_name: str, backend: str) -> str:
     """A file-friendly profile name such as 'cpu-intel-xeon-processor' or 'nvidia-h200'."""
-    slug = re.sub(r"[^a-z0-9]+", "-", re.sub(r"\(r\)|\(tm\)", "", device_name.lower())).strip("-")
+    slug = name_slug(device_name)
     return f"cpu-{slug}" if backend == "cpu" else slug
 
 
@@ -124,6 +124,7 @@ def _memory_part(asm: _Assembly) -> tuple[MemoryParams | None, bool]:
     if mem is None:
         return None, False
     asm.record("memory_cache_knee", mem.knee.fit)
+    asm.quality["memory_cache_knee"].update(mem.confidence())
     asm.notes.extend(mem.notes)
     if mem.ramp is not None:
         asm.record("transfer_ramp", mem.ramp)
@@ -161,6 +162,9 @@ def _launch_part(asm: _Assembly) -> LaunchParams | None:
             asm.record(key, extra_fit)
     if launch.eager_tight is not None:
         asm.quality["launch_eager_tight"]["slope_us"] = max(launch.eager_tight.params["slope"], 0.0) * 1e6
+    eager = asm.quality["launch_eager"]
+    if "slope_low" in eager:  # the per-op cost's 95% confidence interval, in the profile's unit
+        eager["slope_low_us"], eager["slope_high_us"] = eager["slope_low"] * 1e6, eager["slope_high"] * 1e6
     asm.notes.extend(launch.notes)
     return launch
 

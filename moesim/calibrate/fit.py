@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 from scipy.optimize import curve_fit, least_squares
-from scipy.stats import siegelslopes
+from scipy.stats import siegelslopes, theilslopes
 from sklearn.linear_model import LinearRegression
 
 Row = dict[str, Any]  # one CSV row a suite wrote: numbers or numeric strings
@@ -308,13 +308,16 @@ def fit_line(x: np.ndarray, y: np.ndarray, robust: bool = True) -> FitResult:
     ys = np.asarray(y, dtype=float)
     if len(np.unique(xs)) < 2:
         raise ValueError("need at least two distinct x values to fit a line")
+    extra: dict[str, float] = {}
     if robust and len(xs) >= 3:
         slope, intercept = siegelslopes(ys, xs)
+        # The slope's 95% confidence interval (Theil-Sen: the spread of the pairwise slopes).
+        _, _, extra["slope_low"], extra["slope_high"] = theilslopes(ys, xs, 0.95)
     else:
         model = LinearRegression().fit(xs.reshape(-1, 1), ys)
         slope, intercept = float(model.coef_[0]), float(model.intercept_)
     pred = intercept + slope * xs
-    return _result({"slope": float(slope), "intercept": float(intercept)}, xs, ys, pred)
+    return _result({"slope": float(slope), "intercept": float(intercept)}, xs, ys, pred, **extra)
 
 
 def fit_plane(features: np.ndarray, y: np.ndarray, names: tuple[str, ...]) -> FitResult:

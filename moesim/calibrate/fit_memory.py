@@ -21,6 +21,33 @@ class MemoryParams:
     knee: fit.CacheFit
     ramp: fit.FitResult | None
     notes: tuple[str, ...] = ()
+    # Confidence: the working sets over which the measured curve moves from the cache plateau to the memory
+    # one (the knee lies between them), and the timings' relative IQR on the memory plateau.
+    knee_range_bytes: tuple[float, float] = (0.0, 0.0)
+    plateau_rel_iqr: float = 0.0
+
+    def confidence(self) -> dict[str, float]:
+        """The memory fit's stated confidence, for the profile's fit_quality table."""
+        low, high = self.knee_range_bytes
+        return {
+            "knee_low_bytes": low,
+            "knee_high_bytes": high,
+            "memory_plateau_rel_iqr": self.plateau_rel_iqr,
+        }
+
+
+def knee_range_bytes(sizes: np.ndarray, bw: np.ndarray, knee: fit.CacheFit) -> tuple[float, float]:
+    """(first, last) working set whose monotone-smoothed bandwidth lies strictly between the plateaus
+    (below 0.9 × cache, above 1.1 × memory); both the knee when the step is sharp."""
+    beyond = sizes > 1.5 * knee.inner_knee_bytes
+    s, b = sizes[beyond], bw[beyond]
+    if len(s) < 2:
+        return knee.knee_bytes, knee.knee_bytes
+    curve = np.exp(IsotonicRegression(increasing=False).fit_transform(np.log(s), np.log(b)))
+    between = np.flatnonzero((curve < 0.9 * knee.cache_gbps) & (curve > 1.1 * knee.memory_gbps))
+    if not between.size:
+        return knee.knee_bytes, knee.knee_bytes
+    return float(min(s[between[0]], knee.knee_bytes)), float(max(s[between[-1]], knee.knee_bytes))
 
 
 def outermost_cache_level(sizes: np.ndarray, bw: np.ndarray) -> fit.CacheFit:
@@ -67,6 +94,11 @@ def fit_memory_table(rows: list[Row]) -> MemoryParams:
     smooth = np.array([np.median(bw[max(i - 1, 0) : i + 2]) for i in range(len(bw))])
     start = min(int(np.argmax(smooth)), len(bw) - 5)
     knee = outermost_cache_level(sizes[start:], bw[start:])
+    knee_range = knee_range_bytes(sizes[start:], bw[start:], knee)
+    t_med = column(rows, "median_s", kind="working_set")[ok][order]
+    t_iqr = column(rows, "iqr_s", kind="working_set")[ok][order]
+    plateau = (sizes > knee_range[1]) & np.isfinite(t_iqr) & (t_med > 0)
+    plateau_rel_iqr = float(np.median(t_iqr[plateau] / t_med[plateau])) if plateau.any() else float("nan")
     # The ramp: the cost model's own formula, fixed + (S + h) / bandwidth, fitted to the cold single reads
     # with the read kernel's warm fixed time and the streaming plateau given (see fit_transfer_latency).
     t_sizes = column(rows, "size_bytes", kind="transfer")
@@ -98,6 +130,8 @@ def fit_memory_table(rows: list[Row]) -> MemoryParams:
         knee=knee,
         ramp=ramp,
         notes=tuple(notes),
+        knee_range_bytes=knee_range,
+        plateau_rel_iqr=plateau_rel_iqr,
     )
 
 

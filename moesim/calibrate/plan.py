@@ -77,12 +77,12 @@ def make_plan(is_gpu: bool, llc_bytes: float, memory_bytes: float, quick: bool) 
         quick=quick,
         working_set_bytes=_geom(512 * 1024, top, 3 if quick else 4),
         transfer_bytes=_geom(64 * 1024, min(top, 256 * MIB), 1 if quick else 2),
-        rounds=7 if quick else 11,
+        rounds=9 if quick else 11,
         # Short timed batches: on a shared machine most of them then fit between preemptions, and the median
         # is an uncontended one.
         min_timed_s=0.001,
         launch_counts=(25, 50, 100, 200) if quick else (25, 50, 100, 200, 400),
-        launch_repeats=21 if quick else 41,
+        launch_repeats=31 if quick else 41,
         launch_gemm_mkn=(1, 64, 64),  # tiny, so the time is the matmul's dispatch, not its arithmetic
         launch_gemm_counts=(25, 50, 100, 200) if quick else (25, 50, 100, 200, 400),
         gemm_m=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -91,7 +91,7 @@ def make_plan(is_gpu: bool, llc_bytes: float, memory_bytes: float, quick: bool) 
         gemm_shapes=((1024, 1024), (1024, 2816))
         if quick
         else ((1024, 1024), (1024, 2816), (2816, 1024), (2048, 4096)),
-        gemm_repeats=5 if quick else 9,
+        gemm_repeats=7 if quick else 9,
         moe_m=(1, 2, 4, 8, 16) if quick else (1, 2, 4, 8, 16, 32, 64),
         moe_small=(256, 128, 16, 2),  # 384 KiB fp32 per expert: all of them fit in L2/L3
         moe_large=(1024, 512, 32, 2),  # 6 MiB fp32 per expert: a handful exceed L2

@@ -109,6 +109,43 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def in_virtual_machine() -> bool:
+    """Whether the CPU reports running under a hypervisor (the 'hypervisor' cpuinfo flag)."""
+    try:
+        return any(
+            line.startswith("flags") and " hypervisor" in line
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+        )
+    except OSError:
+        return False
+
+
+def machine_description(device: DeviceInfo) -> str:
+    """The machine a measurement ran on, in words: what a report must name so results can be compared."""
+    if device.is_gpu:
+        return f"{device.name} ({device.backend} {device.details.get(device.backend, '')}, {device.compute_units} SMs)"
+    where = "VM" if in_virtual_machine() else "bare metal"
+    return (
+        f"{device.name}, {os.cpu_count()} logical CPUs ({where}), {device.threads} torch thread(s), "
+        f"L2 {device.inner_cache_bytes / 2**20:.0f} MiB, last-level cache {device.last_level_cache_bytes / 2**20:.0f} "
+        f"MiB as reported, {device.memory_capacity_bytes / 2**30:.0f} GiB memory"
+    )
+
+
+def name_slug(device_name: str) -> str:
+    """A device name as a file-friendly slug: 'Intel(R) Xeon(R) Processor' -> 'intel-xeon-processor'."""
+    return re.sub(r"[^a-z0-9]+", "-", re.sub(r"\(r\)|\(tm\)", "", device_name.lower())).strip("-")
+
+
+def machine_kind(device: DeviceInfo) -> str:
+    """A folder-friendly kind of machine, e.g. 'cpu-intel-xeon-processor-2cpu-vm' or 'nvidia-h200': one
+    validation report per kind."""
+    slug = name_slug(device.name)
+    if device.is_gpu:
+        return slug
+    return f"cpu-{slug}-{os.cpu_count()}cpu" + ("-vm" if in_virtual_machine() else "")
+
+
 def mem_total_bytes() -> float:
     """Installed memory from /proc/meminfo; 0 if unreadable."""
     try:
@@ -252,15 +289,20 @@ def cpu_clock_ns(threads: int) -> Callable[[], int]:
     return time.thread_time_ns if threads == 1 else time.perf_counter_ns
 
 
+def cache_flush_bytes(device: DeviceInfo, llc_multiple: float = 2.0) -> int:
+    """Bytes a read streams to evict the caches: `llc_multiple` × the last-level cache (64 MiB when unknown),
+    at least 32 MiB. Calibration's cold reads use twice the cache; validation, flushing before every timed
+    step, one cache's worth (a read of the cache's size replaces an LRU cache's contents)."""
+    return int(max(llc_multiple * (device.last_level_cache_bytes or 64 * 2**20), 32 * 2**20))
+
+
 class Timer:
     """Times callables on one device: device time via CUDA events on a GPU, the CPU clock on a CPU."""
 
     def __init__(self, device: DeviceInfo, flush_bytes: int = 0) -> None:
         self.device = device
         self.torch = import_torch()
-        self.flush_bytes = flush_bytes or int(
-            max(2 * (device.last_level_cache_bytes or 64 * 2**20), 32 * 2**20)
-        )
+        self.flush_bytes = flush_bytes or cache_flush_bytes(device)
         self._flush_buffer: Any = None
         self.clock_ns = cpu_clock_ns(device.threads) if not device.is_gpu else time.perf_counter_ns
         self._lead_s = MIN_LEAD_S

@@ -42,8 +42,8 @@ def _suites(text: str | None) -> tuple[str, ...]:
     "--device",
     "device",
     type=click.Choice(["cuda", "cpu"]),
-    required=True,
-    help="cuda (NVIDIA or ROCm) or cpu.",
+    default=None,
+    help="cuda (NVIDIA or ROCm) or cpu (required unless --from-runs).",
 )
 @click.option("--quick", is_flag=True, help="Smaller sweeps: under 3 minutes on a 2-core CPU.")
 @click.option(
@@ -78,10 +78,31 @@ def _suites(text: str | None) -> tuple[str, ...]:
     help="Measure nothing: refit the suite CSVs STEM.<suite>.csv (alone: the output's own) into the "
     "profile; missing suites fall back as failed ones do.",
 )
+@click.option(
+    "--from-runs",
+    "from_runs",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="Measure nothing: fit --serving-engine's host parameters to measured serving runs (a CSV as "
+    "`moesim validate --runs-schema`), cross-validated, and write the fitted engine profile to --output.",
+)
+@click.option(
+    "--serving-engine", "serving_engine", default=None, help="With --from-runs: the profile to start from."
+)
+@click.option(
+    "--fit",
+    "fit_text",
+    default=None,
+    help="With --from-runs: host parameters to fit, comma-separated (default: step_us, per_sequence_us, "
+    "per_token_us, draft_step_us, accept_sync_us).",
+)
+@click.option(
+    "--all-engines", is_flag=True, help="With --from-runs: fit to every row, not only the engine's own."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the fitted parameters as JSON.")
 @handle_errors
 def calibrate_command(
-    device: str,
+    device: str | None,
     quick: bool,
     dtype_text: str | None,
     output: str,
@@ -90,9 +111,36 @@ def calibrate_command(
     threads: int | None,
     suites_text: str | None,
     from_csv: str | None,
+    from_runs: str | None,
+    serving_engine: str | None,
+    fit_text: str | None,
+    all_engines: bool,
     as_json: bool,
 ) -> None:
-    """Measure memory, launch, GEMM and MoE-block costs on this device and fit them into a profile."""
+    """Measure memory, launch, GEMM and MoE-block costs on this device and fit them into a profile
+    (or, with --from-runs, fit a serving-engine profile to measured runs)."""
+    if from_runs is not None:
+        measuring = (
+            ("--device", device),
+            ("--quick", quick),
+            ("--dtype", dtype_text),
+            ("--fresh", fresh),
+            ("--threads", threads is not None),
+            ("--suites", suites_text),
+            ("--from-csv", from_csv is not None),
+            ("--name", name),
+        )
+        for flag, given in measuring:
+            if given:
+                raise MoesimError(
+                    flag, "does not apply with --from-runs (nothing is measured)", f"drop {flag}"
+                )
+        _engine_from_runs(from_runs, serving_engine, output, fit_text, all_engines, as_json)
+        return
+    if serving_engine or fit_text or all_engines:
+        raise MoesimError("--serving-engine", "only applies with --from-runs", "add --from-runs FILE")
+    if device is None:
+        raise MoesimError("--device", "is required", "give --device cuda or --device cpu")
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -198,6 +246,25 @@ def calibrate_command(
     if result.failures:
         for suite, message in result.failures.items():
             console.print(f"[yellow]  {suite} suite failed: {message}[/yellow]")
+
+
+def _engine_from_runs(
+    runs: str,
+    serving_engine: str | None,
+    output: str,
+    fit_text: str | None,
+    all_engines: bool,
+    as_json: bool,
+) -> None:
+    from moesim.commands.engines import fit_from_runs, print_fit
+
+    if serving_engine is None:
+        raise MoesimError("--serving-engine", "is required with --from-runs", "e.g. --serving-engine vllm")
+    data = fit_from_runs(runs, serving_engine, output, fit_text, all_engines)
+    if as_json:
+        emit_json(data)
+    else:
+        print_fit(data)
 
 
 def _summary(result: Any) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from moesim.commands.common import emit_json, handle_errors, make_console
+from moesim.commands.common import emit_json, handle_errors, make_console, override_options, resolve_model
 from moesim.errors import MoesimError
 
 
@@ -19,25 +19,29 @@ from moesim.errors import MoesimError
     default=None,
     help="A Hugging Face config.json (or a catalogue-style .toml): show what moesim understood of it.",
 )
+@override_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @handle_errors
-def models_command(name: str | None, model_config: str | None, as_json: bool) -> None:
+def models_command(name: str | None, model_config: str | None, as_json: bool, **overrides: Any) -> None:
     """List the bundled model catalogue, or show one model as moesim understood it.
 
     With NAME or --model-config: layer pattern, attention kind, experts, widths, weight format, total and
     active parameters, weight bytes, and for an imported config the assumptions made and keys not read.
+    Override flags (--experts, --top-k, --weight-format, ...) show a hypothetical design's counts.
 
-    Examples: moesim models --json; moesim models deepseek-v3; moesim models --model-config config.json
+    Examples: moesim models --json; moesim models deepseek-v3 --weight-format fp8;
+    moesim models --model-config config.json
     """
     if name is not None and model_config is not None:
         raise MoesimError("--model-config", "give a model NAME or --model-config PATH, not both")
     if name is None and model_config is None:
+        if any(value is not None for value in overrides.values()):
+            raise MoesimError("--model-config", "override flags need a model NAME or --model-config PATH")
         _catalogue(as_json)
         return
-    from moesim.simulator.models.catalogue import load_model
     from moesim.simulator.models.summary import model_summary
 
-    summary = model_summary(load_model(name if name is not None else str(model_config)))
+    summary = model_summary(resolve_model(name, model_config, overrides))
     if as_json:
         emit_json(summary)
     else:

@@ -105,35 +105,48 @@ def apply_options(func: F, options: Sequence[Callable[[Any], Any]]) -> F:
     return func
 
 
-def model_options(func: F) -> F:
-    """--model / --model-config plus one flag per overridable model field (hypothetical designs)."""
+def override_options(func: F) -> F:
+    """One flag per overridable model field (hypothetical designs)."""
     from moesim.simulator.models.catalogue import OVERRIDE_OPTIONS
 
     for flag, field, kind, help_text in reversed(OVERRIDE_OPTIONS):
         func = click.option(flag, field, type=kind, default=None, help=help_text)(func)
+    return func
+
+
+def model_options(func: F) -> F:
+    """--model / --model-config plus one flag per overridable model field (hypothetical designs)."""
     func = click.option(
         "--model-config",
         type=click.Path(dir_okay=False),
         default=None,
         help="A Hugging Face config.json (or a catalogue-style .toml) describing the model.",
-    )(func)
+    )(override_options(func))
     func = click.option(
         "--model", "model_name", default=None, help="Catalogue model name (see `moesim models`)."
     )(func)
     return func
 
 
-def resolve_model(model_name: str | None, model_config: str | None, options: dict[str, Any]) -> Any:
-    """Load the named or imported model and apply any override flags present in `options`."""
-    from moesim.simulator.models.catalogue import OVERRIDE_OPTIONS, apply_overrides, load_model
+def with_override_flags(spec: Any, options: dict[str, Any]) -> Any:
+    """`spec` with the override flags present in `options` applied."""
+    from moesim.simulator.models.catalogue import OVERRIDE_OPTIONS, apply_overrides
 
-    if (model_name is None) == (model_config is None):
-        raise MoesimError("--model", "give exactly one of --model NAME or --model-config PATH")
-    spec = load_model(model_name if model_name is not None else str(model_config))
     overrides = {
         field: options[field] for _, field, _, _ in OVERRIDE_OPTIONS if options.get(field) is not None
     }
     return apply_overrides(spec, overrides) if overrides else spec
+
+
+def resolve_model(model_name: str | None, model_config: str | None, options: dict[str, Any]) -> Any:
+    """Load the named or imported model and apply any override flags present in `options`."""
+    from moesim.simulator.models.catalogue import load_model
+
+    if (model_name is None) == (model_config is None):
+        raise MoesimError("--model", "give exactly one of --model NAME or --model-config PATH")
+    return with_override_flags(
+        load_model(model_name if model_name is not None else str(model_config)), options
+    )
 
 
 def hardware_option(func: F) -> F:

@@ -16,8 +16,10 @@ from moesim.commands.common import (
     hardware_option,
     make_console,
     model_options,
+    override_options,
     parse_int_list,
     resolve_model,
+    with_override_flags,
 )
 from moesim.commands.parallel_options import layout_from_kwargs, parallel_options
 from moesim.errors import MoesimError
@@ -40,13 +42,20 @@ CATEGORY_LABELS = {
     "communication": "communication",
     "other": "other (norms, router, top-k, sampling)",
     "launch_idle": "launch / idle",
+    "padding": "padding to the captured graph size",
+    "engine_host": "serving-engine host work (not hidden)",
 }
 
 
 def step_options(func: F) -> F:
-    """--context-len, --launch, --engine and the routing flags shared by simulate and sweep."""
+    """--context-len, --launch, --engine, --serving-engine and the routing flags shared by simulate and sweep."""
     from moesim.simulator.execution.launch import LAUNCH_MODES
-    from moesim.simulator.scenario import DEFAULT_CONTEXT_LEN, DEFAULT_ENGINE, DEFAULT_LAUNCH
+    from moesim.simulator.scenario import (
+        DEFAULT_CONTEXT_LEN,
+        DEFAULT_ENGINE,
+        DEFAULT_LAUNCH,
+        DEFAULT_SERVING_ENGINE,
+    )
 
     options = [
         click.option(
@@ -68,6 +77,14 @@ def step_options(func: F) -> F:
             default=DEFAULT_ENGINE,
             show_default=True,
             help="Kernel plan style: fused (vLLM/SGLang kernels), per-token (naive loop), or a registered style.",
+        ),
+        click.option(
+            "--serving-engine",
+            "serving_engine",
+            default=DEFAULT_SERVING_ENGINE,
+            show_default=True,
+            help="What the serving engine adds to each step (host work, CUDA-graph sizes and padding, drafter "
+            "style): ideal (nothing), vllm, vllm-v0, sglang, trtllm or a profile .toml (see `moesim engines`).",
         ),
         click.option(
             "--routing",
@@ -156,6 +173,7 @@ def simulate_command(
     context_len: int,
     launch: str,
     engine: str,
+    serving_engine: str,
     routing_spec: str | None,
     overlap: str | None,
     baseline_overlap: float | None,
@@ -193,6 +211,7 @@ def simulate_command(
             drafter=drafter,
             acceptance=acceptance,
             acceptance_length=acceptance_length,
+            serving_engine=serving_engine,
         )
     )
     data = result.to_json(timeline)
@@ -211,7 +230,8 @@ def simulate_command(
         f"batch {batch}, draft length {draft_len}, context {context_len}"
     )
     console.print(
-        f"engine {engine}, {launch} launch, {a['routing']}, drafter {a['drafter']}, {acceptance_text}"
+        f"engine {engine}, {launch} launch, serving engine {a['serving_engine']} "
+        f"({a['serving_engine_provenance']}), {a['routing']}, drafter {a['drafter']}, {acceptance_text}"
     )
     _print_layout(console, data["parallel"], request.fixed() is None)
     table = Table(title="where the time goes (ms)")
@@ -233,9 +253,18 @@ def simulate_command(
         f"verify / decode = {data['verify_over_decode']:.3f}; draft {_ms(data['draft_s'])} ms; "
         f"expected tokens per step = {data['tokens_per_step']:.3f}"
     )
+    serving = data["serving_engine"]
+    sync = f" + {_ms(serving['accept_sync_s'])}" if serving["accept_sync_s"] else ""
+    for name in ("decode", "verify"):
+        step = serving[name]
+        if step["rows_run"] != step["rows"] or step["launch"] != launch or step["host_s"]:
+            console.print(
+                f"{serving['name']} {name}: {step['rows']} rows run as {step['rows_run']} ({step['launch']} launch), "
+                f"host {step['host_s'] * 1e6:.1f} µs of which {step['engine_host_s'] * 1e6:.1f} µs not hidden"
+            )
     console.print(
         f"[bold]speedup = {data['speedup']:.3f}×[/bold]  "
-        f"(= {data['tokens_per_step']:.3f} × {_ms(decode['step_s'])} ms ÷ ({_ms(data['draft_s'])} + {_ms(verify['step_s'])}) ms)"
+        f"(= {data['tokens_per_step']:.3f} × {_ms(decode['step_s'])} ms ÷ ({_ms(data['draft_s'])} + {_ms(verify['step_s'])}{sync}) ms)"
     )
 
 
@@ -265,8 +294,15 @@ def _print_layout(console: Console, parallel: dict[str, Any], chosen: bool) -> N
 
 @click.command("sweep")
 @click.option(
-    "--model", "model_names", required=True, help="Comma-separated catalogue names or model files, or 'all'."
+    "--model", "model_names", default="", help="Comma-separated catalogue names or model files, or 'all'."
 )
+@click.option(
+    "--model-config",
+    "model_configs",
+    default="",
+    help="Comma-separated Hugging Face config.json files (or catalogue-style .toml) to sweep as well.",
+)
+@override_options
 @hardware_option
 @click.option(
     "--batch",
@@ -295,12 +331,14 @@ def _print_layout(console: Console, parallel: dict[str, Any], chosen: bool) -> N
 @handle_errors
 def sweep_command(
     model_names: str,
+    model_configs: str,
     hardware: str,
     batches: str,
     draft_lens: str,
     context_len: int,
     launch: str,
     engine: str,
+    serving_engine: str,
     routing_spec: str | None,
     overlap: str | None,
     baseline_overlap: float | None,
@@ -330,10 +368,10 @@ def sweep_command(
     request = layout_from_kwargs(parallel_flags)
     batch_list = parse_int_list("--batch", batches)
     k_list = parse_int_list("--draft-len", draft_lens)
-    names = model_list(model_names)
+    names = model_list(model_names) + model_list(model_configs)
     if not names:
-        raise MoesimError("--model", "needs at least one model name, or all")
-    specs = [load_model(str(name)) for name in names]
+        raise MoesimError("--model", "needs at least one model name (or all), or --model-config PATH")
+    specs = [with_override_flags(load_model(str(name)), parallel_flags) for name in names]
     profile = load_profile(hardware)
     base = Scenario(
         specs[0],
@@ -348,6 +386,7 @@ def sweep_command(
         drafter=drafter,
         acceptance=acceptance,
         acceptance_length=acceptance_length,
+        serving_engine=serving_engine,
     )
     total = len(specs) * len(batch_list) * len(k_list)
     err = Console(stderr=True)
@@ -379,6 +418,7 @@ def sweep_command(
             else f"α = {a['acceptance']:g}"
         )
         + f"; engine {engine}, {launch} launch, context {context_len}"
+        + f"; serving engine {a['serving_engine']} ({a['serving_engine_provenance']})"
     )
     for spec in specs:
         rows = [r for r in result.rows if r.model == spec.name]

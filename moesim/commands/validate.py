@@ -20,6 +20,7 @@ Examples:
   moesim validate --profile h200 --measured bench.csv --engine fused --launch graph
   moesim validate --repredict run/result.json --profile measured/h200 --report out
   moesim validate --profile h200 --model qwen3-30b-a3b --bench-result SD.json --baseline BASE.json
+  moesim validate --runs --serving-engine ideal,vllm,sglang,trtllm,per-run
 """
 
 
@@ -33,8 +34,8 @@ Examples:
 )
 @click.option(
     "--profile",
-    required=True,
-    help="Hardware profile (name or file) to predict with, e.g. a calibrated cpu.toml.",
+    default=None,
+    help="Hardware profile (name or file) to predict with, e.g. a calibrated cpu.toml (not with --runs).",
 )
 @click.option(
     "--device",
@@ -96,6 +97,24 @@ Examples:
     show_default=True,
     help="auto: the thread's CPU time for a single-threaded CPU run (ignores preemption on a shared "
     "machine), wall clock otherwise.",
+)
+@click.option(
+    "--reference",
+    "style",
+    type=click.Choice(["torch-reference", "torch-fused"]),
+    default="torch-reference",
+    show_default=True,
+    help="The torch step's routed experts: a loop of GEMMs per distinct expert (torch-reference), or one "
+    "grouped GEMM per projection over all of them (torch-fused, torch._grouped_mm: the fused style's kind of "
+    "kernel), each predicted with its own exact plan.",
+)
+@click.option(
+    "--cache",
+    type=click.Choice(["auto", "cold", "warm"]),
+    default="auto",
+    show_default=True,
+    help="Cache state each timed step starts in: cold (a read of the last-level cache's size evicts it first), "
+    "warm (back to back), auto: cold on a CPU (a scaled-down model partly fits its cache), warm on a GPU.",
 )
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed of weights, inputs and routing samples."
@@ -181,6 +200,26 @@ Examples:
     default=None,
     help="Write report.md, rows.csv, result.json and predicted_vs_measured.png into this folder.",
 )
+@click.option(
+    "--runs",
+    "runs_path",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[FILE]",
+    help="Predict measured serving runs (a CSV, see --runs-schema; alone: the bundled public runs) under "
+    "--serving-engine; each row uses its own model, hardware profile and layout.",
+)
+@click.option(
+    "--serving-engine",
+    "serving_engine",
+    default="ideal",
+    show_default=True,
+    help="With --runs (and --bench-result, one profile): serving-engine profiles (names or .toml paths, comma-separated; per-run = each "
+    "row's own engine preset).",
+)
+@click.option("--plot", "plot_path", default=None, help="With --runs: write predicted vs measured as a PNG.")
+@click.option("--runs-schema", is_flag=True, help="Print the --runs CSV columns and exit.")
 @click.option("--json", "as_json", is_flag=True, help="Print {rows, summary, meta} as JSON.")
 @handle_errors
 def validate_command(
@@ -197,6 +236,8 @@ def validate_command(
     threads: int | None,
     routing: str,
     clock: str,
+    style: str,
+    cache: str,
     seed: int,
     cross_profiles: tuple[str, ...],
     measured_path: str | None,
@@ -215,11 +256,22 @@ def validate_command(
     bench_num_prompts: int | None,
     schema: bool,
     report_dir: str | None,
+    runs_path: str | None,
+    serving_engine: str,
+    plot_path: str | None,
+    runs_schema: bool,
     as_json: bool,
 ) -> None:
     if schema:
         click.echo(MEASURED_SCHEMA)
         return
+    if runs_schema or runs_path is not None:
+        _runs(runs_path, runs_schema, serving_engine, plot_path, as_json)
+        return
+    if plot_path:
+        raise MoesimError("--plot", "only applies with --runs", "use --report for the other validations")
+    if profile is None:
+        raise MoesimError("--profile", "is required", "give a hardware profile name or file, or use --runs")
     from moesim.simulator.hardware.profile import load_profile
 
     hardware = load_profile(profile)
@@ -248,6 +300,7 @@ def validate_command(
             drafter=bench_drafter,
             acceptance=bench_acceptance,
             acceptance_length=bench_acceptance_length,
+            serving_engine=serving_engine,
         )
         bench = validate_bench(
             bench_path,
@@ -302,6 +355,8 @@ def validate_command(
             routing=routing,
             seed=seed,
             clock=clock,
+            cache=cache,
+            style=style,
         )
         progress = None if as_json else (lambda text: click.echo(f"  measuring {text}", err=True))
         cross = {name: load_profile(name) for name in cross_profiles}
@@ -319,6 +374,32 @@ def validate_command(
         emit_json(result)
     else:
         _print(result)
+
+
+def _runs(
+    runs_path: str | None, schema: bool, serving_engine: str, plot_path: str | None, as_json: bool
+) -> None:
+    from moesim.commands.engines import plot_runs_validation, print_runs_validation, runs_validation
+
+    if schema:
+        from moesim.validation.runs import schema_rows
+
+        columns = schema_rows()
+        if as_json:
+            emit_json({"columns": columns})
+        else:
+            for c in columns:
+                choices = f" ({'|'.join(c['choices'])})" if c["choices"] else ""
+                need = "required" if c["required"] else "optional"
+                click.echo(f"{c['column']:<22} {c['type']:<7} {need:<9} {c['meaning']}{choices}")
+        return
+    data = runs_validation(runs_path or None, serving_engine)
+    if plot_path:
+        plot_runs_validation(data, plot_path)
+    if as_json:
+        emit_json(data)
+    else:
+        print_runs_validation(data)
 
 
 def _measured(

@@ -9,6 +9,10 @@ sizes and chooses the layout whose memory fits; the speculative point and the sw
 Routing: `None` means the documented *typical* correlated routing (`routing.presets.typical_routing`), or
 routing fitted to `overlap` / `baseline_overlap` when those are given; "independent", "typical", a
 statistics file path or a `RoutingModel` choose explicitly. Dense models route nothing (independent).
+
+Serving engine (`serving_engine`, a bundled name or a profile path, see `moesim engines`): what the engine
+adds to every step beyond the kernel stream; the default `ideal` adds nothing. Not to be confused with
+`engine`, the kernel-plan style.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from moesim.errors import MoesimError
 
 if TYPE_CHECKING:  # the module stays light: the CLI reads its defaults at start-up
+    from moesim.simulator.engines.profile import ServingEngineProfile
     from moesim.simulator.hardware.profile import HardwareProfile
     from moesim.simulator.models.spec import ModelSpec
     from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout
@@ -33,6 +38,7 @@ DEFAULT_DRAFT_LEN = 3
 DEFAULT_CONTEXT_LEN = 2048
 DEFAULT_ENGINE = "fused"
 DEFAULT_LAUNCH = "graph"
+DEFAULT_SERVING_ENGINE = "ideal"  # the kernel stream alone: what moesim predicted before serving engines
 DEFAULT_DRAFTER = "eagle"  # an EAGLE-style draft head, what vLLM and SGLang users run most
 DEFAULT_ACCEPTANCE = 0.8  # per-token acceptance of a well-trained EAGLE head on chat data
 # A sweep's grid when none is given: powers of two to 256 sequences, draft lengths 1-8.
@@ -59,6 +65,7 @@ class Scenario:
     drafter: str = DEFAULT_DRAFTER
     acceptance: float = DEFAULT_ACCEPTANCE
     acceptance_length: float | None = None
+    serving_engine: ServingEngineProfile | str = DEFAULT_SERVING_ENGINE
 
     def replace(self, **changes: Any) -> Scenario:
         """The same scenario with some fields changed."""
@@ -67,6 +74,8 @@ class Scenario:
     def resolve(self, *, fit_draft_len: int | None = None, check_fit: bool = True) -> ResolvedScenario:
         """Names to objects, sizes validated, layout chosen. The memory check reserves the KV cache of
         `fit_draft_len` (default `draft_len`) verified tokens; `check_fit=False` skips it."""
+        from moesim.simulator.engines.overheads import verify_tokens
+        from moesim.simulator.engines.profile import load_serving_engine
         from moesim.simulator.execution.launch import check_launch
         from moesim.simulator.plan.layout import LayoutRequest
         from moesim.simulator.plan.memory import fit_layout
@@ -82,7 +91,9 @@ class Scenario:
         drafter = parse_drafter(self.drafter)
         check_launch(self.launch)
         engine_style(self.engine)
-        k = self.draft_len if fit_draft_len is None else fit_draft_len
+        serving = load_serving_engine(self.serving_engine)
+        # tokens per sequence the largest verification reserves in the KV cache (a tree's draft tokens)
+        k = verify_tokens(serving.drafter, self.draft_len if fit_draft_len is None else fit_draft_len) - 1
         check_step_inputs(spec, self.batch, k + 1, self.context_len)
         routing = resolve_routing(spec, self.routing, self.overlap, self.baseline_overlap)
         request = LayoutRequest() if self.layout is None else self.layout
@@ -99,7 +110,7 @@ class Scenario:
             layout = memory.layout
         else:
             layout = chosen_layout(request, spec, hardware, self.batch, self.context_len + k + 1)
-        return ResolvedScenario(self, spec, hardware, routing, drafter, layout, memory)
+        return ResolvedScenario(self, spec, hardware, routing, drafter, layout, memory, serving)
 
 
 @dataclass(frozen=True)
@@ -113,6 +124,7 @@ class ResolvedScenario:
     drafter: Drafter
     layout: ParallelLayout
     memory: MemoryUse | None
+    serving_engine: ServingEngineProfile
 
     @property
     def batch(self) -> int:
@@ -142,6 +154,8 @@ class ResolvedScenario:
             "launch": s.launch,
             "context_len": s.context_len,
             "hardware_provenance": self.hardware.provenance.kind,
+            "serving_engine": self.serving_engine.name,
+            "serving_engine_provenance": self.serving_engine.provenance.kind,
         }
 
 

@@ -12,6 +12,7 @@ much is missing.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,12 +20,14 @@ from typing import Any
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.simulator.engines.profile import load_serving_engine
 from moesim.simulator.execution.collectives import parallel_step_summary
 from moesim.simulator.execution.engine import StepResult, run_engine
 from moesim.simulator.execution.launch import check_launch
 from moesim.simulator.execution.timer import EngineTimer
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import ModelSpec
+from moesim.simulator.models.summary import model_summary
 from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout
 from moesim.simulator.plan.memory import fit_layout
 from moesim.simulator.plan.step import check_step_inputs
@@ -43,7 +46,7 @@ from moesim.simulator.scenario import (
     resolve_routing,
 )
 from moesim.simulator.speculative.drafters import parse_drafter
-from moesim.simulator.speculative.point import SpeculativePoint, TimedPlan, speculative_point, time_step
+from moesim.simulator.speculative.point import EngineStep, SpeculativePoint, speculative_point, time_step
 from moesim.simulator.speculative.sweep import SweepResult, run_sweep
 
 # Sampled routing draws (steps × tokens × experts) for the distinct-expert distribution of one layer.
@@ -92,6 +95,10 @@ class SpeculativeResult:
     assumptions: dict[str, Any] = field(default_factory=dict)
     # The layout simulated and its memory use; "decode"/"verify" hold the parallel steps' summaries.
     parallel: dict[str, Any] = field(default_factory=dict)
+    # What the serving engine added: rows run, launch mode and host time of each step, drafter host, sync.
+    serving_engine: dict[str, Any] = field(default_factory=dict)
+    # What the model is (models.summary.model_summary): layer pattern, experts, counts, import assumptions.
+    model_summary: dict[str, Any] = field(default_factory=dict)
 
     @property
     def verify_over_decode(self) -> float:
@@ -113,6 +120,8 @@ class SpeculativeResult:
             "speedup": self.speedup,
             "assumptions": dict(self.assumptions),
             "parallel": dict(self.parallel),
+            "serving_engine": dict(self.serving_engine),
+            "model_summary": dict(self.model_summary),
         }
 
 
@@ -128,20 +137,35 @@ def simulate(scenario: Scenario | None = None, /, **fields: Any) -> SpeculativeR
     return _result(resolved, point)
 
 
-def _engine_step(resolved: ResolvedScenario, timed: TimedPlan, tokens_per_seq: int) -> StepResult:
-    step = timed.timing
+def _engine_step(resolved: ResolvedScenario, engine_step: EngineStep) -> StepResult:
+    """The engine's result for the step as the serving engine runs it: its time and breakdown include the
+    engine's padding and host time (for `ideal`, exactly the kernel stream's)."""
+    step = engine_step.timed.timing
     assert isinstance(step, StepResult)
-    if timed.parallel is not None:
+    if engine_step.timed.parallel is not None:
         step.notes.append(f"layout: {resolved.layout.describe()} (times are the slowest rank's)")
     step.distinct_experts = distinct_distribution(
-        resolved.model, resolved.batch, tokens_per_seq, resolved.routing
+        resolved.model, engine_step.rows_run, engine_step.tokens_per_row, resolved.routing
     )
-    return step
+    if engine_step.step_s == step.step_s and engine_step.rows_run == engine_step.rows:
+        step.breakdown_s = engine_step.breakdown_s()
+        return step
+    note = (
+        f"serving engine {resolved.serving_engine.name}: {engine_step.rows} rows run as "
+        f"{engine_step.rows_run}, {engine_step.launch} launch, host {engine_step.host_s * 1e6:.1f} µs "
+        f"({engine_step.engine_host_s * 1e6:.1f} µs not hidden by the device)"
+    )
+    return dataclasses.replace(
+        step,
+        step_s=engine_step.step_s,
+        breakdown_s=engine_step.breakdown_s(),
+        notes=[*step.notes, note],
+    )
 
 
 def _result(resolved: ResolvedScenario, point: SpeculativePoint) -> SpeculativeResult:
-    decode = _engine_step(resolved, point.decode, 1)
-    verify = _engine_step(resolved, point.verify, point.draft_len + 1)
+    decode = _engine_step(resolved, point.decode)
+    verify = _engine_step(resolved, point.verify)
     accept_s = sum(
         float(t)
         for (name, *_), t in zip(verify.timeline, verify.kernel_times_s, strict=True)
@@ -158,6 +182,7 @@ def _result(resolved: ResolvedScenario, point: SpeculativePoint) -> SpeculativeR
         "the acceptance kernel is part of the verification step (accept_s is its share)"
     )
     return SpeculativeResult(
+        model_summary=model_summary(resolved.model),
         model=resolved.model.name,
         hardware=resolved.hardware.name,
         batch=resolved.batch,
@@ -171,6 +196,15 @@ def _result(resolved: ResolvedScenario, point: SpeculativePoint) -> SpeculativeR
         speedup=point.speedup,
         assumptions=assumptions,
         parallel=parallel,
+        serving_engine={
+            "name": resolved.serving_engine.name,
+            "provenance": resolved.serving_engine.provenance.kind,
+            "decode": point.decode.engine_json(),
+            "verify": point.verify.engine_json(),
+            "draft_host_s": point.draft_host_s,
+            "accept_sync_s": point.accept_sync_s,
+            "step_ratio": point.step_ratio,
+        },
     )
 
 
@@ -242,8 +276,9 @@ def simulate_step(
         routing=routing_model,
     )  # fmt: skip
     resolved = ResolvedScenario(
-        scenario, spec, hw, routing_model, parse_drafter(scenario.drafter), layout, None
-    )
+        scenario, spec, hw, routing_model, parse_drafter(scenario.drafter), layout, None,
+        load_serving_engine(scenario.serving_engine),
+    )  # fmt: skip
     timed = time_step(resolved, EngineTimer(hw), tokens_per_seq)
     result = timed.timing
     assert isinstance(result, StepResult)

@@ -6,8 +6,11 @@ measured and how to rebuild the configuration; `predict.predict_rows` prices the
 Timing is wall clock around one step with a device synchronisation before and after (so it includes
 launch, device work and the final sync, as the simulator's step time does); a single-threaded CPU run
 is timed with the thread's CPU clock instead, so preemption by other processes on a shared machine is
-not counted (see `step_clock`). Steps run back to back, so
-each starts with the cache as the previous identical step left it — the engine's warm-cache assumption.
+not counted (see `step_clock`). With `flush_bytes` (the CPU default) a read of that many bytes before
+each timed step evicts the caches, so each step starts cold, as a full-size model (many times any cache)
+does; without it steps run back to back, each starting with the cache as the previous identical step
+left it (the engine's warm-cache assumption), which on a CPU depends on how much of a scaled-down model
+the machine's last-level cache happens to hold.
 Repeats are split into rounds that cycle through all configurations of a model; the spread between
 rounds' medians is the run-to-run noise floor reported beside the error.
 
@@ -73,6 +76,8 @@ def measure_model(
     progress: Callable[[str], None] | None = None,
     clock: str = "auto",
     check: dict[str, bool] | None = None,
+    flush_bytes: int = 0,
+    style: str = "torch-reference",
 ) -> list[dict[str, Any]]:
     """Measured rows of every (batch, draft length) of `grid` for one model; with `check`, also record
     there whether the plan lists exactly the aten ops one small step of this model issues."""
@@ -81,13 +86,22 @@ def measure_model(
     torch = import_torch()
     from moesim.validation.reference import ReferenceModel
 
-    model = ReferenceModel(spec, device=device, seed=seed)
+    model = ReferenceModel(spec, device=device, seed=seed, style=style)
     cuda = model.device.type == "cuda"
     clock_ns = step_clock(clock, cuda, torch.get_num_threads())
 
     def sync() -> None:
         if cuda:
             torch.cuda.synchronize()
+
+    flush_buffer = (
+        torch.ones(flush_bytes // 4, dtype=torch.float32, device=model.device) if flush_bytes else None
+    )
+
+    def start_cold() -> None:
+        if flush_buffer is not None:
+            torch.sum(flush_buffer)  # a read: evicts without leaving dirty lines for the step to write back
+            sync()
 
     prepared: list[_Prepared] = []
     with torch.inference_mode():
@@ -114,6 +128,7 @@ def measure_model(
                 sync()
                 times = []
                 for _ in range(settings.repeats):
+                    start_cold()
                     sync()
                     t0 = clock_ns()
                     item.run()
@@ -183,14 +198,14 @@ def clock_name(clock: str, cuda: bool, threads: int) -> str:
 
 
 def _small_step(model: Any, routing: RoutingModel, context_len: int, seed: int) -> tuple[Any, Any]:
-    """(prepared inputs, torch-reference plan) of the small step (B = 2, T = 2) the kernel checks run."""
-    from moesim.simulator.plan.reference import reference_step_plan
+    """(prepared inputs, plan of the model's style) of the small step (B = 2, T = 2) the kernel checks run."""
+    from moesim.validation.predict import REFERENCE_PLANS
 
     spec = model.spec
     step_routing = sample_step_routing(routing, spec.n_experts, spec.top_k, 2, 2, model.moe_layers, seed)
     context = min(context_len, 64)
     inputs = model.prepare(2, 2, context, step_routing)
-    return inputs, reference_step_plan(spec, 2, 2, context, step_routing.loads)
+    return inputs, REFERENCE_PLANS[model.style](spec, 2, 2, context, step_routing.loads)
 
 
 def _plan_matches_torch(model: Any, routing: RoutingModel, context_len: int, seed: int) -> bool:
@@ -247,6 +262,9 @@ KERNEL_TO_ATEN = {
     "silu_": "silu_",
     "down": "mm",
     "scale_": "mul_",
+    "grouped_gate": "grouped_mm",
+    "grouped_up": "grouped_mm",
+    "grouped_down": "grouped_mm",
     "combine": "index_add_",
     "lm_head": "mm",
     "argmax": "argmax",

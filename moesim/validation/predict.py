@@ -16,14 +16,17 @@ from typing import Any
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.simulator.execution.cost import CostParams, memory_time_s
+from moesim.simulator.execution.cost import CostParams, kernel_times_s, memory_time_s
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.reference import reference_step_plan
+from moesim.simulator.plan.reference_fused import fused_reference_step_plan
 from moesim.simulator.plan.step import StepPlan
 from moesim.validation.configs import row_routing, row_spec
 
 TERMS = ("launch", "fixed", "compute", "memory", "cache")
+# The exact step plan of each reference style the torch side runs (validation/reference.py).
+REFERENCE_PLANS = {"torch-reference": reference_step_plan, "torch-fused": fused_reference_step_plan}
 # What a measuring run records per row (measure.measured_row); prediction carries these over unchanged.
 MEASURED_KEYS = (
     "model",
@@ -55,24 +58,36 @@ class Prediction:
 
 
 def cost_terms(
-    plan: StepPlan, hardware: HardwareProfile, step_s: float, params: CostParams | None = None
+    plan: StepPlan,
+    hardware: HardwareProfile,
+    step_s: float,
+    params: CostParams | None = None,
+    warm_cache: bool = True,
 ) -> dict[str, float]:
     """Split a simulated step of `step_s` seconds into launch (host issue, gaps, sync: everything outside
     kernels), fixed kernel latency, compute, memory-bandwidth and cache-bandwidth time. Each kernel's
     roofline time goes to compute when compute-bound, else to memory and cache in proportion to their
-    times. Uses the fast path's per-kernel costs (the engine's cache semantics and cost formulas)."""
+    times. Uses the fast path's per-kernel costs (the engine's cache semantics and cost formulas), or,
+    for a step starting with a cold cache, the engine's cache pass from cold."""
     from moesim.simulator.execution.fastpath import cost_plan, plan_arrays
 
     params = params or CostParams.from_hardware(hardware)
     arrays = plan_arrays(plan)
-    costs = cost_plan(arrays, params)
-    hbm, m = costs.hbm_bytes, arrays.m_tokens
-    compute, memory = costs.compute_s, costs.memory_s
+    m = arrays.m_tokens
+    if warm_cache:
+        costs = cost_plan(arrays, params)
+        hbm, compute, memory, total = costs.hbm_bytes, costs.compute_s, costs.memory_s, costs.total_s
+    else:
+        from moesim.simulator.execution.engine import cache_pass
+
+        cache, hbm = cache_pass(plan.kernels, params.cache_capacity_bytes, warm=False)
+        peaks = np.array([params.peak(k.dtype) for k in plan.kernels])
+        total, compute, memory = kernel_times_s(arrays.flops, m, peaks, hbm, cache, params)
     hbm_time = memory_time_s(hbm, np.zeros_like(hbm), m > 0, params)
     cache_time = np.maximum(memory - hbm_time, 0.0)
     bound_compute = compute >= memory
     mem_total = np.maximum(hbm_time + cache_time, 1e-30)
-    roof = costs.total_s - params.fixed_s
+    roof = total - params.fixed_s
     terms = {
         "fixed": float(params.fixed_s * arrays.n_kernels),
         "compute": float(np.sum(np.where(bound_compute, roof, 0.0))),
@@ -85,18 +100,21 @@ def cost_terms(
 
 
 def simulate_plan(
-    plan: StepPlan, hardware: HardwareProfile, launch: str, params: CostParams
+    plan: StepPlan, hardware: HardwareProfile, launch: str, params: CostParams, warm_cache: bool = True
 ) -> tuple[float, dict[str, float], float, float]:
     """(step_s, breakdown_s, hbm_bytes, cache_bytes) from the discrete-event engine, or from the closed-form
-    fast path (equal to the engine on one stream, as every torch-reference plan is) where simpy is missing."""
+    fast path (equal to the engine on one stream, as every torch-reference plan is, and warm only) where
+    simpy is missing."""
     try:
         from moesim.simulator.execution.engine import run_engine
     except ImportError:
+        if not warm_cache:
+            raise
         from moesim.simulator.execution.fastpath import fast_step
 
         fast = fast_step(plan, hardware, launch, params=params)
         return fast.step_s, dict(fast.breakdown_s), fast.hbm_bytes, fast.cache_bytes
-    result = run_engine(plan, hardware, launch, params=params)
+    result = run_engine(plan, hardware, launch, params=params, warm_cache=warm_cache)
     return result.step_s, dict(result.breakdown_s), result.hbm_bytes, result.cache_bytes
 
 
@@ -108,15 +126,18 @@ def predict_reference_step(
     context_len: int,
     expert_loads: Sequence[np.ndarray],
     launch: str,
+    warm_cache: bool = True,
+    style: str = "torch-reference",
 ) -> Prediction:
-    """The simulator's prediction for the reference step with these exact per-layer expert loads."""
-    plan = reference_step_plan(model, batch, tokens_per_seq, context_len, expert_loads)
+    """The simulator's prediction for the reference step with these exact per-layer expert loads, starting
+    warm from the previous identical step or (`warm_cache=False`) with an empty cache."""
+    plan = REFERENCE_PLANS[style](model, batch, tokens_per_seq, context_len, expert_loads)
     params = CostParams.from_hardware(hardware)
-    step_s, breakdown, hbm_bytes, cache_bytes = simulate_plan(plan, hardware, launch, params)
+    step_s, breakdown, hbm_bytes, cache_bytes = simulate_plan(plan, hardware, launch, params, warm_cache)
     return Prediction(
         step_s=step_s,
         breakdown_s=breakdown,
-        terms_s=cost_terms(plan, hardware, step_s, params),
+        terms_s=cost_terms(plan, hardware, step_s, params, warm_cache),
         n_kernels=len(plan.kernels),
         hbm_bytes=hbm_bytes,
         cache_bytes=cache_bytes,
@@ -137,6 +158,14 @@ def predict_rows(
     """
     rows: list[dict[str, Any]] = []
     mismatched: list[str] = []
+    warm = meta.get("cache_between_steps", "warm") != "cold"  # runs before the flush option ran warm
+    style = meta.get("reference_style", "torch-reference")
+    if style not in REFERENCE_PLANS:
+        raise MoesimError(
+            "--repredict",
+            f"unknown reference style {style!r}",
+            f"runs record one of {', '.join(REFERENCE_PLANS)}",
+        )
     for old in measured_rows:
         spec = row_spec(meta, old)
         routing = row_routing(meta, spec, old)
@@ -144,7 +173,7 @@ def predict_rows(
         if old.get("distinct_experts") is not None and abs(distinct - float(old["distinct_experts"])) > 1e-9:
             mismatched.append(f"{spec.name} B={old['batch']} K={old['draft_len']}")
         launch = old.get("launch") or meta.get("launch", "eager")
-        args = (old["batch"], old["draft_len"] + 1, old["context_len"], routing.loads, launch)
+        args = (old["batch"], old["draft_len"] + 1, old["context_len"], routing.loads, launch, warm, style)
         pred = predict_reference_step(spec, hardware, *args)
         cross = {
             name: predict_reference_step(spec, other, *args).step_s
@@ -173,6 +202,7 @@ def predict_rows(
 
 __all__ = [
     "MEASURED_KEYS",
+    "REFERENCE_PLANS",
     "TERMS",
     "Prediction",
     "cost_terms",

@@ -82,18 +82,49 @@ class LayerWeights:
     router: torch.Tensor | None = None  # [H, N]
     w13: list[torch.Tensor] = field(default_factory=list)  # per expert [H, 2I] (gate | up)
     w2: list[torch.Tensor] = field(default_factory=list)  # per expert [I, H]
+    # the `torch-fused` reference's stacked expert weights: [N, H, I] gate, [N, H, I] up, [N, I, H] down
+    w1_all: torch.Tensor | None = None
+    w3_all: torch.Tensor | None = None
+    w2_all: torch.Tensor | None = None
     shared_w13: torch.Tensor | None = None  # [H, 2S]
     shared_w2: torch.Tensor | None = None  # [S, H]
     dense_w13: torch.Tensor | None = None  # [H, 2F] for dense FFN layers
     dense_w2: torch.Tensor | None = None
 
 
-class ReferenceModel:
-    """Random-weight model of `spec` on `device`; `prepare` a step, then `step` (or `capture`) it."""
+EXPERT_STYLES = ("torch-reference", "torch-fused")
 
-    def __init__(self, spec: ModelSpec, device: str = "cpu", seed: int = 0, dtype: torch.dtype | None = None):
+
+class ReferenceModel:
+    """Random-weight model of `spec` on `device`; `prepare` a step, then `step` (or `capture`) it.
+
+    `style` picks the routed experts' kernels: 'torch-reference' loops over the distinct experts (two
+    GEMMs each), 'torch-fused' runs one grouped GEMM per projection (`torch._grouped_mm`) over all of them.
+    """
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        device: str = "cpu",
+        seed: int = 0,
+        dtype: torch.dtype | None = None,
+        style: str = "torch-reference",
+    ):
         check_reference_spec(spec)
+        if style not in EXPERT_STYLES:
+            raise MoesimError(
+                "--reference", f"unknown reference style {style!r}", f"choose {' or '.join(EXPERT_STYLES)}"
+            )
+        self.style = style
         self.spec = spec
+        # The grouped GEMM: torch's own on a CPU; on a GPU the Triton fused-MoE kernel where triton is present
+        # (torch._grouped_mm on CUDA wants bf16 on sm90+), registered as one torch op either way.
+        self._triton_grouped_mm: Any = None
+        if style == "torch-fused" and torch.device(device).type == "cuda":
+            from moesim.calibrate.triton_kernels import grouped_mm_op, triton_available
+
+            if triton_available():
+                self._triton_grouped_mm = grouped_mm_op()
         self.device = torch.device(device)
         self.dtype = dtype or torch_dtype_for(spec)
         gen = torch.Generator(device=self.device).manual_seed(seed)
@@ -124,8 +155,12 @@ class ReferenceModel:
             if ffn_kind == "moe":
                 n, width = spec.n_experts, spec.expert_width
                 lw.router = rand(H, n, fan_in=H)
-                lw.w13 = list(rand(n, H, 2 * width, fan_in=H).unbind(0))
-                lw.w2 = list(rand(n, width, H, fan_in=width).unbind(0))
+                w13_all, w2_all = rand(n, H, 2 * width, fan_in=H), rand(n, width, H, fan_in=width)
+                lw.w13, lw.w2 = list(w13_all.unbind(0)), list(w2_all.unbind(0))
+                if style == "torch-fused":
+                    lw.w1_all = w13_all[:, :, :width].contiguous()
+                    lw.w3_all = w13_all[:, :, width:].contiguous()
+                    lw.w2_all = w2_all
                 if spec.n_shared_experts:
                     s = spec.n_shared_experts * spec.shared_expert_width
                     lw.shared_w13 = rand(H, 2 * s, fan_in=H)
@@ -143,11 +178,13 @@ class ReferenceModel:
         return tuple(i for i, kind in enumerate(self.spec.layer_ffn) if kind == "moe")
 
     def weight_bytes(self) -> int:
+        """Bytes of weight storage (the per-expert lists are views of stacked tensors, counted once)."""
         tensors: list[torch.Tensor] = [self.embedding, self.final_norm, self.lm_head]
         for lw in self.layers:
             tensors += [t for t in vars(lw).values() if isinstance(t, torch.Tensor)]
             tensors += lw.w13 + lw.w2
-        return sum(t.numel() * t.element_size() for t in tensors)
+        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+        return sum(storages.values())
 
     # ------------------------------------------------------------------ preparation (not timed)
 
@@ -251,6 +288,7 @@ class ReferenceModel:
         gu = torch.empty(P, 2 * width, device=dev, dtype=dt)
         act = torch.empty(P, width, device=dev, dtype=dt)
         ws.y_sorted = torch.empty(P, H, device=dev, dtype=dt)
+        ws.act_sorted = act
         for layer in self.moe_layers:
             ids = routing.assignment(layer)
             order = np.argsort(ids.ravel(), kind="stable")
@@ -260,7 +298,17 @@ class ReferenceModel:
                 sorted_pairs=torch.as_tensor(order, dtype=torch.long, device=dev),
                 sorted_tokens=torch.as_tensor(order // k, dtype=torch.long, device=dev),
                 experts=[int(e) for e in experts],
+                offsets=torch.as_tensor(
+                    np.cumsum(np.bincount(ids.ravel(), minlength=spec.n_experts)),
+                    dtype=torch.int32,
+                    device=dev,
+                ),
             )
+            if self._triton_grouped_mm is not None:
+                from moesim.calibrate.triton_kernels import moe_block_table
+
+                assert plan.offsets is not None
+                plan.block_table = moe_block_table(plan.offsets)
             bounds = np.concatenate([[0], np.cumsum(sizes)])
             for lo, hi in itertools.pairwise(bounds):
                 plan.x.append(ws.x_sorted[lo:hi])
@@ -342,13 +390,28 @@ class ReferenceModel:
         ws.gate.div_(ws.gsum)
         torch.index_select(xn, 0, plan.sorted_tokens, out=ws.x_sorted)
         torch.index_select(ws.gate_flat, 0, plan.sorted_pairs, out=ws.w_sorted)
-        for j, e in enumerate(plan.experts):
-            torch.mm(plan.x[j], lw.w13[e], out=plan.gu[j])
-            F.silu(plan.gate[j], inplace=True)
-            torch.mul(plan.gate[j], plan.up[j], out=plan.act[j])
-            torch.mm(plan.act[j], lw.w2[e], out=plan.y[j])
-        ws.y_sorted.mul_(ws.w_sorted_col)
-        ws.h.index_add_(0, plan.sorted_tokens, ws.y_sorted)
+        y_sorted = ws.y_sorted
+        if self.style == "torch-fused":
+            assert lw.w1_all is not None and lw.w3_all is not None and lw.w2_all is not None
+            gate = self._experts_mm(ws.x_sorted, lw.w1_all, plan)
+            up = self._experts_mm(ws.x_sorted, lw.w3_all, plan)
+            F.silu(gate, inplace=True)
+            torch.mul(gate, up, out=ws.act_sorted)
+            y_sorted = self._experts_mm(ws.act_sorted, lw.w2_all, plan)
+        else:
+            for j, e in enumerate(plan.experts):
+                torch.mm(plan.x[j], lw.w13[e], out=plan.gu[j])
+                F.silu(plan.gate[j], inplace=True)
+                torch.mul(plan.gate[j], plan.up[j], out=plan.act[j])
+                torch.mm(plan.act[j], lw.w2[e], out=plan.y[j])
+        y_sorted.mul_(ws.w_sorted_col)
+        ws.h.index_add_(0, plan.sorted_tokens, y_sorted)
+
+    def _experts_mm(self, x: torch.Tensor, weights: torch.Tensor, plan: MoeLayerInputs) -> torch.Tensor:
+        """One grouped GEMM over the sorted rows: the Triton kernel where prepared, else torch._grouped_mm."""
+        if plan.block_table is not None:
+            return self._triton_grouped_mm(x, weights, *plan.block_table)
+        return torch._grouped_mm(x, weights, offs=plan.offsets)
 
     # ------------------------------------------------------------------ graph replay
 
@@ -377,6 +440,10 @@ class MoeLayerInputs:
     sorted_pairs: torch.Tensor  # [M k] token-choice pairs sorted by expert
     sorted_tokens: torch.Tensor  # [M k] the token of each sorted pair
     experts: list[int]  # distinct experts hit, ascending
+    offsets: torch.Tensor | None = None  # [N] int32 end row of each expert's group in the sorted rows (fused)
+    block_table: tuple[torch.Tensor, torch.Tensor] | None = (
+        None  # the Triton kernel's (rows, expert) per block
+    )
     x: list[torch.Tensor] = field(default_factory=list)
     gu: list[torch.Tensor] = field(default_factory=list)
     gate: list[torch.Tensor] = field(default_factory=list)
@@ -432,6 +499,7 @@ class Workspace:
     w_sorted: Any = None
     w_sorted_col: Any = None
     y_sorted: Any = None
+    act_sorted: Any = None
     moe: dict[int, MoeLayerInputs] = field(default_factory=dict)
     sgu: Any = None
     sgate: Any = None

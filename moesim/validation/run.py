@@ -38,6 +38,28 @@ class ValidationOptions:
     routing: str = "typical"
     seed: int = 0
     clock: str = "auto"
+    cache: str = "auto"  # between timed steps: cold (flushed), warm, or auto (cold on a CPU, warm on a GPU)
+    style: str = "torch-reference"  # the routed experts: a loop over distinct experts, or grouped GEMMs
+
+
+CACHE_STATES = ("auto", "cold", "warm")
+
+
+def cache_between_steps(cache: str, device: str) -> str:
+    """'cold' or 'warm': the cache state each timed step starts in (auto: cold on a CPU, warm on a GPU).
+
+    A CPU runs a scaled-down model that its last-level cache may hold in part, by an amount that depends
+    on the machine (a 32 MiB L3 slice, or hundreds of MiB on a large server part) and on its neighbours,
+    so it starts each step cold, as a full-size model on any device does. A GPU runs real widths, many
+    times its L2, and keeps the engine's warm steady state.
+    """
+    if cache not in CACHE_STATES:
+        raise MoesimError(
+            "--cache", f"unknown cache state {cache!r}", f"choose one of {', '.join(CACHE_STATES)}"
+        )
+    if cache == "auto":
+        return "cold" if device == "cpu" else "warm"
+    return cache
 
 
 def profile_threads(hardware: HardwareProfile) -> int | None:
@@ -75,7 +97,13 @@ def measure_validation(
 
     `hardware` only chooses the thread count and dtype a measured CPU profile was calibrated with.
     """
-    from moesim.calibrate.timing import resolve_device, today
+    from moesim.calibrate.timing import (
+        cache_flush_bytes,
+        machine_description,
+        machine_kind,
+        resolve_device,
+        today,
+    )
 
     if options.launch not in ("eager", "graph"):
         raise MoesimError("--launch", f"unknown launch mode {options.launch!r}", "choose eager or graph")
@@ -95,6 +123,8 @@ def measure_validation(
         list(options.draft_lens) if options.draft_lens is not None else None,
     )
     settings = MeasureSettings.for_mode(options.quick)
+    cache = cache_between_steps(options.cache, options.device)
+    flush_bytes = cache_flush_bytes(device, llc_multiple=1.0) if cache == "cold" else 0
     started = time.perf_counter()
     rows = []
     checks: dict[str, bool] = {}
@@ -113,6 +143,8 @@ def measure_validation(
             progress=progress,
             clock=options.clock,
             check=checks,
+            flush_bytes=flush_bytes,
+            style=options.style,
         )
     notes = []
     if not all(checks.values()):
@@ -123,13 +155,18 @@ def measure_validation(
     return {
         "rows": rows,
         "meta": {
-            "title": f"torch reference on {device.name} vs profile {hardware.name} ({options.launch})",
+            "title": f"{options.style} on {device.name} vs profile {hardware.name} ({options.launch})",
             "profile": hardware.name,
             "profile_provenance": f"{hardware.provenance.kind}: {hardware.provenance.source}",
             "device": options.device,
             "device_name": device.name,
+            "machine": machine_description(device),
+            "machine_kind": machine_kind(device),
             "threads": device.threads,
             "clock": clock_name(options.clock, options.device == "cuda", device.threads),
+            "reference_style": options.style,
+            "cache_between_steps": cache,
+            "flush_bytes": flush_bytes,
             "dtype": dtype,
             "launch": options.launch,
             "routing": default_routing(specs[0], options.routing).description,
@@ -150,7 +187,9 @@ def measure_validation(
 
 
 __all__ = [
+    "CACHE_STATES",
     "ValidationOptions",
+    "cache_between_steps",
     "measure_validation",
     "profile_dtype",
     "profile_threads",

@@ -10,25 +10,19 @@ import difflib
 import itertools
 import math
 import os
-import sys
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import tomli_w
 
 from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
+from moesim.toml_files import dump_toml, parse_toml
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 
 @dataclass(frozen=True)
@@ -511,16 +505,6 @@ def profile_from_dict(d: dict[str, Any], source: str) -> HardwareProfile:
     )
 
 
-def parse_toml(text: str, source: str) -> dict[str, Any]:
-    """Parse TOML text, turning syntax errors into a MoesimError naming the file."""
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise MoesimError(
-            source, f"is not valid TOML: {exc}", "fix the syntax or regenerate the file"
-        ) from exc
-
-
 def _bundled_names() -> tuple[list[str], list[str]]:
     root = _bundled_dir()
     plain = sorted(
@@ -580,10 +564,7 @@ def render_profile(profile: HardwareProfile, header: str = "") -> str:
     """The profile as TOML text, validated first so an invalid profile is never written."""
     data = profile_to_dict(profile)
     profile_from_dict(data, f"profile {profile.name}")
-    text = tomli_w.dumps(data)
-    if header:
-        text = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines()) + "\n" + text
-    return text
+    return dump_toml(data, header)
 
 
 def save_profile(profile: HardwareProfile, path: str | os.PathLike[str], header: str = "") -> None:

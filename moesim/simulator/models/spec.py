@@ -1065,7 +1065,12 @@ OVERRIDE_OPTIONS: tuple[tuple[str, str, type, str], ...] = (
     ("--n-groups", "n_groups", int, "expert groups for group-limited routing (1: none)"),
     ("--topk-groups", "topk_groups", int, "groups a token may route into"),
     ("--router-score", "router_score", str, "router scoring: softmax or sigmoid"),
-    ("--weight-format", "weight_format", str, "weight format of all layers (bf16, fp16, fp8, mxfp4, int4)"),
+    (
+        "--weight-format",
+        "weight_format",
+        str,
+        "weight format of all layers (bf16, fp16, fp8, mxfp4, nvfp4, int4, ...)",
+    ),
     ("--expert-weight-format", "expert_weight_format", str, "weight format of the routed experts only"),
     ("--mtp-layers", "mtp_layers", int, "multi-token-prediction modules"),
     ("--tied-embeddings", "tied_embeddings", bool, "tie the LM head to the embedding (true/false)"),

@@ -29,7 +29,7 @@ measured run (what validation predicts).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -226,8 +226,10 @@ def layer_kernels(
     context_len: int,
     ffn: FfnLayerKind,
     loads: np.ndarray | None,
+    experts: ExpertKernels | None = None,
 ) -> list[Kernel]:
-    """One layer's template kernels (per-layer tensors named "L*."); `loads`: tokens per expert (MoE)."""
+    """One layer's template kernels (per-layer tensors named "L*."); `loads`: tokens per expert (MoE);
+    `experts` adds the routed experts' kernels (default: this style's loop over the distinct experts)."""
     k = _Kernels(model)
     e = k.elem
     att = model.attention
@@ -301,7 +303,7 @@ def layer_kernels(
         return k.out
     if loads is None:
         raise MoesimError("routing", "an MoE layer of the reference plan needs its expert loads")
-    _moe_block(k, model, M, xn, loads)
+    _moe_block(k, model, M, xn, loads, experts or expert_loop_kernels)
     if model.n_shared_experts:
         width = model.n_shared_experts * model.shared_expert_width
         k.swiglu(
@@ -319,9 +321,11 @@ def layer_kernels(
     return k.out
 
 
-def _moe_block(k: _Kernels, model: ModelSpec, m: int, xn: str, loads: np.ndarray) -> None:
+def _moe_block(
+    k: _Kernels, model: ModelSpec, m: int, xn: str, loads: np.ndarray, experts: ExpertKernels
+) -> None:
     e = k.elem
-    H, N, top_k, width = model.hidden, model.n_experts, model.top_k, model.expert_width
+    H, N, top_k = model.hidden, model.n_experts, model.top_k
     loads = np.asarray(loads)
     if loads.shape != (N,) or int(loads.sum()) != m * top_k or np.any(loads < 0) or loads.max() > m:
         raise MoesimError(
@@ -351,19 +355,7 @@ def _moe_block(k: _Kernels, model: ModelSpec, m: int, xn: str, loads: np.ndarray
         [("gate", pairs * e), (P + "sorted_pairs", pairs * INDEX_BYTES)],
         ("w_sorted", pairs * e),
     )
-    for expert in np.flatnonzero(loads):
-        # x_sorted and y_sorted are read / written one slice per expert
-        k.swiglu(
-            f"e{expert}",
-            "routed_experts",
-            "x_sorted",
-            f"{P}e{expert}.w13",
-            f"{P}e{expert}.w2",
-            int(loads[expert]),
-            H,
-            width,
-            "y_sorted",
-        )
+    experts(k, model, loads)
     y_bytes = pairs * H * e
     k.add(
         "scale_",
@@ -381,6 +373,27 @@ def _moe_block(k: _Kernels, model: ModelSpec, m: int, xn: str, loads: np.ndarray
     )
 
 
+def expert_loop_kernels(k: _Kernels, model: ModelSpec, loads: np.ndarray) -> None:
+    """For every distinct expert hit: gate-up GEMM, SiLU, multiply, down GEMM on its slice of the sorted rows."""
+    for expert in np.flatnonzero(loads):
+        # x_sorted and y_sorted are read / written one slice per expert
+        k.swiglu(
+            f"e{expert}",
+            "routed_experts",
+            "x_sorted",
+            f"{P}e{expert}.w13",
+            f"{P}e{expert}.w2",
+            int(loads[expert]),
+            model.hidden,
+            model.expert_width,
+            "y_sorted",
+        )
+
+
+# Adds the routed experts' kernels (rows sorted by expert in x_sorted → y_sorted) for these loads.
+ExpertKernels = Callable[[_Kernels, ModelSpec, np.ndarray], None]
+
+
 def even_loads(model: ModelSpec, m_tokens: int, distinct: float) -> np.ndarray:
     """Loads of U = round(distinct) experts sharing the M·k token-expert pairs as evenly as possible."""
     n, top_k = model.n_experts, model.top_k
@@ -393,9 +406,16 @@ def even_loads(model: ModelSpec, m_tokens: int, distinct: float) -> np.ndarray:
 
 
 def reference_step_plan(
-    model: ModelSpec, batch: int, tokens_per_seq: int, context_len: int, expert_loads: Sequence[np.ndarray]
+    model: ModelSpec,
+    batch: int,
+    tokens_per_seq: int,
+    context_len: int,
+    expert_loads: Sequence[np.ndarray],
+    experts: ExpertKernels | None = None,
+    engine: str = ENGINE_NAME,
 ) -> StepPlan:
-    """The exact plan of one reference step; `expert_loads[j]` = tokens per expert of the j-th MoE layer."""
+    """The exact plan of one reference step; `expert_loads[j]` = tokens per expert of the j-th MoE layer;
+    `experts` and `engine` name another reference's expert kernels (see plan/reference_fused.py)."""
     check_step_inputs(model, batch, tokens_per_seq, context_len)
     check_reference_model(model)
     if len(expert_loads) != model.n_moe_layers:
@@ -413,12 +433,14 @@ def reference_step_plan(
             distinct.append(float(np.count_nonzero(loads)))
             moe_index += 1
         segments.append(
-            Segment(tuple(layer_kernels(model, batch, tokens_per_seq, context_len, ffn, loads)), layer)
+            Segment(
+                tuple(layer_kernels(model, batch, tokens_per_seq, context_len, ffn, loads, experts)), layer
+            )
         )
     segments.append(Segment(tuple(epilogue(model, m))))
     return StepPlan(
         model_name=model.name,
-        engine=ENGINE_NAME,
+        engine=engine,
         batch=batch,
         tokens_per_seq=tokens_per_seq,
         context_len=context_len,
@@ -458,8 +480,10 @@ REFERENCE_STYLE = PlanBuilder(
 __all__ = [
     "ENGINE_NAME",
     "REFERENCE_STYLE",
+    "ExpertKernels",
     "check_reference_model",
     "even_loads",
+    "expert_loop_kernels",
     "layer_kernels",
     "reference_step_plan",
 ]

@@ -3,6 +3,7 @@
     fused            serving-engine kernels (vLLM / SGLang): grouped GEMMs over the distinct experts
     per-token        a naive loop, one expert MLP per (token, chosen expert)
     torch-reference  exactly the aten ops moesim's validation reference launches (plan/reference.py)
+    torch-fused      that reference with one grouped GEMM per expert projection (plan/reference_fused.py)
 
 Third parties add theirs with `register_engine_style(PlanBuilder(...))`.
 """
@@ -13,6 +14,7 @@ from moesim.errors import MoesimError
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.kernels import Kernel
 from moesim.simulator.plan.reference import REFERENCE_STYLE
+from moesim.simulator.plan.reference_fused import FUSED_REFERENCE_STYLE
 from moesim.simulator.plan.step import (
     GENERIC_DEVICE,
     MAX_PER_TOKEN_LAUNCHES,
@@ -42,6 +44,7 @@ ENGINE_STYLES: dict[str, PlanBuilder] = {
         max_launches=MAX_PER_TOKEN_LAUNCHES,
     ),
     REFERENCE_STYLE.name: REFERENCE_STYLE,
+    FUSED_REFERENCE_STYLE.name: FUSED_REFERENCE_STYLE,
 }
 
 

@@ -218,6 +218,8 @@ def serve(
             "hardware": resolved.hardware.name,
             "hardware_provenance": resolved.hardware.provenance.kind,
             "layout": resolved.layout.describe(),
+            "serving_engine": resolved.serving_engine.name,
+            "serving_engine_provenance": resolved.serving_engine.provenance.kind,
             "workload": workload.description,
             "num_prompts": len(workload.requests),
             "seed": seed,
@@ -234,7 +236,6 @@ def serve(
                 else f"SD: {with_drafter.description}; no SD: {without.description}"
             ),
             "step_cost": cost.description,
-            "not_modelled": "the serving engine's per-step host work (scheduling, input preparation, "
-            "CUDA-graph padding); expert-parallel layouts",
+            "not_modelled": "expert-parallel layouts; the drafter's pass over prompt tokens",
         },
     )

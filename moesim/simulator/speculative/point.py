@@ -1,7 +1,16 @@
-"""The speculative point: decode, draft, verify → the SD speedup of one (batch, draft length), written once.
+"""The speculative point: decode, draft, verify → the SD speedup of one (batch, draft length), written once,
+under the scenario's serving engine (`simulator/engines`).
 
     point = speculative_point(resolved, timer, draft_len)
-    point.speedup == tokens_per_step × T_decode ÷ (T_draft + T_verify)
+    decode  = device(B', 1) + exposed host          B' = B padded up to the engine's next captured size
+    verify  = device(B', q) + exposed host          q = K + 1 (chain) or a tree's draft tokens;
+                                                    batch expansion: B·q rows of one token
+    draft   = K drafter passes in the drafter's launch mode + K·draft_step_us (n-gram: host time)
+    point.speedup == tokens_per_step × decode ÷ (draft + verify + acceptance sync)
+
+Each step's launch is the engine's for its size: a graph when captured, else eager or piecewise. The
+exposed host time is host − f·min(host, device) (`engines.overheads`). With the `ideal` serving engine
+every added term is exactly 0 and B' = B, so the point is the kernel stream's own.
 
 `simulate` runs it on the simpy engine, `sweep` on the fast path; both go through this module, so a point
 means the same in both. A step on a multi-GPU layout is the slowest rank's, collectives included.
@@ -9,16 +18,21 @@ means the same in both. A step on a multi-GPU layout is the slowest rank's, coll
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from moesim.simulator.engines import overheads as ov
+from moesim.simulator.engines.profile import ServingEngineProfile
 from moesim.simulator.execution.launch import LaunchParams
 from moesim.simulator.execution.timer import StepTimer, TimedStep, time_parallel
 from moesim.simulator.plan.parallel import ParallelStep, build_parallel_plan
 from moesim.simulator.plan.step import StepPlan
 from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.scenario import ResolvedScenario
-from moesim.simulator.speculative.acceptance import expected_tokens, speedup
-from moesim.simulator.speculative.drafters import draft_pass_s, draft_time_s, handoff_s
+from moesim.simulator.speculative.acceptance import expected_tokens
+from moesim.simulator.speculative.drafters import Drafter, draft_pass_s, draft_time_s, handoff_s
 
 
 @dataclass(frozen=True)
@@ -34,39 +48,231 @@ class TimedPlan:
         return self.timing.step_s
 
 
+StepTimes = Callable[[int, int, str], TimedPlan]  # (rows, tokens per row, "graph"|"eager") -> the step
+DraftTimes = Callable[[int, int, str], float]  # (rows, draft length, "graph"|"eager") -> drafter seconds
+
+
+@dataclass(frozen=True)
+class PiecewiseCosts:
+    """A piecewise-graph step's host issue costs: one graph launch per piece, one eager attention launch
+    per layer (the hardware profile's launch costs)."""
+
+    layers: int
+    graph_launch_s: float
+    eager_launch_s: float
+
+
+@dataclass(frozen=True)
+class EngineStep:
+    """One forward step as the serving engine runs it: the kernel stream at the batch as run, plus host."""
+
+    timed: TimedPlan  # the kernel stream at `rows_run` rows, with its launch and sync
+    rows: int  # the rows asked for (sequences, or B·q under batch expansion)
+    rows_run: int  # the rows run: padded up to the captured size
+    tokens_per_row: int
+    launch: str  # graph | eager | piecewise
+    device_s: float  # the kernel stream's time (piecewise: its issue-bound time)
+    padding_s: float  # of device_s, what the dummy rows up to the captured size add
+    host_s: float  # the engine's host work for the step
+    engine_host_s: float  # the part of it the device does not hide
+
+    @property
+    def step_s(self) -> float:
+        return self.device_s + self.engine_host_s
+
+    @property
+    def plan(self) -> StepPlan:
+        return self.timed.plan
+
+    @property
+    def parallel(self) -> ParallelStep | None:
+        return self.timed.parallel
+
+    def breakdown_s(self) -> dict[str, float]:
+        """Where the step's time went: the kernel categories (scaled to the unpadded share of the device
+        time when the engine pads or runs piecewise), `padding` and `engine_host`; sums to `step_s`."""
+        out = dict(self.timed.timing.breakdown_s)
+        if self.padding_s > 0.0 or self.device_s != self.timed.step_s:
+            total = sum(out.values())
+            scale = (self.device_s - self.padding_s) / total if total > 0 else 0.0
+            out = {name: seconds * scale for name, seconds in out.items()}
+        out["padding"] = self.padding_s
+        out["engine_host"] = self.engine_host_s
+        return out
+
+    def engine_json(self) -> dict[str, Any]:
+        return {
+            "rows": self.rows,
+            "rows_run": self.rows_run,
+            "tokens_per_row": self.tokens_per_row,
+            "launch": self.launch,
+            "device_s": self.device_s,
+            "padding_s": self.padding_s,
+            "host_s": self.host_s,
+            "engine_host_s": self.engine_host_s,
+            "step_s": self.step_s,
+        }
+
+
 @dataclass(frozen=True)
 class SpeculativePoint:
     """Decode and verification steps, the drafter's time, expected tokens and the speedup they imply."""
 
     draft_len: int
-    decode: TimedPlan
-    verify: TimedPlan
-    draft_s: float
+    decode: EngineStep
+    verify: EngineStep
+    draft_s: float  # drafter device time (its own launch mode) + its host work
+    draft_host_s: float
+    accept_sync_s: float
     tokens_per_step: float
-    speedup: float
+    serving_engine: str
+
+    @property
+    def round_s(self) -> float:
+        """One SD round: draft, verify, learn how many tokens were accepted."""
+        return self.draft_s + self.verify.step_s + self.accept_sync_s
+
+    @property
+    def speedup(self) -> float:
+        return self.tokens_per_step * self.decode.step_s / self.round_s
 
     @property
     def verify_over_decode(self) -> float:
         return self.verify.step_s / self.decode.step_s
 
+    @property
+    def step_ratio(self) -> float:
+        """Cost of one SD round in decode steps (what measured runs call the step ratio)."""
+        return self.round_s / self.decode.step_s
 
-def time_step(resolved: ResolvedScenario, timer: StepTimer, tokens_per_seq: int) -> TimedPlan:
-    """One step of the scenario's batch with `tokens_per_seq` tokens each (1: decode; K + 1: verification)."""
+
+def time_step(
+    resolved: ResolvedScenario,
+    timer: StepTimer,
+    tokens_per_seq: int,
+    *,
+    rows: int | None = None,
+    launch: str | None = None,
+) -> TimedPlan:
+    """One kernel-stream step of `rows` (default: the scenario's batch) × `tokens_per_seq` tokens, launched
+    `launch` (default: the scenario's)."""
     r = resolved
+    batch = r.batch if rows is None else rows
+    mode = r.launch if launch is None else launch
     if r.layout.is_single:
-        plan = build_plan(r.model, r.batch, tokens_per_seq, r.context_len, r.engine, r.routing, r.hardware)
-        return TimedPlan(plan, timer.step(plan, r.launch))
+        plan = build_plan(r.model, batch, tokens_per_seq, r.context_len, r.engine, r.routing, r.hardware)
+        return TimedPlan(plan, timer.step(plan, mode))
     step = build_parallel_plan(
-        r.model, r.batch, tokens_per_seq, r.layout, r.hardware, r.context_len, r.engine, r.routing
+        r.model, batch, tokens_per_seq, r.layout, r.hardware, r.context_len, r.engine, r.routing
     )
-    return TimedPlan(step.plan, time_parallel(timer, step, r.launch), step)
+    return TimedPlan(step.plan, time_parallel(timer, step, mode), step)
 
 
-def drafter_pass_s(resolved: ResolvedScenario, timer: StepTimer) -> float:
-    """Device seconds of one drafter pass at the scenario's batch (the same for every draft length)."""
+def scenario_timers(
+    resolved: ResolvedScenario, timer: StepTimer
+) -> tuple[StepTimes, DraftTimes, PiecewiseCosts]:
+    """The scenario's step and drafter times at any (rows, tokens, launch), memoised: a sweep builds them
+    once per (model, batch) and every draft length reuses the decode step and the drafter pass."""
     r = resolved
-    return draft_pass_s(
-        r.drafter, r.model, r.layout, r.batch, r.context_len, r.engine, r.routing, timer, r.launch
+    steps: dict[tuple[int, int, str], TimedPlan] = {}
+    passes: dict[tuple[int, str], float] = {}
+    # an EAGLE head with a reduced vocabulary (EAGLE-3's draft vocabulary) has a smaller LM head
+    draft_vocab = r.serving_engine.drafter.draft_vocab_size
+    target = (
+        dataclasses.replace(r.model, vocab=draft_vocab)
+        if draft_vocab and r.drafter.kind == "eagle"
+        else r.model
+    )
+
+    def step_times(rows: int, tokens_per_seq: int, launch: str) -> TimedPlan:
+        key = (rows, tokens_per_seq, launch)
+        if key not in steps:
+            steps[key] = time_step(r, timer, tokens_per_seq, rows=rows, launch=launch)
+        return steps[key]
+
+    def draft_times(rows: int, draft_len: int, launch: str) -> float:
+        if (rows, launch) not in passes:
+            passes[rows, launch] = draft_pass_s(
+                r.drafter, target, r.layout, rows, r.context_len, r.engine, r.routing, timer, launch
+            )
+        return draft_time_s(
+            r.drafter,
+            rows,
+            draft_len,
+            step_times(rows, 1, launch).step_s if r.drafter.kind == "fraction" else 0.0,  # F × decode
+            passes[rows, launch],
+            LaunchParams.from_hardware(r.hardware, launch).overhead_s,
+            handoff_s(r.drafter, r.model, timer, r.layout, rows, draft_len),
+        )
+
+    em = r.hardware.empirical
+    piecewise = PiecewiseCosts(r.model.n_layers, em.graph_launch_us * 1e-6, em.launch_eager_us * 1e-6)
+    return step_times, draft_times, piecewise
+
+
+def engine_step(
+    profile: ServingEngineProfile,
+    rows: int,
+    tokens_per_seq: int,
+    requested_launch: str,
+    steps: StepTimes,
+    piecewise: PiecewiseCosts,
+) -> EngineStep:
+    """A step of `rows` × `tokens_per_seq` as the serving engine runs it (see the module docstring)."""
+    launch = ov.launch_for(profile, rows, tokens_per_seq, requested_launch)
+    rows_run = ov.padded_sequences(profile, rows, tokens_per_seq, requested_launch)
+    timed_launch = "graph" if launch == "piecewise" else launch
+    timed = steps(rows_run, tokens_per_seq, timed_launch)
+    device_s = timed.step_s
+    if launch == "piecewise":
+        device_s = ov.piecewise_step_s(
+            device_s, piecewise.layers, piecewise.graph_launch_s, piecewise.eager_launch_s
+        )
+    padding_s = device_s - steps(rows, tokens_per_seq, timed_launch).step_s if rows_run != rows else 0.0
+    host_s = ov.host_time_s(profile, rows, rows * tokens_per_seq)
+    return EngineStep(
+        timed=timed,
+        rows=rows,
+        rows_run=rows_run,
+        tokens_per_row=tokens_per_seq,
+        launch=launch,
+        device_s=device_s,
+        padding_s=max(0.0, padding_s),
+        host_s=host_s,
+        engine_host_s=ov.exposed_host_s(profile, host_s, device_s),
+    )
+
+
+def engine_point(
+    profile: ServingEngineProfile,
+    drafter: Drafter,
+    batch: int,
+    draft_len: int,
+    tokens_per_step: float,
+    requested_launch: str,
+    steps: StepTimes,
+    drafts: DraftTimes,
+    piecewise: PiecewiseCosts,
+) -> SpeculativePoint:
+    """The SD point of (batch, K) under `profile` from step and drafter times (module docstring)."""
+    decode = engine_step(profile, batch, 1, requested_launch, steps, piecewise)
+    rows, tokens_per_row = ov.verify_shape(profile.drafter, batch, draft_len)
+    verify = engine_step(profile, rows, tokens_per_row, requested_launch, steps, piecewise)
+    if drafter.kind == "ngram":
+        draft_s, draft_host_s = ov.ngram_draft_s(profile, batch), 0.0
+    else:
+        draft_host_s = ov.draft_host_s(profile, draft_len)
+        launch = ov.drafter_launch(profile.drafter, verify.launch)
+        draft_s = drafts(ov.draft_sequences(profile.drafter, batch), draft_len, launch) + draft_host_s
+    return SpeculativePoint(
+        draft_len=draft_len,
+        decode=decode,
+        verify=verify,
+        draft_s=draft_s,
+        draft_host_s=draft_host_s,
+        accept_sync_s=ov.accept_sync_s(profile),
+        tokens_per_step=tokens_per_step,
+        serving_engine=profile.name,
     )
 
 
@@ -75,28 +281,25 @@ def speculative_point(
     timer: StepTimer,
     draft_len: int | None = None,
     *,
-    decode: TimedPlan | None = None,
-    pass_s: float | None = None,
+    timers: tuple[StepTimes, DraftTimes, PiecewiseCosts] | None = None,
 ) -> SpeculativePoint:
-    """The SD point at `draft_len` (default: the scenario's). A sweep passes the batch's `decode` step and
-    drafter `pass_s` so they are computed once for all draft lengths."""
+    """The SD point at `draft_len` (default: the scenario's) under the scenario's serving engine. A sweep
+    passes the batch's `scenario_timers` so steps shared by its draft lengths are timed once."""
     r = resolved
     k = r.scenario.draft_len if draft_len is None else draft_len
-    decode = decode or time_step(r, timer, 1)
-    verify = time_step(r, timer, k + 1)
-    overhead_s = LaunchParams.from_hardware(r.hardware, r.launch).overhead_s
-    t_draft = draft_time_s(
-        r.drafter,
-        r.batch,
-        k,
-        decode.step_s,
-        drafter_pass_s(r, timer) if pass_s is None else pass_s,
-        overhead_s,
-        handoff_s(r.drafter, r.model, timer, r.layout, r.batch, k),
-    )
+    steps, drafts, piecewise = timers or scenario_timers(r, timer)
     tokens = expected_tokens(k, r.scenario.acceptance, r.scenario.acceptance_length)
-    gain = float(speedup(tokens, decode.step_s, t_draft, verify.step_s))
-    return SpeculativePoint(k, decode, verify, t_draft, tokens, gain)
+    return engine_point(r.serving_engine, r.drafter, r.batch, k, tokens, r.launch, steps, drafts, piecewise)
 
 
-__all__ = ["SpeculativePoint", "TimedPlan", "drafter_pass_s", "speculative_point", "time_step"]
+__all__ = [
+    "EngineStep",
+    "PiecewiseCosts",
+    "SpeculativePoint",
+    "TimedPlan",
+    "engine_point",
+    "engine_step",
+    "scenario_timers",
+    "speculative_point",
+    "time_step",
+]

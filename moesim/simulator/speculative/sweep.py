@@ -16,6 +16,7 @@ from typing import Any
 
 from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
+from moesim.simulator.engines.profile import load_serving_engine
 from moesim.simulator.execution.launch import check_launch
 from moesim.simulator.execution.timer import FastTimer, StepTimer
 from moesim.simulator.models.spec import ModelSpec
@@ -24,7 +25,7 @@ from moesim.simulator.plan.styles import engine_style
 from moesim.simulator.scenario import Scenario, resolve_hardware, resolve_routing
 from moesim.simulator.speculative.acceptance import check_acceptance, peak_batch
 from moesim.simulator.speculative.drafters import parse_drafter
-from moesim.simulator.speculative.point import drafter_pass_s, speculative_point, time_step
+from moesim.simulator.speculative.point import scenario_timers, speculative_point
 
 ROW_FIELDS = (
     "model",
@@ -141,8 +142,9 @@ def run_sweep(
         if k < 1:
             raise MoesimError("draft_len", f"values must be ≥ 1, got {k}")
     drafter = parse_drafter(base.drafter)
+    serving = load_serving_engine(base.serving_engine)
     max_k = max(draft_lens)
-    base = base.replace(hardware=hardware, draft_len=max_k)
+    base = base.replace(hardware=hardware, draft_len=max_k, serving_engine=serving)
     rows: list[SweepRow] = []
     skipped: list[dict[str, Any]] = []
     descriptions: dict[str, str] = {}
@@ -161,11 +163,10 @@ def run_sweep(
                 if progress:
                     progress(len(draft_lens))
                 continue
-            decode = time_step(resolved, timer, 1)
-            pass_s = drafter_pass_s(resolved, timer)
+            timers = scenario_timers(resolved, timer)
             layout = resolved.layout
             for k in draft_lens:
-                point = speculative_point(resolved, timer, k, decode=decode, pass_s=pass_s)
+                point = speculative_point(resolved, timer, k, timers=timers)
                 rows.append(
                     SweepRow(
                         model=model.name,
@@ -201,6 +202,8 @@ def run_sweep(
             "context_len": base.context_len,
             "hardware": hardware.name,
             "hardware_provenance": hardware.provenance.kind,
+            "serving_engine": serving.name,
+            "serving_engine_provenance": serving.provenance.kind,
         },
     )
 

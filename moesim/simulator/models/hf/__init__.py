@@ -90,10 +90,10 @@ _INHERITED = ("tie_word_embeddings", "torch_dtype", "dtype", "quantization_confi
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted({*FAMILIES, *WRAPPERS}))
 
 
-def _text_model(cfg: HfConfig, model_type: str) -> tuple[HfConfig, str]:
+def _text_model(cfg: HfConfig, model_type: str, path: tuple[str, ...]) -> tuple[HfConfig, str]:
     """The language model of a wrapper config (with the wrapper's dtype, tying and quantisation)."""
     text, towers = cfg, []
-    for key in WRAPPERS[model_type]:
+    for key in path:
         if not isinstance(text.data.get(key), dict):
             raise MoesimError(
                 text.field(key), "is missing", f"a {model_type} config nests its language model here"
@@ -111,7 +111,7 @@ def _text_model(cfg: HfConfig, model_type: str) -> tuple[HfConfig, str]:
     if towers:
         cfg.assume(f"{', '.join(sorted(towers))}: not modelled (a text decode step does not run them)")
         cfg.used.update(towers)
-    nested = text.data.get("model_type") or _NESTED_TYPES[model_type]
+    nested = text.data.get("model_type") or _NESTED_TYPES.get(model_type, f"{model_type}_text")
     text.used.add(text.prefix + "model_type")
     return text, nested
 
@@ -128,7 +128,10 @@ def spec_from_hf_config(config: dict[str, Any], name: str, origin: str = "config
     model_type = cfg.get("model_type", None)
     if not isinstance(model_type, str) or not model_type:
         raise MoesimError(cfg.field("model_type"), "is missing", "a config.json names its model_type")
-    text, family = _text_model(cfg, model_type) if model_type in WRAPPERS else (cfg, model_type)
+    path = WRAPPERS.get(model_type)
+    if path is None and model_type not in FAMILIES and isinstance(config.get("text_config"), dict):
+        path = ("text_config",)  # an unknown multimodal wrapper: read its language model
+    text, family = _text_model(cfg, model_type, path) if path else (cfg, model_type)
     reader = FAMILIES.get(family, general.general)
     fields = reader(text, family)
     if model_type in WRAPPERS:

@@ -16,30 +16,12 @@ from moesim.simulator.models.hf.reader import HfConfig
 
 
 def _moe(
-    cfg: HfConfig,
-    n_layers: int,
-    first_dense_default: int,
-    scoring_default: str = "sigmoid",
-    topk_method_default: str = "noaux_tc",
+    cfg: HfConfig, n_layers: int, first_dense: int, scoring: str = "sigmoid", topk_method: str = "noaux_tc"
 ) -> dict[str, Any]:
-    """Routed/shared experts, layer pattern and grouped routing of a DeepSeek-style MoE."""
-    experts = r.experts(cfg)
-    ffn = r.ffn_kinds(cfg, n_layers, experts.get("n_experts", 0), first_dense_default)
-    scoring = cfg.get("scoring_func", scoring_default)
-    if scoring not in ("softmax", "sigmoid"):
-        cfg.assume(
-            f"scoring_func {scoring!r}: routed like sigmoid scores (independent per expert, then top-k)"
-        )
-    return {
-        **experts,
-        "layer_ffn": tuple(ffn),
-        "dense_ffn_width": r.dense_width(cfg, ffn),
-        "n_groups": cfg.integer("n_group", None) or 1,
-        "topk_groups": cfg.integer("topk_group", None) or 1,
-        "router_score": "softmax" if scoring == "softmax" else "sigmoid",
-        # noaux_tc routing keeps a score-correction bias per expert (a stored tensor in checkpoints).
-        "router_bias": cfg.get("topk_method", topk_method_default) == "noaux_tc",
-    }
+    """A DeepSeek-style MoE block; noaux_tc routing keeps a score-correction bias per expert (a stored
+    tensor in checkpoints)."""
+    block = r.moe_block(cfg, n_layers, first_dense, scoring_default=scoring)
+    return block | {"router_bias": cfg.get("topk_method", topk_method) == "noaux_tc"}
 
 
 def deepseek(cfg: HfConfig, family: str) -> dict[str, Any]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from moesim.simulator.models.hf import reader as r
-from moesim.simulator.models.hf.gqa_moe import _moe_block
 from moesim.simulator.models.hf.qwen import qwen_attention
 from moesim.simulator.models.hf.reader import HfConfig
 
@@ -46,14 +45,9 @@ def general(cfg: HfConfig, family: str) -> dict[str, Any]:
     attention = r.mla(cfg, **extra) if cfg.has("kv_lora_rank") else r.gqa(cfg, hidden, **extra)
     fields: dict[str, Any] = {}
     if "linear" in kinds:
-        if not cfg.has("linear_num_value_heads"):
-            cfg.assume("linear-attention layers read as Gated DeltaNet (linear_* keys)")
+        cfg.assume("linear-attention layers read as Gated DeltaNet (linear_* keys)")
         fields["linear_attention"] = r.gated_deltanet(cfg)
-    moe = _moe_block(cfg, n)
-    if moe.get("n_experts"):
-        if not any(cfg.has(key) for key in r.EXPERT_WIDTH_KEYS):
-            cfg.assume("expert width taken from intermediate_size (no moe_intermediate_size key)")
-        fields["router_score"] = "sigmoid" if cfg.get("scoring_func", "softmax") == "sigmoid" else "softmax"
-        if "dense" in moe["layer_ffn"] and not any(cfg.has(key) for key in r.EXPERT_WIDTH_KEYS):
-            moe["dense_ffn_width"] = moe["expert_width"]
+    moe = r.moe_block(cfg, n)
+    if moe.get("n_experts") and not any(cfg.has(key) for key in r.EXPERT_WIDTH_KEYS):
+        cfg.assume("expert width taken from intermediate_size (no moe_intermediate_size key)")
     return r.base(cfg, family, layer_attention=tuple(kinds), attention=attention, **moe, **fields)

@@ -14,15 +14,6 @@ from moesim.simulator.models.hf.reader import HfConfig
 from moesim.simulator.models.spec import AttentionLayerKind, AttentionSpec
 
 
-def _moe_block(
-    cfg: HfConfig, n: int, first_dense: int = 0, shared_default: int | None = None
-) -> dict[str, Any]:
-    """Experts (common spellings), the FFN kind of each layer and the dense layers' width."""
-    experts = r.experts(cfg, shared_default=shared_default)
-    ffn = r.ffn_kinds(cfg, n, experts.get("n_experts", 0), first_dense)
-    return {**experts, "layer_ffn": tuple(ffn), "dense_ffn_width": r.dense_width(cfg, ffn)}
-
-
 def _read(
     cfg: HfConfig,
     family: str,
@@ -40,8 +31,8 @@ def _read(
     n, kinds, att = r.softmax_attention(
         cfg, rule, bias_key=bias_key, bias_default=bias_default, output_bias=output_bias, **(attention or {})
     )
-    moe = _moe_block(cfg, n, first_dense, shared_default)
-    return r.base(cfg, family, layer_attention=tuple(kinds), attention=att, **moe, **fields)
+    moe = r.moe_block(cfg, n, first_dense, shared_default) | fields  # the family's facts win
+    return r.base(cfg, family, layer_attention=tuple(kinds), attention=att, **moe)
 
 
 def mixtral(cfg: HfConfig, family: str) -> dict[str, Any]:
@@ -76,8 +67,6 @@ def glm4_moe(cfg: HfConfig, family: str) -> dict[str, Any]:
         attention={"qk_norm": cfg.boolean("use_qk_norm", False)},
         router_score="sigmoid",
         router_bias=True,
-        n_groups=cfg.integer("n_group", None) or 1,
-        topk_groups=cfg.integer("topk_group", None) or 1,
     )
 
 

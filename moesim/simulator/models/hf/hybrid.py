@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from moesim.simulator.models.hf import reader as r
-from moesim.simulator.models.hf.gqa_moe import _moe_block
 from moesim.simulator.models.hf.reader import HfConfig
 from moesim.simulator.models.spec import LinearAttentionSpec
 
@@ -37,7 +36,7 @@ def minimax(cfg: HfConfig, family: str) -> dict[str, Any]:
         layer_attention=tuple(kinds),
         attention=attention,
         linear_attention=LinearAttentionSpec(heads, heads, head_dim, head_dim, conv_kernel=1),
-        **_moe_block(cfg, n),
+        **r.moe_block(cfg, n),
     )
 
 
@@ -71,7 +70,7 @@ def granitemoehybrid(cfg: HfConfig, family: str) -> dict[str, Any]:
             output_bias=cfg.boolean("attention_bias", False),
         ),
         linear_attention=mamba,
-        **_moe_block(cfg, n),
+        **r.moe_block(cfg, n),
     )
     if not spec.get("n_experts"):  # dense Granite-4 hybrids: the shared MLP is the FFN
         spec["dense_ffn_width"] = cfg.integer("shared_intermediate_size")
@@ -105,5 +104,5 @@ def lfm2_moe(cfg: HfConfig, family: str) -> dict[str, Any]:
         linear_attention=conv,
         router_bias=cfg.boolean("use_expert_bias", True),
         tied_embeddings=cfg.boolean("tie_word_embeddings", True),
-        **_moe_block(cfg, n, first_dense=2),
+        **r.moe_block(cfg, n, first_dense=2),
     )

@@ -15,16 +15,9 @@ from moesim.simulator.models.spec import AttentionLayerKind, AttentionSpec
 
 
 def _ffn(cfg: HfConfig, n: int) -> dict[str, Any]:
-    """Qwen MoE layers: MoE unless listed in mlp_only_layers, every decoder_sparse_step-th layer."""
-    experts = r.experts(cfg)
-    ffn = r.ffn_kinds(cfg, n, experts.get("n_experts", 0))
-    shared = bool(experts.get("n_shared_experts"))
-    return {
-        **experts,
-        "layer_ffn": tuple(ffn),
-        "dense_ffn_width": r.dense_width(cfg, ffn),
-        "shared_expert_gate": shared,
-    }
+    """Qwen MoE layers (MoE unless in mlp_only_layers, every decoder_sparse_step-th); a shared expert is gated."""
+    block = r.moe_block(cfg, n)
+    return block | {"shared_expert_gate": bool(block.get("n_shared_experts"))}
 
 
 def qwen_attention(cfg: HfConfig, family: str) -> tuple[int, list[AttentionLayerKind], AttentionSpec]:

@@ -172,10 +172,7 @@ NO_SHAPE_KEYS = frozenset(
         "ffn_act_fn",
         "moe_aux_loss_coeff",
         "moe_z_loss_coeff",
-        "scoring_func",
         "topk_method",
-        "n_group",
-        "topk_group",
         "expert_selection_fn",
         "use_bidirectional_attention",
     ]
@@ -598,12 +595,14 @@ def indexer(cfg: HfConfig) -> dict[str, Any]:
 
 
 def gated_deltanet(cfg: HfConfig) -> LinearAttentionSpec:
-    """Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5)."""
+    """Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5); `linear_num_heads` / `linear_head_dim` give
+    equal key and value shapes (Kimi-Linear's and Ling's delta-rule layers)."""
+    heads, head_dim = ("linear_num_heads",), ("linear_head_dim",)
     return LinearAttentionSpec(
-        num_key_heads=cfg.integer("linear_num_key_heads"),
-        num_value_heads=cfg.integer("linear_num_value_heads"),
-        key_head_dim=cfg.integer("linear_key_head_dim"),
-        value_head_dim=cfg.integer("linear_value_head_dim"),
+        num_key_heads=cfg.first_integer(("linear_num_key_heads", *heads)),
+        num_value_heads=cfg.first_integer(("linear_num_value_heads", *heads)),
+        key_head_dim=cfg.first_integer(("linear_key_head_dim", *head_dim)),
+        value_head_dim=cfg.first_integer(("linear_value_head_dim", *head_dim)),
         conv_kernel=cfg.integer("linear_conv_kernel_dim", 4),
     )
 
@@ -632,6 +631,41 @@ def experts(
         "expert_width": width,
         "n_shared_experts": shared,
         "shared_expert_width": (shared_width or width) if shared else 0,
+    }
+
+
+def routing(cfg: HfConfig, scoring_default: str | None = None) -> dict[str, Any]:
+    """Group-limited routing (`n_group` / `num_expert_group`, `topk_group`) and the score function
+    (`scoring_func`: softmax, sigmoid; others are routed like sigmoid scores, stated)."""
+    fields: dict[str, Any] = {
+        "n_groups": cfg.first_integer(("n_group", "num_expert_group"), None) or 1,
+        "topk_groups": cfg.integer("topk_group", None) or 1,
+    }
+    scoring = cfg.get("scoring_func", scoring_default)
+    if scoring is not None:
+        if scoring not in ("softmax", "sigmoid"):
+            cfg.assume(
+                f"scoring_func {scoring!r}: routed like sigmoid scores (independent per expert, then top-k)"
+            )
+        fields["router_score"] = "softmax" if scoring == "softmax" else "sigmoid"
+    return fields
+
+
+def moe_block(
+    cfg: HfConfig,
+    n_layers: int,
+    first_dense: int = 0,
+    shared_default: int | None = None,
+    scoring_default: str | None = None,
+) -> dict[str, Any]:
+    """Experts (common spellings), the FFN kind of each layer, the dense layers' width and the routing."""
+    found = experts(cfg, shared_default=shared_default)
+    ffn = ffn_kinds(cfg, n_layers, found.get("n_experts", 0), first_dense)
+    return {
+        **found,
+        "layer_ffn": tuple(ffn),
+        "dense_ffn_width": dense_width(cfg, ffn),
+        **routing(cfg, scoring_default),
     }
 
 

@@ -1,0 +1,202 @@
+"""Serving-engine commands: `moesim engines` (the profiles and their provenance), and the renderers of
+`moesim validate --runs` and `moesim calibrate --from-runs`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from moesim.commands.common import emit_json, handle_errors, make_console
+from moesim.errors import MoesimError
+
+
+def engine_summary(name: str) -> dict[str, Any]:
+    from moesim.simulator.engines.profile import HOST_PARAMETERS, load_serving_engine, profile_to_dict
+
+    profile = load_serving_engine(name)
+    data = profile_to_dict(profile)
+    data["effective_host"] = {
+        n: {"value": getattr(profile.effective_host, n), "unit": spec.unit, "meaning": spec.meaning}
+        for n, spec in HOST_PARAMETERS.items()
+    }
+    return data
+
+
+@click.command("engines")
+@click.argument("names", nargs=-1)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print every profile (all fields and provenance) as JSON."
+)
+@handle_errors
+def engines_command(names: tuple[str, ...], as_json: bool) -> None:
+    """List the serving-engine profiles (`--serving-engine NAME|PATH`): host costs, captured CUDA-graph
+    sizes, drafter style, and where each value comes from. Give NAMES (or .toml paths) to show only those."""
+    from rich.markup import escape
+
+    from moesim.simulator.engines.profile import list_serving_engines
+
+    summaries = [engine_summary(n) for n in (names or list_serving_engines())]
+    if as_json:
+        emit_json({"serving_engines": summaries})
+        return
+    console = make_console()
+    for s in summaries:
+        g, d, p = s["graphs"], s["drafter"], s["provenance"]
+        software = ", ".join(f"{k} {v}" for k, v in p["software"].items()) or "-"
+        console.print(
+            f"[bold]{s['name']}[/bold] ({p['kind']}; {escape(software)}): {escape(s['description'])}"
+        )
+        host = s["effective_host"]
+        fitted = set(s.get("fitted", {}))
+        console.print(
+            "  host   "
+            + ", ".join(f"{n} {v['value']:g}{'*' if n in fitted else ''}" for n, v in host.items())
+        )
+        sizes = g["sizes"]
+        shown = "every size" if not sizes else f"{len(sizes)} sizes {sizes[0]}…{sizes[-1]}"
+        ceiling = f", ≤ {g['max_tokens']} tokens" if g["max_tokens"] else ""
+        console.print(
+            f"  graphs {'on' if g['enabled'] else 'off'}: {shown} {g['capture_unit']}{ceiling}; "
+            f"padding {g['padding']}; uncaptured → {g['uncaptured']}"
+        )
+        console.print(f"  drafter {d['shape']}, launch {d['launch']}")
+        for source in p["sources"]:
+            console.print(f"  source: {escape(source)}")
+        for note in p["assumptions"]:
+            console.print(f"  [dim]assumes: {escape(note)}[/dim]")
+        if fitted:
+            console.print("  * fitted from measured runs (documented default kept in [host])")
+
+
+def _parse_engines(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise MoesimError("--serving-engine", "needs at least one profile", "e.g. ideal,vllm or per-run")
+    return names
+
+
+def runs_validation(runs_path: str | None, serving_engines: str) -> dict[str, Any]:
+    """Every requested profile's validation of the runs, sharing the device times."""
+    from moesim.validation.runs import read_runs
+    from moesim.validation.runs_predict import prepare, validate_runs
+
+    runs = read_runs(runs_path)
+    ready = prepare(runs)
+    results = [validate_runs(runs, name, ready).to_json() for name in _parse_engines(serving_engines)]
+    return {"runs": runs_path or "bundled measured_runs.csv", "validations": results}
+
+
+def print_runs_validation(data: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    console = make_console()
+    validations = data["validations"]
+    table = Table(title=f"speedup MAPE per source ({data['runs']}); signed mean error in brackets")
+    table.add_column("source")
+    for v in validations:
+        table.add_column(v["serving_engine"], justify="right")
+    for source in validations[0]["by_source"]:
+        cells = []
+        for v in validations:
+            s = v["by_source"][source]
+            cells.append(f"{s['speedup_mape']:.1%} ({s['speedup_mean_error']:+.0%})")
+        table.add_row(f"{source} ({int(validations[0]['by_source'][source]['rows'])})", *cells)
+    console.print(table)
+    rows = Table(title="per row: measured / predicted speedup and step ratio (first profile)")
+    for column in ("run", "batch", "measured", "predicted", "ratio meas.", "ratio pred."):
+        rows.add_column(column, justify="right")
+    for r in validations[0]["rows"]:
+        rows.add_row(
+            r["run_id"],
+            str(r["batch"]),
+            f"{r['measured_speedup']:.3f}",
+            f"{r['predicted_speedup']:.3f}",
+            f"{r['measured_step_ratio']:.3f}",
+            f"{r['predicted_step_ratio']:.3f}",
+        )
+    console.print(rows)
+    for s in validations[0]["not_represented"]:
+        console.print(f"  not represented: {s['run_id']} ({s['source']}): {s['reason']}")
+    for note in validations[0]["notes"]:
+        console.print(f"  [dim]{note}[/dim]")
+
+
+def plot_runs_validation(data: dict[str, Any], path: str) -> None:
+    """Predicted against measured speedup, one marker per profile, the diagonal for reference."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from moesim.atomic import atomic_path
+
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    top = 0.0
+    for v in data["validations"]:
+        measured = [r["measured_speedup"] for r in v["rows"]]
+        predicted = [r["predicted_speedup"] for r in v["rows"]]
+        top = max(top, *measured, *predicted)
+        ax.scatter(measured, predicted, label=v["serving_engine"], s=18)
+    ax.plot([0, top * 1.05], [0, top * 1.05], color="grey", linewidth=0.8)
+    ax.set_xlabel("measured speedup")
+    ax.set_ylabel("predicted speedup")
+    ax.legend()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def fit_from_runs(
+    runs_path: str, serving_engine: str, output: str, fit_text: str | None, all_engines: bool
+) -> dict[str, Any]:
+    """Fit the engine's host parameters to the runs measured with it and write the fitted profile."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from moesim.calibrate.from_runs import DEFAULT_FIT, fit_engine_profile
+    from moesim.simulator.engines.profile import load_serving_engine, save_profile
+    from moesim.validation.runs import read_runs
+
+    base = load_serving_engine(serving_engine)
+    runs = read_runs(runs_path)
+    if not all_engines:
+        runs = [r for r in runs if r.serving_engine == base.provenance.engine]
+        if not runs:
+            raise MoesimError(
+                "--from-runs",
+                f"no row of {runs_path} was measured with {base.provenance.engine}",
+                "fit a profile of the engine the runs used, or pass --all-engines",
+            )
+    names = tuple(p.strip() for p in fit_text.split(",") if p.strip()) if fit_text else DEFAULT_FIT
+    fit = fit_engine_profile(runs, base, names, source_label=Path(runs_path).name)
+    header = (
+        f"Serving-engine profile {base.name} fitted by `moesim calibrate --from-runs {Path(runs_path).name} "
+        f"--serving-engine {serving_engine}`: [host] keeps the documented defaults, [fitted] the fitted values."
+    )
+    save_profile(replace(fit.profile, name=Path(output).stem), output, header)
+    return {"output": output, **fit.to_json()}
+
+
+def _pct(value: float) -> str:
+    return "n/a" if value != value else f"{value:.1%}"
+
+
+def print_fit(data: dict[str, Any]) -> None:
+    console = make_console()
+    console.print(f"[bold]{data['serving_engine']}[/bold] fitted → {data['output']}")
+    for name, change in data["fitted"].items():
+        bound = {1.0: "upper", -1.0: "lower"}.get(change["at_bound"])
+        note = f"  [yellow](stopped at its {bound} bound: the runs pull it further)[/yellow]" if bound else ""
+        console.print(f"  {name:<16} {change['default']:10.3f} → {change['fitted']:10.3f}{note}")
+    console.print(
+        f"  speedup MAPE: fit {data['train_mape']:.1%}, leave-one-run-out {_pct(data['leave_one_run_out_mape'])}, "
+        f"leave-one-source-out {_pct(data['leave_one_source_out_mape'])}"
+    )
+    for source, error in data["leave_one_source_out_by_source"].items():
+        loro = data["leave_one_run_out_by_source"][source]
+        console.print(f"    {source}: leave-one-run-out {_pct(loro)}, whole source held out {_pct(error)}")
+    for note in data["fold_notes"]:
+        console.print(f"  [dim]{note}[/dim]")
+    for s in data["not_represented"]:
+        console.print(f"  not represented: {s['run_id']}: {s['reason']}")

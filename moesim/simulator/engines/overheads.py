@@ -1,0 +1,162 @@
+"""What a serving engine adds to one step, as small pure functions of its profile.
+
+- Graph capture: a step of B sequences × q tokens replays a captured graph when its size (B, or B·q tokens,
+  per `capture_unit`) is captured; it is padded up to the next captured size (`padded_sequences`); a step
+  that is not captured runs `uncaptured` (eager, or piecewise: graph pieces with attention launched
+  eagerly between them, `piecewise_step_s`).
+- Host time per step: step_us + per_sequence_us·B + per_token_us·B·q (`host_time_s`); with asynchronous
+  scheduling a share f of it hides behind the device:
+      step = device + host − f·min(host, device)          (`exposed_host_s`: host − f·min(host, device))
+  so f = 0 is device + host, f = 1 is max(device, host), and host work never makes a step faster.
+- Speculative rounds: a chain verifies K + 1 tokens per sequence, a tree its draft-token count
+  (`verify_tokens`), in one pass or as one-token rows by batch expansion (`verify_shape`); a tree's drafter passes extend `tree_topk` candidates per sequence
+  (`draft_sequences`); each drafter pass costs the host `draft_step_us`; the round ends with the
+  acceptance sync (`accept_sync_s`); n-gram drafting is host time (`ngram_draft_s`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from typing import Literal
+
+from moesim.errors import MoesimError
+from moesim.simulator.engines.profile import CudaGraphs, DrafterStyle, ServingEngineProfile
+
+StepLaunch = Literal["graph", "eager", "piecewise"]
+US = 1e-6
+
+
+def _capture_size(graphs: CudaGraphs, sequences: int, tokens_per_seq: int) -> int:
+    return sequences if graphs.capture_unit == "sequences" else sequences * tokens_per_seq
+
+
+def captured_size(graphs: CudaGraphs, sequences: int, tokens_per_seq: int) -> int | None:
+    """The captured size a step of `sequences` × `tokens_per_seq` replays (its own size or the next one
+    up), or None when it is not captured."""
+    if not graphs.enabled:
+        return None
+    size = _capture_size(graphs, sequences, tokens_per_seq)
+    if not graphs.sizes:
+        chosen = size
+    else:
+        index = bisect.bisect_left(graphs.sizes, size)
+        if index == len(graphs.sizes):
+            return None
+        chosen = graphs.sizes[index]
+        if graphs.padding == "none" and chosen != size:
+            return None
+    tokens = chosen * (tokens_per_seq if graphs.capture_unit == "sequences" else 1)
+    if graphs.max_tokens and tokens > graphs.max_tokens:
+        return None
+    return chosen
+
+
+def launch_for(
+    profile: ServingEngineProfile, sequences: int, tokens_per_seq: int, requested: str = "graph"
+) -> StepLaunch:
+    """How the step's kernels are launched: `requested = "eager"` runs everything eagerly; otherwise a
+    graph when the step is captured, else the profile's `uncaptured` mode."""
+    if requested == "eager":
+        return "eager"
+    if captured_size(profile.graphs, sequences, tokens_per_seq) is not None:
+        return "graph"
+    return profile.graphs.uncaptured
+
+
+def padded_sequences(
+    profile: ServingEngineProfile, sequences: int, tokens_per_seq: int, requested: str = "graph"
+) -> int:
+    """Sequences the step really runs (dummy rows added up to the captured size; unchanged when eager or
+    not captured)."""
+    if requested == "eager":
+        return sequences
+    chosen = captured_size(profile.graphs, sequences, tokens_per_seq)
+    if chosen is None:
+        return sequences
+    if profile.graphs.capture_unit == "sequences":
+        return chosen
+    return math.ceil(chosen / tokens_per_seq)
+
+
+def host_time_s(profile: ServingEngineProfile, sequences: int, tokens: int) -> float:
+    """Host seconds the engine spends on one step of `sequences` sequences and `tokens` tokens."""
+    host = profile.effective_host
+    return (host.step_us + host.per_sequence_us * sequences + host.per_token_us * tokens) * US
+
+
+def exposed_host_s(profile: ServingEngineProfile, host_s: float, device_s: float) -> float:
+    """The part of `host_s` the device does not hide: host − f·min(host, device) ≥ 0."""
+    if host_s < 0.0 or device_s < 0.0:
+        raise MoesimError("host_s", f"times must be non-negative, got host {host_s}, device {device_s}")
+    return host_s - profile.effective_host.overlap_fraction * min(host_s, device_s)
+
+
+def piecewise_step_s(
+    device_graph_s: float, layers: int, graph_launch_s: float, eager_launch_s: float
+) -> float:
+    """A step run as piecewise graphs: layers + 1 graph pieces with each layer's attention launched eagerly
+    between them. The host issues pieces while the device runs earlier ones, so the step takes the longer
+    of the graph-replayed device time and the host's issue time."""
+    issue_s = (layers + 1) * graph_launch_s + layers * eager_launch_s
+    return max(device_graph_s, issue_s)
+
+
+def verify_tokens(style: DrafterStyle, draft_len: int) -> int:
+    """Tokens per sequence one verification processes: K + 1 for a chain, the draft-token count for a tree."""
+    if draft_len < 1:
+        raise MoesimError("draft_len", f"must be ≥ 1, got {draft_len}")
+    return style.tree_draft_tokens if style.shape == "tree" else draft_len + 1
+
+
+def verify_shape(style: DrafterStyle, batch: int, draft_len: int) -> tuple[int, int]:
+    """(rows, tokens per row) of the verification step: B × q in one pass, or B·q one-token rows when the
+    engine scores by batch expansion."""
+    q = verify_tokens(style, draft_len)
+    return (batch * q, 1) if style.verify_mode == "batch_expansion" else (batch, q)
+
+
+def draft_sequences(style: DrafterStyle, sequences: int) -> int:
+    """Rows one drafter pass runs: each sequence's `tree_topk` candidates for a tree, one for a chain."""
+    return sequences * (style.tree_topk if style.shape == "tree" else 1)
+
+
+def drafter_launch(style: DrafterStyle, target_launch: str) -> str:
+    """Launch mode of the drafter's passes: the style's own, or the target step's (piecewise counts as graph)."""
+    if style.launch != "target":
+        return style.launch
+    return "eager" if target_launch == "eager" else "graph"
+
+
+def draft_host_s(profile: ServingEngineProfile, draft_len: int) -> float:
+    """Host seconds the proposer spends over the K drafter passes of one round."""
+    return draft_len * profile.effective_host.draft_step_us * US
+
+
+def accept_sync_s(profile: ServingEngineProfile) -> float:
+    """Seconds per SD round to learn how many tokens were accepted before the next round."""
+    return profile.effective_host.accept_sync_us * US
+
+
+def ngram_draft_s(profile: ServingEngineProfile, sequences: int) -> float:
+    """Seconds of n-gram (prompt lookup) drafting on the host per round."""
+    host = profile.effective_host
+    return (host.ngram_base_us + host.ngram_per_sequence_us * sequences) * US
+
+
+__all__ = [
+    "StepLaunch",
+    "accept_sync_s",
+    "captured_size",
+    "draft_host_s",
+    "draft_sequences",
+    "drafter_launch",
+    "exposed_host_s",
+    "host_time_s",
+    "launch_for",
+    "ngram_draft_s",
+    "padded_sequences",
+    "piecewise_step_s",
+    "verify_shape",
+    "verify_tokens",
+]

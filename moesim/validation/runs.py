@@ -1,0 +1,205 @@
+"""Measured speculative-decoding runs as data: the CSV schema, reading and checking a runs file, and which
+rows the simulator can represent.
+
+One row per measured point (model, hardware, layout, engine and version, drafter, K, AL, batch, lengths,
+metric and what it is a ratio of, baseline and SD values, source). The bundled file
+(`moesim/data/measured_runs.csv`) carries the public runs of the reference notes; users bring their own
+in the same format (`moesim validate --runs-schema` prints it).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from moesim.errors import MoesimError
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    kind: str  # text | int | float | ints (semicolon-separated) | choice
+    required: bool
+    meaning: str
+    choices: tuple[str, ...] = ()
+
+
+METRICS = ("speedup_per_user", "speedup_throughput", "speedup_tpot", "peak_speedup")
+SCHEMA: tuple[Column, ...] = (
+    Column("run_id", "text", True, "unique name of the measured point"),
+    Column("source", "text", True, "where it was published (groups rows for leave-one-source-out)"),
+    Column("model", "text", True, "catalogue model name or a model .toml path"),
+    Column("hardware", "text", True, "bundled hardware profile name or a profile .toml path"),
+    Column("gpus", "int", True, "GPUs the target runs on"),
+    Column("tp", "int", True, "tensor-parallel ranks of attention"),
+    Column("ep", "int", True, "expert-parallel ranks (1: experts tensor-parallel over all GPUs)"),
+    Column(
+        "expert_weight_format", "text", False, "expert weight format when not the catalogue's (e.g. mxfp4)"
+    ),
+    Column("serving_engine", "choice", True, "engine that ran it", ("vllm", "sglang", "trtllm", "other")),
+    Column("engine_version", "text", False, "engine version as published"),
+    Column("cuda_graphs", "choice", True, "CUDA graphs on", ("yes", "no")),
+    Column("drafter", "text", True, "moesim --draft spelling: mtp, eagle, ngram, model:NAME"),
+    Column("draft_shape", "choice", True, "chain (K + 1 verified) or tree", ("chain", "tree")),
+    Column("draft_len", "int", False, "K: drafter steps per round"),
+    Column("draft_tokens", "int", False, "tokens a tree verifies per sequence"),
+    Column("tree_topk", "int", False, "tree branching per drafter step"),
+    Column(
+        "drafter_launch",
+        "choice",
+        False,
+        "drafter passes in graph replay or eager (blank: the engine's)",
+        ("graph", "eager"),
+    ),
+    Column("acceptance_length", "float", False, "AL: mean tokens per round (accepted + 1)"),
+    Column(
+        "batch", "ints", True, "batch size; for peak_speedup the batch sizes the peak is taken over (1;2;4)"
+    ),
+    Column("concurrency", "int", False, "concurrent requests of the benchmark"),
+    Column("input_len", "int", False, "prompt tokens"),
+    Column("output_len", "int", False, "generated tokens"),
+    Column("dataset", "text", False, "dataset and sampling"),
+    Column("metric", "choice", True, "what `speedup` measures", METRICS),
+    Column("ratio_of", "text", True, "what the speedup is a ratio of, in words"),
+    Column("baseline_value", "float", False, "the figure without SD"),
+    Column("sd_value", "float", False, "the figure with SD"),
+    Column("value_unit", "text", False, "unit of baseline_value and sd_value"),
+    Column("speedup", "float", True, "measured speedup (SD over baseline)"),
+    Column("notes", "text", False, "conditions, derivations"),
+)
+COLUMN_NAMES = tuple(c.name for c in SCHEMA)
+BUNDLED_RUNS = "measured_runs.csv"
+# Metrics the step model predicts: a ratio of per-step token rates at one batch, or its peak over batch.
+STEP_METRICS = ("speedup_per_user", "speedup_throughput", "speedup_tpot", "peak_speedup")
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """One row of a runs file, typed."""
+
+    values: dict[str, Any]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.values[name]
+        except KeyError as exc:
+            raise AttributeError(name) from exc
+
+    @property
+    def batches(self) -> tuple[int, ...]:
+        return tuple(self.values["batch"])
+
+
+def _parse_cell(column: Column, text: str, where: str) -> Any:
+    text = text.strip()
+    if not text:
+        if column.required:
+            raise MoesimError(f"{where}: {column.name}", "is empty", f"give {column.meaning}")
+        return None
+    try:
+        if column.kind == "int":
+            value: Any = int(text)
+            if value < 0:
+                raise ValueError
+            return value
+        if column.kind == "float":
+            value = float(text)
+            if not value > 0.0:
+                raise ValueError
+            return value
+        if column.kind == "ints":
+            values = tuple(int(part) for part in text.split(";"))
+            if not values or min(values) < 1:
+                raise ValueError
+            return values
+    except ValueError as exc:
+        raise MoesimError(
+            f"{where}: {column.name}",
+            f"{text!r} is not a valid {column.kind} value",
+            f"give {column.meaning}",
+        ) from exc
+    if column.kind == "choice" and text not in column.choices:
+        raise MoesimError(
+            f"{where}: {column.name}", f"must be one of {', '.join(column.choices)}, got {text!r}"
+        )
+    return text
+
+
+def parse_runs(text: str, source: str) -> list[MeasuredRun]:
+    """Rows of a runs CSV, each cell checked against the schema (errors name the file, row and column)."""
+    reader = csv.DictReader(io.StringIO(text))
+    header = reader.fieldnames or []
+    missing = [c.name for c in SCHEMA if c.required and c.name not in header]
+    if missing:
+        raise MoesimError(
+            f"{source}: {missing[0]}",
+            "column is missing",
+            "see `moesim validate --runs-schema` for the columns",
+        )
+    unknown = sorted(set(header) - set(COLUMN_NAMES))
+    if unknown:
+        raise MoesimError(
+            f"{source}: {unknown[0]}", "is not a known column", f"known: {', '.join(COLUMN_NAMES)}"
+        )
+    runs: list[MeasuredRun] = []
+    seen: set[str] = set()
+    for line, row in enumerate(reader, start=2):
+        where = f"{source} line {line}"
+        values = {c.name: _parse_cell(c, row.get(c.name) or "", where) for c in SCHEMA}
+        if values["run_id"] in seen:
+            raise MoesimError(
+                f"{where}: run_id", f"{values['run_id']!r} appears twice", "give each row its own id"
+            )
+        seen.add(values["run_id"])
+        runs.append(MeasuredRun(values))
+    if not runs:
+        raise MoesimError(source, "has no rows", "add one row per measured point")
+    return runs
+
+
+def read_runs(path: str | None = None) -> list[MeasuredRun]:
+    """The runs of `path` (a CSV in the schema), or the bundled public runs when None."""
+    if path is None:
+        text = resources.files("moesim").joinpath("data", BUNDLED_RUNS).read_text(encoding="utf-8")
+        return parse_runs(text, BUNDLED_RUNS)
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise MoesimError("runs", f"{path} does not exist", "give a CSV of measured runs (see --runs-schema)")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MoesimError("runs", f"cannot read {path}: {exc}") from exc
+    return parse_runs(text, path)
+
+
+def unrepresentable_reason(run: MeasuredRun) -> str | None:
+    """Why the step model cannot predict this row, or None when it can."""
+    if run.metric not in STEP_METRICS:
+        return f"metric {run.metric} is not a per-step speedup"
+    if run.draft_len is None or run.draft_len < 1:
+        return "draft length K not published"
+    if run.acceptance_length is None:
+        return "acceptance length not published"
+    if run.draft_shape == "tree" and (run.draft_tokens is None or run.tree_topk is None):
+        return "tree draft tokens or top-k not published"
+    if run.metric != "peak_speedup" and len(run.batches) != 1:
+        return "a single-batch metric with several batch sizes"
+    return None
+
+
+def schema_rows() -> list[dict[str, Any]]:
+    """The schema as plain data (for `--runs-schema --json`)."""
+    return [
+        {
+            "column": c.name,
+            "type": c.kind,
+            "required": c.required,
+            "meaning": c.meaning,
+            "choices": list(c.choices),
+        }
+        for c in SCHEMA
+    ]

@@ -1,0 +1,67 @@
+"""The measured-runs CSV: schema, validation of user files, representability."""
+
+from __future__ import annotations
+
+import pytest
+
+from moesim.errors import MoesimError
+from moesim.validation.runs import COLUMN_NAMES, parse_runs, read_runs, unrepresentable_reason
+
+
+def test_bundled_runs_parse_with_a_source_on_every_row() -> None:
+    runs = read_runs()
+    assert len(runs) >= 20
+    assert all(r.source and r.notes for r in runs)
+    assert {r.source for r in runs} >= {"R1", "R2", "R3", "R4", "R5"}
+
+
+def test_every_unrepresentable_row_says_why_and_the_rest_have_k_and_al() -> None:
+    for run in read_runs():
+        reason = unrepresentable_reason(run)
+        if reason is None:
+            assert run.draft_len >= 1 and run.acceptance_length >= 1.0
+        else:
+            assert reason.strip()
+
+
+def _csv(**overrides: str) -> str:
+    first = read_runs()[0].values
+    row = {name: first[name] for name in COLUMN_NAMES}
+    row.update(overrides)
+    cells = []
+    for name in COLUMN_NAMES:
+        value = row[name]
+        if isinstance(value, tuple):
+            value = ";".join(map(str, value))
+        text = "" if value is None else str(value)
+        cells.append(f'"{text}"' if "," in text else text)
+    return ",".join(COLUMN_NAMES) + "\n" + ",".join(cells) + "\n"
+
+
+def test_a_user_row_round_trips() -> None:
+    (run,) = parse_runs(_csv(), "mine.csv")
+    assert run.values == read_runs()[0].values
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "needle"),
+    [
+        ("speedup", "fast", "speedup"),
+        ("batch", "0", "batch"),
+        ("metric", "latency", "metric"),
+        ("gpus", "", "gpus"),
+    ],
+)
+def test_bad_cells_name_the_file_line_and_column(column: str, value: str, needle: str) -> None:
+    with pytest.raises(MoesimError) as info:
+        parse_runs(_csv(**{column: value}), "mine.csv")
+    assert info.value.field == f"mine.csv line 2: {needle}"
+
+
+def test_missing_column_and_duplicate_ids_are_refused() -> None:
+    text = _csv()
+    with pytest.raises(MoesimError, match="speedup"):
+        parse_runs(text.replace(",speedup,", ",speed,"), "mine.csv")
+    header, row = text.splitlines()
+    with pytest.raises(MoesimError, match="twice"):
+        parse_runs("\n".join([header, row, row]) + "\n", "mine.csv")
