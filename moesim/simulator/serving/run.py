@@ -3,8 +3,8 @@
     serve(Scenario(model="qwen3-30b-a3b", hardware="h200"), workload, concurrencies=[1, 8, 64]) -> ServeResult
 
 The scenario says what runs (model, hardware, kernel style, launch, routing, layout, drafter, draft length,
-acceptance: its defaults are the simulator's); `ServeOptions` holds the serving engine's knobs (defaults:
-vLLM's, `SchedulerLimits` and `kv.DEFAULT_*`). Every point simulates the same workload with the same seed
+acceptance, serving engine: its defaults are the simulator's); `ServeOptions` holds the scheduler's knobs
+(defaults: vLLM's, `SchedulerLimits` and `kv.DEFAULT_*`). Every point simulates the same workload with the same seed
 twice — with speculative decoding (K draft tokens, drafter passes and verification in each step, seeded
 acceptance draws) and without — and reports each metric's SD speedup.
 """
