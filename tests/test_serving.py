@@ -317,3 +317,23 @@ def test_every_request_finishes_whatever_the_cache_and_budget(  # type: ignore[n
         assert r.sent_s <= r.first_token_s <= r.finish_s
         assert len(r.itls_s) <= r.spec.output_len - 1 + r.preemptions
         assert math.isclose(sum(r.itls_s), r.finish_s - r.first_token_s, rel_tol=1e-9, abs_tol=1e-12)
+
+
+@pytest.mark.parametrize("serving_engine", ["vllm", "sglang"])
+def test_concurrency_one_matches_the_point_under_a_serving_engine(serving_engine: str) -> None:
+    """Host work, graph padding and the acceptance sync reach the serving run exactly as the speculative
+    point has them; a mixed step (prefill beside decode) costs the engine's host time on top."""
+    k, prompt = 3, 2048
+    scenario = SCENARIO.replace(
+        draft_len=k, acceptance=1.0, context_len=prompt, serving_engine=serving_engine
+    )
+    cost = ScenarioStepCost(resolve_serving(scenario))
+    workload = Workload((RequestSpec(prompt, 1 + 6 * (k + 1)),) * 2, "fixed")
+    sd = _run(workload, cost, max_concurrency=1)
+    base = _run(workload, cost, speculative=False, max_concurrency=1)
+    point = speculative_point(scenario.resolve(), FastTimer(h200()))
+    assert base.values["mean_tpot_ms"] == pytest.approx(point.decode.step_s * 1e3, rel=1e-9)
+    assert base.values["mean_tpot_ms"] / sd.values["mean_tpot_ms"] == pytest.approx(point.speedup, rel=1e-9)
+    ideal = ScenarioStepCost(resolve_serving(SCENARIO))
+    mixed = StepShape(8, 1, 1024, _chunks(1024))
+    assert cost(mixed) > ideal(mixed)

@@ -23,7 +23,12 @@ from moesim.commands.simulate import sd_options
 from moesim.errors import MoesimError
 from moesim.simulator.execution.launch import LAUNCH_MODES
 from moesim.simulator.plan.layout import ParallelLayout
-from moesim.simulator.scenario import DEFAULT_DRAFT_LEN, DEFAULT_ENGINE, DEFAULT_LAUNCH
+from moesim.simulator.scenario import (
+    DEFAULT_DRAFT_LEN,
+    DEFAULT_ENGINE,
+    DEFAULT_LAUNCH,
+    DEFAULT_SERVING_ENGINE,
+)
 from moesim.simulator.serving.loop import SchedulerLimits
 from moesim.simulator.serving.run import ServeOptions
 from moesim.simulator.serving.workload import DATASETS
@@ -125,6 +130,14 @@ def serve_options(func: Any) -> Any:
             help="Tensor-parallel GPUs (experts split over them too, as `vllm serve -tp N` by default).",
         ),
         click.option("--engine", default=DEFAULT_ENGINE, show_default=True, help="Kernel plan style."),
+        click.option(
+            "--serving-engine",
+            "serving_engine",
+            default=DEFAULT_SERVING_ENGINE,
+            show_default=True,
+            help="What the serving engine adds to each step (see `moesim engines`): ideal, vllm, sglang, "
+            "trtllm, ... or a profile .toml.",
+        ),
         click.option(
             "--routing",
             "routing_spec",
@@ -246,6 +259,7 @@ def serve_command(
         drafter=flags["drafter"],
         acceptance=flags["acceptance"],
         acceptance_length=flags["acceptance_length"],
+        serving_engine=flags["serving_engine"],
     )
     concurrencies: list[int | None] = (
         list(parse_int_list("--max-concurrency", flags["max_concurrency"]))

@@ -216,7 +216,7 @@ Examples:
     "serving_engine",
     default="ideal",
     show_default=True,
-    help="With --runs: serving-engine profiles (names or .toml paths, comma-separated; per-run = each "
+    help="With --runs (and --bench-result, one profile): serving-engine profiles (names or .toml paths, comma-separated; per-run = each "
     "row's own engine preset).",
 )
 @click.option("--plot", "plot_path", default=None, help="With --runs: write predicted vs measured as a PNG.")
@@ -301,6 +301,7 @@ def validate_command(
             drafter=bench_drafter,
             acceptance=bench_acceptance,
             acceptance_length=bench_acceptance_length,
+            serving_engine=serving_engine,
         )
         bench = validate_bench(
             bench_path,

@@ -3,8 +3,8 @@
     serve(Scenario(model="qwen3-30b-a3b", hardware="h200"), workload, concurrencies=[1, 8, 64]) -> ServeResult
 
 The scenario says what runs (model, hardware, kernel style, launch, routing, layout, drafter, draft length,
-acceptance: its defaults are the simulator's); `ServeOptions` holds the serving engine's knobs (defaults:
-vLLM's, `SchedulerLimits` and `kv.DEFAULT_*`). Every point simulates the same workload with the same seed
+acceptance, serving engine: its defaults are the simulator's); `ServeOptions` holds the scheduler's knobs
+(defaults: vLLM's, `SchedulerLimits` and `kv.DEFAULT_*`). Every point simulates the same workload with the same seed
 twice — with speculative decoding (K draft tokens, drafter passes and verification in each step, seeded
 acceptance draws) and without — and reports each metric's SD speedup.
 """
@@ -218,6 +218,8 @@ def serve(
             "hardware": resolved.hardware.name,
             "hardware_provenance": resolved.hardware.provenance.kind,
             "layout": resolved.layout.describe(),
+            "serving_engine": resolved.serving_engine.name,
+            "serving_engine_provenance": resolved.serving_engine.provenance.kind,
             "workload": workload.description,
             "num_prompts": len(workload.requests),
             "seed": seed,
@@ -234,7 +236,6 @@ def serve(
                 else f"SD: {with_drafter.description}; no SD: {without.description}"
             ),
             "step_cost": cost.description,
-            "not_modelled": "the serving engine's per-step host work (scheduling, input preparation, "
-            "CUDA-graph padding); expert-parallel layouts",
+            "not_modelled": "expert-parallel layouts; the drafter's pass over prompt tokens",
         },
     )

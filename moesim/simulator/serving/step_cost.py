@@ -4,10 +4,15 @@ A step of a serving run is described by its shape: how many running sequences it
 with how many tokens each (1, or K + 1 with speculative decoding), at what mean cached context, and which
 prompt chunks it prefills beside them. `StepCost` is the small interface the serving loop needs;
 `ScenarioStepCost` answers it for a resolved `Scenario` (model, hardware, kernel style, launch, routing,
-layout, drafter) with a `StepTimer` (the closed-form fast path by default): a step without prefill is the
-speculative point's own step (`speculative.point.time_step`), a verification step adds the drafter's K
-passes as the point does (`speculative.drafters`), and a step with prefill chunks is the mixed plan
-(`plan.mixed.build_mixed_plan`).
+layout, drafter, serving engine) with a `StepTimer` (the closed-form fast path by default). A step without
+prefill is exactly the speculative point's under the scenario's serving engine (`speculative.point`): a
+decode step (padded to the engine's captured size, in its launch mode, plus its exposed host time), or an
+SD round (the drafter's passes, the chain's K + 1 or the tree's verified tokens, the acceptance sync). A
+step with prefill chunks is the mixed plan (`plan.mixed.build_mixed_plan`), launched by the engine's
+capture rule over its tokens (an engine capturing by sequences captures decode batches only, so such a
+step runs its `graphs.uncaptured` mode: eager, or piecewise graphs), plus the engine's host time for its
+sequences and tokens (exposed per its overlap) and, under SD, the round's drafter passes and acceptance
+sync. With the `ideal` serving engine every engine term is 0: the kernel stream alone.
 
 Shapes are bucketed before they are costed, so that a long run evaluates a few hundred plans, not one per
 step: contexts, prefill tokens, prefill KV and query–key pairs are rounded to a grid of 1/32 of their power
@@ -19,9 +24,6 @@ On a tensor-parallel group (`layout` with ep = 1: attention, dense layers and ev
 slowest rank's parallel plan with its all-reduces; a step with prefill chunks adds to it what the chunks
 add on one rank (the mixed plan of the rank's slice of the model minus its decode plan) and to the two
 all-reduces per layer (after attention and after the FFN). Expert-parallel layouts are not modelled here.
-
-The serving engine's own per-step host work (scheduling, input preparation, CUDA-graph padding) is not part
-of this cost yet: an engine-aware cost wraps `StepCost` (the serving-engines issue).
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from moesim.errors import MoesimError
+from moesim.simulator.engines import overheads as ov
 from moesim.simulator.execution.collectives import all_reduce_s, node_link
-from moesim.simulator.execution.launch import LaunchParams
 from moesim.simulator.execution.timer import FastTimer, StepTimer
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.plan.mixed import MIXED_APPROXIMATIONS, PrefillChunks, build_mixed_plan
@@ -40,8 +42,14 @@ from moesim.simulator.plan.parallel import rank_model
 from moesim.simulator.plan.step import ACT_BYTES
 from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.scenario import ResolvedScenario
-from moesim.simulator.speculative.drafters import draft_pass_s, draft_time_s, handoff_s
-from moesim.simulator.speculative.point import time_step
+from moesim.simulator.speculative.point import (
+    DraftTimes,
+    PiecewiseCosts,
+    StepTimes,
+    engine_point,
+    engine_step,
+    scenario_timers,
+)
 
 BUCKET_FRACTION = 1 / 32
 EXACT_BELOW = 16
@@ -104,15 +112,15 @@ class ScenarioStepCost:
         self.resolved = resolved
         self.timer = timer or FastTimer(resolved.hardware)
         self.rank = rank_model(resolved.model, resolved.layout)
-        self._launch_overhead_s = LaunchParams.from_hardware(resolved.hardware, resolved.launch).overhead_s
         self._costs: dict[StepShape, float] = {}
-        self._drafts: dict[tuple[int, int, int], float] = {}
+        self._timers: dict[int, tuple[StepTimes, DraftTimes, PiecewiseCosts]] = {}
 
     @property
     def description(self) -> str:
         r = self.resolved
         return (
             f"{type(self.timer).__name__} on {r.layout.describe()}, {r.engine} kernels, {r.launch} launch, "
+            f"serving engine {r.serving_engine.name} ({r.serving_engine.provenance.kind}), "
             f"{r.routing.description}, drafter {r.drafter.label} (its passes cover the decoding sequences, "
             f"not the prompt tokens of prefill chunks); {MIXED_APPROXIMATIONS}; shapes bucketed to ±1.6%"
         )
@@ -122,55 +130,66 @@ class ScenarioStepCost:
         """How many distinct (bucketed) shapes were costed so far."""
         return len(self._costs)
 
-    def _at(self, batch: int, context_len: int) -> ResolvedScenario:
-        r = self.resolved
-        return replace(r, scenario=r.scenario.replace(batch=batch, context_len=context_len))
-
-    def decode_s(self, decode_seqs: int, tokens_per_seq: int, context_len: int) -> float:
-        """One decode (T = 1) or verification (T = K + 1) step of the target alone, as the speculative
-        point times it."""
-        return time_step(self._at(decode_seqs, context_len), self.timer, tokens_per_seq).step_s
-
-    def draft_s(self, decode_seqs: int, draft_len: int, context_len: int) -> float:
-        """The drafter's K passes for `decode_seqs` sequences, as the speculative point times them."""
-        key = (decode_seqs, draft_len, int(bucket(context_len)))
-        if key not in self._drafts:
+    def _timers_at(self, context_len: int) -> tuple[StepTimes, DraftTimes, PiecewiseCosts]:
+        """The speculative point's memoised step and drafter times at one (bucketed) context."""
+        if context_len not in self._timers:
             r = self.resolved
-            t_decode = self.decode_s(decode_seqs, 1, key[2]) if r.drafter.kind == "fraction" else 0.0
-            pass_s = draft_pass_s(
-                r.drafter, r.model, r.layout, decode_seqs, key[2], r.engine, r.routing, self.timer, r.launch
-            )
-            handoff = handoff_s(r.drafter, r.model, self.timer, r.layout, decode_seqs, draft_len)
-            self._drafts[key] = draft_time_s(
-                r.drafter, decode_seqs, draft_len, t_decode, pass_s, self._launch_overhead_s, handoff
-            )
-        return self._drafts[key]
+            at = replace(r, scenario=r.scenario.replace(batch=1, context_len=context_len))
+            self._timers[context_len] = scenario_timers(at, self.timer)
+        return self._timers[context_len]
 
-    def _rank_s(self, shape: StepShape) -> float:
+    def decode_s(self, decode_seqs: int, context_len: int) -> float:
+        """One decode step as the speculative point has the serving engine run it."""
+        steps, _, piecewise = self._timers_at(context_len)
+        r = self.resolved
+        return engine_step(r.serving_engine, decode_seqs, 1, r.launch, steps, piecewise).step_s
+
+    def round_s(self, decode_seqs: int, draft_len: int, context_len: int) -> float:
+        """One SD round (drafter passes, verification, acceptance sync), as the speculative point has it."""
+        steps, drafts, piecewise = self._timers_at(context_len)
+        r = self.resolved
+        point = engine_point(
+            r.serving_engine, r.drafter, decode_seqs, draft_len, 1.0, r.launch, steps, drafts, piecewise
+        )
+        return point.round_s
+
+    def _round_extras_s(self, decode_seqs: int, draft_len: int, context_len: int, launch: str) -> float:
+        """What an SD round adds beside its verification: drafter passes and host, acceptance sync."""
+        _, drafts, _ = self._timers_at(context_len)
+        r = self.resolved
+        profile = r.serving_engine
+        if r.drafter.kind == "ngram":
+            return ov.ngram_draft_s(profile, decode_seqs) + ov.accept_sync_s(profile)
+        rows = ov.draft_sequences(profile.drafter, decode_seqs)
+        passes = drafts(rows, draft_len, ov.drafter_launch(profile.drafter, launch))
+        return passes + ov.draft_host_s(profile, draft_len) + ov.accept_sync_s(profile)
+
+    def _verify_tokens(self, shape: StepShape) -> int:
+        """Tokens per sequence the step runs: 1, or what the engine verifies (a chain's K + 1, a tree's)."""
+        if shape.tokens_per_seq == 1:
+            return 1
+        return ov.verify_tokens(self.resolved.serving_engine.drafter, shape.tokens_per_seq - 1)
+
+    def _rank_s(self, shape: StepShape, launch: str) -> float:
         """A step of `shape` on one rank's slice of the model (the whole model on one GPU)."""
         r = self.resolved
+        q = self._verify_tokens(shape)
         if shape.chunks is None:
             plan = build_plan(
-                self.rank,
-                shape.decode_seqs,
-                shape.tokens_per_seq,
-                shape.context_len,
-                r.engine,
-                r.routing,
-                r.hardware,
+                self.rank, shape.decode_seqs, q, shape.context_len, r.engine, r.routing, r.hardware
             )
         else:
             plan = build_mixed_plan(
                 self.rank,
                 shape.decode_seqs,
-                shape.tokens_per_seq,
+                q,
                 shape.context_len,
                 shape.chunks,
                 r.engine,
                 r.routing,
                 r.hardware,
             )
-        return self.timer.step(plan, r.launch).step_s
+        return self.timer.step(plan, launch).step_s
 
     def _all_reduces_s(self, tokens: int) -> float:
         """The two all-reduces per layer of a tensor-parallel step over `tokens` tokens."""
@@ -181,30 +200,65 @@ class ScenarioStepCost:
         message = tokens * model.hidden * ACT_BYTES
         return 2 * model.n_layers * float(all_reduce_s(message, layout.tp, link))
 
-    def mixed_s(self, shape: StepShape) -> float:
-        """A step with prefill chunks (see the module docstring for a tensor-parallel group)."""
+    def _mixed_device_s(self, shape: StepShape, launch: str) -> float:
+        """The kernel stream of a step with prefill chunks (see the module docstring for a TP group)."""
         assert shape.chunks is not None
         if self.resolved.layout.is_single:
-            return self._rank_s(shape)
-        decode_tokens = shape.decode_seqs * shape.tokens_per_seq
+            return self._rank_s(shape, launch)
+        q = self._verify_tokens(shape)
+        decode_tokens = shape.decode_seqs * q
         added_comm = self._all_reduces_s(decode_tokens + shape.chunks.tokens) - self._all_reduces_s(
             decode_tokens
         )
         if not shape.decode_seqs:
-            return self._rank_s(shape) + added_comm
+            return self._rank_s(shape, launch) + added_comm
+        steps, _, _ = self._timers_at(shape.context_len)
+        decode = steps(shape.decode_seqs, q, launch).step_s
         decode_only = StepShape(shape.decode_seqs, shape.tokens_per_seq, shape.context_len)
-        decode = self.decode_s(shape.decode_seqs, shape.tokens_per_seq, shape.context_len)
-        return decode + self._rank_s(shape) - self._rank_s(decode_only) + added_comm
+        return decode + self._rank_s(shape, launch) - self._rank_s(decode_only, launch) + added_comm
+
+    def _mixed_launch(self, tokens: int) -> str:
+        """How the engine launches a step with prefill chunks of `tokens` tokens in all: by its capture rule
+        when it captures by tokens (or captures every size); an engine that captures by sequences captures
+        decode batches only, so such a step runs `graphs.uncaptured`."""
+        r = self.resolved
+        graphs = r.serving_engine.graphs
+        if r.launch == "eager" or graphs.capture_unit == "tokens" or not graphs.sizes:
+            return ov.launch_for(r.serving_engine, 1, tokens, r.launch)
+        return graphs.uncaptured
+
+    def mixed_s(self, shape: StepShape) -> float:
+        """A step with prefill chunks, run as the serving engine runs an uncaptured step, plus its host
+        time and, under SD, the round's drafter passes and acceptance sync."""
+        assert shape.chunks is not None
+        r = self.resolved
+        profile = r.serving_engine
+        q = self._verify_tokens(shape)
+        launch = self._mixed_launch(shape.decode_seqs * q + shape.chunks.tokens)
+        device = self._mixed_device_s(shape, "graph" if launch == "piecewise" else launch)
+        if launch == "piecewise":
+            _, _, piecewise = self._timers_at(shape.context_len)
+            device = ov.piecewise_step_s(
+                device, piecewise.layers, piecewise.graph_launch_s, piecewise.eager_launch_s
+            )
+        host = ov.host_time_s(
+            profile, shape.decode_seqs + shape.chunks.chunks, shape.decode_seqs * q + shape.chunks.tokens
+        )
+        cost = device + ov.exposed_host_s(profile, host, device)
+        if shape.decode_seqs and shape.tokens_per_seq > 1:
+            k = shape.tokens_per_seq - 1
+            cost += self._round_extras_s(shape.decode_seqs, k, shape.context_len, launch)
+        return cost
 
     def __call__(self, shape: StepShape) -> float:
         key = shape.bucketed()
         cost = self._costs.get(key)
         if cost is None:
-            if key.chunks is None:
-                cost = self.decode_s(key.decode_seqs, key.tokens_per_seq, key.context_len)
-            else:
+            if key.chunks is not None:
                 cost = self.mixed_s(key)
-            if key.decode_seqs and key.tokens_per_seq > 1:
-                cost += self.draft_s(key.decode_seqs, key.tokens_per_seq - 1, key.context_len)
+            elif key.tokens_per_seq > 1:
+                cost = self.round_s(key.decode_seqs, key.tokens_per_seq - 1, key.context_len)
+            else:
+                cost = self.decode_s(key.decode_seqs, key.context_len)
             self._costs[key] = cost
         return cost
