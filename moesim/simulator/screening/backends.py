@@ -11,10 +11,12 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from moesim.errors import MoesimError
-from moesim.simulator.screening.evaluate import DesignResult, DesignTask, ScreenSettings, evaluate_chunk
+
+if TYPE_CHECKING:  # the CLI reads BACKENDS at start-up: the evaluation loads when a screen runs
+    from moesim.simulator.screening.evaluate import DesignResult, DesignTask, ScreenSettings
 
 BACKENDS = ("local", "ray")
 # Chunks per worker: enough to balance uneven designs (big ones take longer) and to move the progress
@@ -45,6 +47,8 @@ def run_local(
     if workers < 1:
         raise MoesimError("--workers", f"must be ≥ 1, got {workers}")
     chunks = chunked(tasks, workers)
+    from moesim.simulator.screening.evaluate import evaluate_chunk
+
     results: list[DesignResult] = []
     if workers == 1 or len(chunks) == 1:
         for chunk in chunks:
@@ -80,6 +84,8 @@ def run_ray(
 ) -> list[DesignResult]:
     """Ray tasks, one per chunk, on the cluster at `address` (None: the running Ray, or a new local one
     with `workers` CPUs)."""
+    from moesim.simulator.screening.evaluate import evaluate_chunk
+
     ray = _ray()
     if not ray.is_initialized():
         local_cpus = workers if address is None else None
