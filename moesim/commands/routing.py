@@ -8,8 +8,10 @@ from typing import Any
 import click
 import numpy as np
 
+from moesim.atomic import check_output_path
 from moesim.commands.common import emit_json, handle_errors, parse_float_list
 from moesim.errors import MoesimError
+from moesim.figures import check_plot_path
 from moesim.simulator.routing.placement import PLACEMENT_SPELLINGS
 
 
@@ -61,6 +63,7 @@ def fit_command(
     from moesim.simulator.routing.stats_file import save_routing_stats, stats_document
     from moesim.simulator.routing.trace import load_trace
 
+    check_output_path("--output", output)
     if n_groups == 1:
         topk_groups = 1
     routing_trace = load_trace(trace, n_experts)
@@ -100,6 +103,8 @@ def inspect_command(
 
     if max_distance < 1:
         raise MoesimError("--max-distance", f"must be ≥ 1, got {max_distance}")
+    if plot:
+        check_plot_path("--plot", plot)
     routing_trace = load_trace(trace, n_experts)
     stats = [trace_layer_statistics(routing_trace, i, max_distance) for i in range(routing_trace.n_layers)]
     n, k = routing_trace.n_experts, routing_trace.top_k
@@ -123,7 +128,7 @@ def inspect_command(
         ],
     }
     if plot:
-        _plot(plot, stats, independent, k / n)
+        _plot(plot, trace, stats, independent, k / n)
         summary["plot"] = plot
     if as_json:
         emit_json(summary)
@@ -152,45 +157,48 @@ def inspect_command(
         click.echo(f"plot written to {plot}")
 
 
-def _plot(path: str, stats: list[dict[str, Any]], independent: np.ndarray, chance: float) -> None:
-    import matplotlib
+def _plot(path: str, trace: str, stats: list[dict[str, Any]], independent: np.ndarray, chance: float) -> None:
+    from moesim.figures import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from moesim.atomic import atomic_path
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
     distances = np.arange(1, len(stats[0]["overlap"]) + 1)
-    for s in stats:
-        left.plot(distances, s["overlap"], color="tab:blue", alpha=0.25, lw=1)
-        right.plot(distances, s["distinct_vs_tokens"], color="tab:blue", alpha=0.25, lw=1)
+    for index, s in enumerate(stats):
+        label = "each layer" if index == 0 else "_nolegend_"
+        left.plot(distances, s["overlap"], color="tab:blue", alpha=0.25, lw=1, label=label)
+        right.plot(distances, s["distinct_vs_tokens"], color="tab:blue", alpha=0.25, lw=1, label=label)
     left.plot(
-        distances, np.nanmean([s["overlap"] for s in stats], axis=0), color="tab:blue", lw=2.5, label="mean"
+        distances,
+        np.nanmean([s["overlap"] for s in stats], axis=0),
+        color="tab:blue",
+        lw=2.5,
+        label="mean over layers",
     )
     left.axhline(
-        np.nanmean([s["baseline_overlap"] for s in stats]), color="tab:orange", ls="--", label="baseline"
+        np.nanmean([s["baseline_overlap"] for s in stats]),
+        color="tab:orange",
+        ls="--",
+        label="between sequences",
     )
-    left.axhline(chance, color="grey", ls=":", label="k/N")
-    left.set(xlabel="token distance d", ylabel="overlap |S_t ∩ S_t+d| / k", title="overlap vs distance")
-    left.legend()
+    left.axhline(chance, color="grey", ls=":", label="chance k/N")
+    left.set(
+        xlabel="token distance d", ylabel="overlap |S_t ∩ S_t+d| / k", title="expert overlap vs distance"
+    )
+    left.legend(fontsize=8)
     right.plot(
         distances,
         np.nanmean([s["distinct_vs_tokens"] for s in stats], axis=0),
         color="tab:blue",
         lw=2.5,
-        label="trace",
+        label="mean over layers",
     )
     right.plot(distances, independent, color="grey", ls=":", label="independent uniform")
     right.set(
         xlabel="consecutive tokens T", ylabel="distinct experts", title="distinct experts, one sequence"
     )
-    right.legend()
-    fig.tight_layout()
-    suffix = Path(path).suffix.lstrip(".") or "png"
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format=suffix, dpi=120)
-    plt.close(fig)
+    right.legend(fontsize=8)
+    fig.suptitle(f"Routing of {Path(trace).name}: {len(stats)} layers", fontsize=11)
+    save_figure(fig, path, dpi=120)
 
 
 @routing_group.command("predict")
@@ -325,7 +333,8 @@ def generate_command(stats: str, sequences: int, tokens: int, output: str, seed:
     from moesim.simulator.routing.synthetic import generate_trace
     from moesim.simulator.routing.trace import save_trace
 
-    model = load_routing_stats(stats)
+    check_output_path("--output", output)
+    model = load_routing_stats(stats, field="--stats")
     trace = generate_trace(model, sequences, tokens, seed)
     save_trace(trace, output)
     click.echo(f"wrote {trace.n_tokens} tokens ({sequences} × {tokens}, {trace.n_layers} layers) to {output}")
@@ -356,6 +365,7 @@ def record_command(
     from moesim.calibrate.routing_record import record_trace
     from moesim.simulator.routing.trace import save_trace
 
+    check_output_path("--output", output)
     lines = [line.strip() for line in Path(prompts).read_text(encoding="utf-8").splitlines() if line.strip()]
     if not lines:
         raise MoesimError("--prompts", f"{prompts} has no prompts", "one prompt per line")

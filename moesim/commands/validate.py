@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from moesim.atomic import check_output_dir
 from moesim.commands.common import emit_json, handle_errors, parse_int_list
 from moesim.errors import MoesimError
 from moesim.validation.report import MEASURED_SCHEMA
@@ -162,6 +163,8 @@ def validate_command(
     if schema:
         click.echo(MEASURED_SCHEMA)
         return
+    if report_dir:
+        check_output_dir("--report", report_dir)
     from moesim.simulator.hardware.profile import load_profile
 
     hardware = load_profile(profile)

@@ -10,7 +10,6 @@ import difflib
 import itertools
 import math
 import os
-import sys
 from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
@@ -21,14 +20,10 @@ import tomli_w
 
 from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
+from moesim.reading import parse_toml, read_toml
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 
 @dataclass(frozen=True)
@@ -453,16 +448,6 @@ def profile_from_dict(d: dict[str, Any], source: str) -> HardwareProfile:
     )
 
 
-def parse_toml(text: str, source: str) -> dict[str, Any]:
-    """Parse TOML text, turning syntax errors into a MoesimError naming the file."""
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise MoesimError(
-            source, f"is not valid TOML: {exc}", "fix the syntax or regenerate the file"
-        ) from exc
-
-
 def _bundled_names() -> tuple[list[str], list[str]]:
     root = _bundled_dir()
     plain = sorted(
@@ -495,20 +480,17 @@ def load_profile(name_or_path: str) -> HardwareProfile:
         *subdirs, stem = name.split("/")
         entry = _bundled_dir().joinpath(*subdirs, stem + PROFILE_SUFFIX)
         source = name + PROFILE_SUFFIX
-        return profile_from_dict(parse_toml(entry.read_text(encoding="utf-8"), source), source)
+        text = entry.read_text(encoding="utf-8")
+        return profile_from_dict(parse_toml(source, text, source, "hardware profile"), source)
     if name_or_path.endswith(PROFILE_SUFFIX) or "/" in name_or_path or os.sep in name_or_path:
         path = Path(name_or_path).expanduser()
-        if not path.is_file():
+        if not path.exists():
             raise MoesimError(
                 "hardware",
                 f"profile file {name_or_path} does not exist",
                 "give a path to a .toml profile or a bundled name (see `moesim profiles`)",
             )
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise MoesimError("hardware", f"cannot read {name_or_path}: {exc}") from exc
-        return profile_from_dict(parse_toml(text, name_or_path), name_or_path)
+        return profile_from_dict(read_toml("hardware", path, "hardware profile"), name_or_path)
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise MoesimError(
