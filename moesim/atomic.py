@@ -165,10 +165,9 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         handle.write(data)
 
 
-def describe_target(path: str | os.PathLike[str]) -> str:
-    """How a message names the target: 'standard output' for -, the path otherwise."""
-    text = os.fspath(path)
-    return "standard output" if text in STDOUT_NAMES else text
+def stdout_targets(**paths: str | None) -> list[str]:
+    """The flags (of `flag=path`) whose output goes to standard output; a command prints nothing else then."""
+    return [flag for flag, path in paths.items() if path is not None and os.fspath(path) in STDOUT_NAMES]
 
 
 __all__ = [
@@ -176,7 +175,7 @@ __all__ = [
     "atomic_write_text",
     "check_output_dir",
     "check_output_path",
-    "describe_target",
     "is_special_target",
     "open_output",
+    "stdout_targets",
 ]

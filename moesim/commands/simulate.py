@@ -316,11 +316,22 @@ def sweep_command(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from moesim.atomic import check_output_path, stdout_targets
+    from moesim.figures import check_plot_path
     from moesim.simulator.hardware.profile import load_profile
     from moesim.simulator.models.catalogue import load_model
     from moesim.simulator.speculative.plots import plot_sweep
     from moesim.simulator.speculative.sweep import run_sweep
 
+    to_stdout = stdout_targets(**{"--csv": csv_path, "--plot": plot_path, "--json": "-" if as_json else None})
+    if len(to_stdout) > 1:
+        raise MoesimError(
+            to_stdout[1], f"{' and '.join(to_stdout)} both write to standard output", "send one to a file"
+        )
+    if csv_path:
+        check_output_path("--csv", csv_path)
+    if plot_path:
+        check_plot_path("--plot", plot_path)
     request = layout_from_kwargs(parallel_flags)
     batch_list = parse_int_list("--batch", batches)
     k_list = parse_int_list("--draft-len", draft_lens)
@@ -361,6 +372,8 @@ def sweep_command(
     if as_json:
         emit_json(result.to_json())
         return
+    if to_stdout:
+        return  # standard output carries the CSV or the plot
     console = make_console()
     a = result.assumptions
     console.print(
