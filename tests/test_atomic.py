@@ -153,7 +153,7 @@ def test_output_checks_name_the_problem(tmp_path: Path) -> None:
         check_output_path("--csv", tmp_path / "file" / "out.csv")
     with pytest.raises(MoesimError, match="is a directory"):
         check_output_path("--csv", tmp_path)
-    with pytest.raises(MoesimError, match="unsupported file type '.bmp'"):
+    with pytest.raises(MoesimError, match=r"unsupported file type '\.bmp'"):
         check_output_path("--plot", tmp_path / "x.bmp", suffixes=(".png",))
     with pytest.raises(MoesimError, match="not a folder"):
         check_output_dir("--report", tmp_path / "file")

@@ -106,6 +106,13 @@ def inspect_command(
     if plot:
         check_plot_path("--plot", plot)
     routing_trace = load_trace(trace, n_experts)
+    longest = int(np.diff(routing_trace.sequence_bounds(), axis=1).max())
+    if max_distance >= longest:
+        raise MoesimError(
+            "--max-distance",
+            f"{max_distance} reaches past the longest sequence of the trace ({longest} tokens)",
+            f"use --max-distance {max(1, longest - 1)} or less",
+        )
     stats = [trace_layer_statistics(routing_trace, i, max_distance) for i in range(routing_trace.n_layers)]
     n, k = routing_trace.n_experts, routing_trace.top_k
     independent = expected_distinct_uniform(n, k, np.arange(1, max_distance + 1))
@@ -158,47 +165,10 @@ def inspect_command(
 
 
 def _plot(path: str, trace: str, stats: list[dict[str, Any]], independent: np.ndarray, chance: float) -> None:
-    from moesim.figures import pyplot, save_figure
+    from moesim.figures import save_figure
+    from moesim.simulator.routing.plots import plot_trace_statistics
 
-    plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
-    distances = np.arange(1, len(stats[0]["overlap"]) + 1)
-    for index, s in enumerate(stats):
-        label = "each layer" if index == 0 else "_nolegend_"
-        left.plot(distances, s["overlap"], color="tab:blue", alpha=0.25, lw=1, label=label)
-        right.plot(distances, s["distinct_vs_tokens"], color="tab:blue", alpha=0.25, lw=1, label=label)
-    left.plot(
-        distances,
-        np.nanmean([s["overlap"] for s in stats], axis=0),
-        color="tab:blue",
-        lw=2.5,
-        label="mean over layers",
-    )
-    left.axhline(
-        np.nanmean([s["baseline_overlap"] for s in stats]),
-        color="tab:orange",
-        ls="--",
-        label="between sequences",
-    )
-    left.axhline(chance, color="grey", ls=":", label="chance k/N")
-    left.set(
-        xlabel="token distance d", ylabel="overlap |S_t ∩ S_t+d| / k", title="expert overlap vs distance"
-    )
-    left.legend(fontsize=8)
-    right.plot(
-        distances,
-        np.nanmean([s["distinct_vs_tokens"] for s in stats], axis=0),
-        color="tab:blue",
-        lw=2.5,
-        label="mean over layers",
-    )
-    right.plot(distances, independent, color="grey", ls=":", label="independent uniform")
-    right.set(
-        xlabel="consecutive tokens T", ylabel="distinct experts", title="distinct experts, one sequence"
-    )
-    right.legend(fontsize=8)
-    fig.suptitle(f"Routing of {Path(trace).name}: {len(stats)} layers", fontsize=11)
-    save_figure(fig, path, dpi=120)
+    save_figure(plot_trace_statistics(Path(trace).name, stats, independent, chance), path, dpi=120)
 
 
 @routing_group.command("predict")

@@ -438,7 +438,7 @@ def _fmt(value: Any, spec: str) -> str:
 
 def plot_predicted_vs_measured(
     rows: Sequence[dict[str, Any]], path: str | Path, title: str, caption: str = ""
-) -> None:
+) -> Any:
     """Log-log scatter of predicted against measured step time: a colour per model, a marker per draft length,
     y = x and a ±10% band; a one-line title, the details in a caption under the axes."""
     from moesim.figures import pyplot, save_figure
@@ -472,6 +472,7 @@ def plot_predicted_vs_measured(
     if caption:
         fig.supxlabel(caption, fontsize=7, color="dimgrey")
     save_figure(fig, path, dpi=130)
+    return fig
 
 
 def write_report(directory: str | Path, result: dict[str, Any]) -> list[Path]:

@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 
 PANEL_COLUMNS_MAX = 5
 PANEL_SIZE_IN = (3.0, 2.4)
-CAPTION_WIDTH_CHARS = 150
+FIGURE_MIN_WIDTH_IN = 8.0
+CAPTION_CHARS_PER_IN = 15
+"""Characters of 8-point caption text per inch of figure width (about 0.55 em per character, with a margin)."""
 
 
 def sweep_title(result: SweepResult) -> str:
@@ -29,8 +31,8 @@ def sweep_title(result: SweepResult) -> str:
     )
 
 
-def sweep_caption(result: SweepResult) -> str:
-    """The assumptions behind every curve, wrapped to the figure's width."""
+def sweep_caption(result: SweepResult, width_chars: int = 120) -> str:
+    """The assumptions behind every curve, wrapped to `width_chars`."""
     a = result.assumptions
     acceptance = (
         f"acceptance length {a['acceptance_length']:g}"
@@ -40,13 +42,13 @@ def sweep_caption(result: SweepResult) -> str:
     layouts = list(dict.fromkeys(r.layout for r in result.rows))
     by_model = a.get("routing_by_model") or {}
     routing = "; ".join(dict.fromkeys(text.split(":")[0] for text in by_model.values())) or a.get("routing")
-    layout = layouts[0] if len(layouts) == 1 else "the smallest layout that fits each model and batch"
+    layout = layouts[0] if len(layouts) == 1 else "the smallest that fits each model and batch"
     text = (
-        f"Speedup = tokens/s with SD ÷ without; {acceptance}; drafter {a.get('drafter')}; layout {layout}; "
+        f"Speedup = tokens/s with SD ÷ without; {acceptance}; drafter {a.get('drafter')}; layout: {layout}; "
         f"{a.get('engine')} kernels, {a.get('launch')} launch, context {a.get('context_len')} tokens; "
         f"{routing} (details: --json)."
     )
-    return textwrap.fill(text, CAPTION_WIDTH_CHARS)
+    return textwrap.fill(text, width_chars)
 
 
 def _grid(n_panels: int) -> tuple[int, int]:
@@ -60,14 +62,11 @@ def plot_sweep(result: SweepResult, path: str) -> Any:
     models = list(dict.fromkeys(r.model for r in result.rows))
     draft_lens = sorted({r.draft_len for r in result.rows})
     rows_n, columns = _grid(len(models))
-    caption = sweep_caption(result)
+    width_in = max(FIGURE_MIN_WIDTH_IN, PANEL_SIZE_IN[0] * columns + 1.6)
+    caption = sweep_caption(result, int(width_in * CAPTION_CHARS_PER_IN))
     caption_lines = caption.count("\n") + 1
     fig = plt.figure(
-        figsize=(
-            max(7.0, PANEL_SIZE_IN[0] * columns + 1.6),
-            PANEL_SIZE_IN[1] * rows_n + 1.0 + 0.17 * caption_lines,
-        ),
-        layout="constrained",
+        figsize=(width_in, PANEL_SIZE_IN[1] * rows_n + 1.0 + 0.17 * caption_lines), layout="constrained"
     )
     panels = fig.subplots(rows_n, columns, sharex=True, sharey=True, squeeze=False)
     colours = plt.get_cmap("viridis")
@@ -95,6 +94,8 @@ def plot_sweep(result: SweepResult, path: str) -> Any:
         ax.tick_params(labelsize=7)
     for index in range(len(models), rows_n * columns):
         panels[index // columns][index % columns].set_visible(False)
+        if index >= columns:  # the panel above an empty slot is the bottom of its column: give it tick labels
+            panels[index // columns - 1][index % columns].xaxis.set_tick_params(labelbottom=True)
     handles: dict[str, Any] = {}
     for ax in fig.axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
