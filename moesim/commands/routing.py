@@ -14,6 +14,9 @@ from moesim.errors import MoesimError
 from moesim.figures import check_plot_path
 from moesim.simulator.routing.placement import PLACEMENT_SPELLINGS
 
+DEFAULT_SAMPLING_MEMORY_GB = 4.0
+"""Memory `routing predict` may use to sample quantiles: a quarter of a 16 GB laptop."""
+
 
 @click.group("routing")
 def routing_group() -> None:
@@ -194,6 +197,13 @@ def _plot(path: str, trace: str, stats: list[dict[str, Any]], independent: np.nd
 @click.option("--topk-groups", type=int, default=1, show_default=True, help="Groups each token may use.")
 @click.option("--ranks", type=int, default=None, help="Expert-parallel ranks: also report the busiest rank.")
 @click.option("--placement", type=click.Choice(PLACEMENT_SPELLINGS), default="contiguous", show_default=True)
+@click.option(
+    "--max-memory-gb",
+    type=float,
+    default=DEFAULT_SAMPLING_MEMORY_GB,
+    show_default=True,
+    help="Refuse to sample the quantiles when that would need more memory than this.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
 def predict_command(
@@ -209,10 +219,16 @@ def predict_command(
     topk_groups: int,
     ranks: int | None,
     placement: str,
+    max_memory_gb: float,
     as_json: bool,
 ) -> None:
     """Distinct experts per layer for B sequences × T tokens (mean and p10/p50/p90)."""
-    from moesim.simulator.routing.base import DistinctExperts
+    from moesim.simulator.routing.base import (
+        MIN_QUANTILE_SAMPLES,
+        DistinctExperts,
+        affordable_samples,
+        sampling_bytes,
+    )
     from moesim.simulator.routing.correlated import CorrelatedRouting, rank_summary
     from moesim.simulator.routing.independent import expected_distinct_uniform
     from moesim.simulator.routing.presets import routing_from_cli
@@ -228,9 +244,27 @@ def predict_command(
     layers: list[int | None] = [layer]
     if layer is None and isinstance(model, CorrelatedRouting) and len(model.layers) > 1:
         layers = [index for index, _ in model.layers]
+    if layer is not None and layer < 0:
+        raise MoesimError("--layer", f"must be ≥ 0, got {layer}")
+    fitted = [index for index, _ in model.layers] if isinstance(model, CorrelatedRouting) else []
+    if layer is not None and Path(routing_spec).exists() and layer not in fitted:
+        raise MoesimError(
+            "--layer", f"{routing_spec} has statistics for layers {fitted}, not {layer}", "choose one of them"
+        )
+    if max_memory_gb <= 0:
+        raise MoesimError("--max-memory-gb", f"must be > 0, got {max_memory_gb:g}")
+    # enough samples for stable quantiles, as many as the memory limit allows
+    wanted = int(np.clip(2e7 / (batch * tokens * n_experts), 200, 4000))
+    n_samples = affordable_samples(n_experts, batch, tokens, max_memory_gb * 1e9, wanted)
+    if n_samples == 0:
+        need_gb = sampling_bytes(n_experts, batch, tokens, MIN_QUANTILE_SAMPLES) / 1e9
+        raise MoesimError(
+            "--batch",
+            f"sampling {batch} × {tokens} tokens over {n_experts} experts needs about {need_gb:,.0f} GB "
+            f"({MIN_QUANTILE_SAMPLES} samples), above the --max-memory-gb limit of {max_memory_gb:g} GB",
+            "lower --batch or --tokens, or raise --max-memory-gb",
+        )
     rng = np.random.default_rng(0)
-    # enough samples for stable quantiles, without materialising huge independent-routing draws
-    n_samples = int(np.clip(2e7 / (batch * tokens * n_experts), 200, 4000))
     per_layer = []
     for index in layers:
         loads = model.sample_expert_loads(n_experts, top_k, batch, tokens, n_samples, rng, index)

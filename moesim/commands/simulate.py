@@ -269,7 +269,11 @@ def _models(text: str) -> list[str]:
 
 @click.command("sweep")
 @click.option(
-    "--model", "model_names", required=True, help="Comma-separated catalogue names or model files, or 'all'."
+    "--model",
+    "model_names",
+    default="all",
+    show_default=True,
+    help="Comma-separated catalogue names or model files, or 'all'.",
 )
 @hardware_option
 @click.option(

@@ -32,7 +32,7 @@ Examples:
 )
 @click.option(
     "--profile",
-    required=True,
+    default=None,
     help="Hardware profile (name or file) to predict with, e.g. a calibrated cpu.toml.",
 )
 @click.option(
@@ -138,7 +138,7 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help="Print {rows, summary, meta} as JSON.")
 @handle_errors
 def validate_command(
-    profile: str,
+    profile: str | None,
     device: str,
     models_text: str,
     quick: bool,
@@ -163,6 +163,8 @@ def validate_command(
     if schema:
         click.echo(MEASURED_SCHEMA)
         return
+    if profile is None:
+        raise MoesimError("--profile", "is required", "name the hardware profile to predict with, e.g. h200")
     if report_dir:
         check_output_dir("--report", report_dir)
     from moesim.simulator.hardware.profile import load_profile

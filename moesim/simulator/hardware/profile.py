@@ -482,7 +482,12 @@ def load_profile(name_or_path: str) -> HardwareProfile:
         source = name + PROFILE_SUFFIX
         text = entry.read_text(encoding="utf-8")
         return profile_from_dict(parse_toml(source, text, source, "hardware profile"), source)
-    if name_or_path.endswith(PROFILE_SUFFIX) or "/" in name_or_path or os.sep in name_or_path:
+    if (
+        name_or_path.endswith(PROFILE_SUFFIX)
+        or "/" in name_or_path
+        or os.sep in name_or_path
+        or Path(name_or_path).expanduser().exists()
+    ):
         path = Path(name_or_path).expanduser()
         if not path.exists():
             raise MoesimError(

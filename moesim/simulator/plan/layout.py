@@ -166,6 +166,9 @@ class LayoutRequest:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "placement", normalise_placement(self.placement))
+        for flag, value in (("--gpus", self.gpus), ("--tp", self.tp), ("--ep", self.ep)):
+            if value is not None and value < 1:
+                raise MoesimError(flag, f"must be a positive integer, got {value}", f"give {flag} 1 or more")
 
     def fixed(self) -> ParallelLayout | None:
         """The layout asked for, or None when the smallest fitting one should be chosen."""
