@@ -24,7 +24,9 @@ CASES = ((128, 8, 1, 4, 200), (128, 8, 16, 4, 200), (256, 8, 8, 8, 100), (64, 6,
 
 
 def main() -> None:
-    print(f"{'routing':12} {'N':>5} {'k':>3} {'B':>4} {'T':>3} {'S':>4} {'peak MB':>9} {'estimate MB':>12} ratio")
+    print(
+        f"{'routing':12} {'N':>5} {'k':>3} {'B':>4} {'T':>3} {'S':>4} {'peak MB':>9} {'estimate MB':>12} ratio"
+    )
     for name in ("independent", "typical"):
         for n, k, batch, tokens, samples in CASES:
             model = routing_from_cli(name, n, k, None, None, 1, 1)
