@@ -61,8 +61,10 @@ def expected_tokens(
 ) -> float:
     """Tokens one verification step yields, from α or from a mean acceptance length (capped at K + 1)."""
     if acceptance_length is not None:
-        if not acceptance_length >= 1.0:
-            raise MoesimError("acceptance_length", f"must be ≥ 1 token per step, got {acceptance_length}")
+        if not (math.isfinite(acceptance_length) and acceptance_length >= 1.0):
+            raise MoesimError(
+                "acceptance_length", f"must be a finite number ≥ 1 token per step, got {acceptance_length}"
+            )
         return float(min(acceptance_length, draft_len + 1))
     check_acceptance(acceptance)
     return float(tokens_per_step(acceptance, draft_len))
