@@ -48,6 +48,8 @@ def sweep_caption(result: SweepResult, width_chars: int = 120) -> str:
         f"{a.get('engine')} kernels, {a.get('launch')} launch, context {a.get('context_len')} tokens; "
         f"{routing} (details: --json)."
     )
+    if result.skipped:
+        text += " Missing points: the model does not fit in memory there (listed in the output)."
     return textwrap.fill(text, width_chars)
 
 
