@@ -10,6 +10,7 @@ import numpy as np
 
 from moesim.atomic import check_output_path
 from moesim.commands.common import emit_json, handle_errors, parse_float_list
+from moesim.commands.progress import progress
 from moesim.errors import MoesimError
 from moesim.figures import check_plot_path
 from moesim.simulator.routing.placement import PLACEMENT_SPELLINGS
@@ -70,7 +71,8 @@ def fit_command(
     if n_groups == 1:
         topk_groups = 1
     routing_trace = load_trace(trace, n_experts)
-    estimator = RoutingEstimator(max_distance, n_groups, topk_groups, seed=seed).fit(routing_trace)
+    with progress(f"fitting {routing_trace.n_layers} layers of {Path(trace).name}"):
+        estimator = RoutingEstimator(max_distance, n_groups, topk_groups, seed=seed).fit(routing_trace)
     save_routing_stats(output, estimator.model_, estimator.statistics_, source=Path(trace).name)
     if as_json:
         document = stats_document(estimator.model_, None, Path(trace).name)
@@ -116,7 +118,11 @@ def inspect_command(
             f"{max_distance} reaches past the longest sequence of the trace ({longest} tokens)",
             f"use --max-distance {max(1, longest - 1)} or less",
         )
-    stats = [trace_layer_statistics(routing_trace, i, max_distance) for i in range(routing_trace.n_layers)]
+    stats = []
+    with progress(f"statistics of {routing_trace.n_layers} layers", routing_trace.n_layers) as advance:
+        for index in range(routing_trace.n_layers):
+            stats.append(trace_layer_statistics(routing_trace, index, max_distance))
+            advance(1)
     n, k = routing_trace.n_experts, routing_trace.top_k
     independent = expected_distinct_uniform(n, k, np.arange(1, max_distance + 1))
     mean_overlap = np.nanmean([s["overlap"] for s in stats], axis=0)
@@ -225,11 +231,10 @@ def predict_command(
     """Distinct experts per layer for B sequences × T tokens (mean and p10/p50/p90)."""
     from moesim.simulator.routing.base import (
         MIN_QUANTILE_SAMPLES,
-        DistinctExperts,
         affordable_samples,
         sampling_bytes,
     )
-    from moesim.simulator.routing.correlated import CorrelatedRouting, rank_summary
+    from moesim.simulator.routing.correlated import CorrelatedRouting
     from moesim.simulator.routing.independent import expected_distinct_uniform
     from moesim.simulator.routing.presets import routing_from_cli
 
@@ -251,6 +256,8 @@ def predict_command(
         raise MoesimError(
             "--layer", f"{routing_spec} has statistics for layers {fitted}, not {layer}", "choose one of them"
         )
+    if ranks is not None and (ranks < 1 or n_experts % ranks):
+        raise MoesimError("--ranks", f"must divide --experts {n_experts}, got {ranks}")
     if max_memory_gb <= 0:
         raise MoesimError("--max-memory-gb", f"must be > 0, got {max_memory_gb:g}")
     # enough samples for stable quantiles, as many as the memory limit allows
@@ -266,28 +273,14 @@ def predict_command(
         )
     rng = np.random.default_rng(0)
     per_layer = []
-    for index in layers:
-        loads = model.sample_expert_loads(n_experts, top_k, batch, tokens, n_samples, rng, index)
-        spread = DistinctExperts.from_samples((loads > 0).sum(axis=1))
-        entry: dict[str, Any] = {
-            "layer": index,
-            "distinct_experts": model.expected_distinct(n_experts, top_k, batch, tokens, index),
-            "p10": spread.p10,
-            "p50": spread.p50,
-            "p90": spread.p90,
-        }
-        if ranks is not None:
-            if ranks < 1 or n_experts % ranks:
-                raise MoesimError("--ranks", f"must divide --experts {n_experts}, got {ranks}")
-            summary = rank_summary(loads, ranks, placement)  # type: ignore[arg-type]
-            entry["per_rank"] = {
-                "ranks": ranks,
-                "placement": placement,
-                "max_distinct": vars(summary.max_distinct),
-                "max_tokens": vars(summary.max_tokens),
-                "mean_distinct_per_rank": summary.mean_distinct_per_rank,
-            }
-        per_layer.append(entry)
+    with progress(f"sampling {n_samples} steps per layer", len(layers)) as advance:
+        for index in layers:
+            per_layer.append(
+                _predict_layer(
+                    model, n_experts, top_k, batch, tokens, n_samples, rng, index, ranks, placement
+                )
+            )
+            advance(1)
     result: dict[str, Any] = {
         "distinct_experts": float(np.mean([e["distinct_experts"] for e in per_layer])),
         "p10": float(np.mean([e["p10"] for e in per_layer])),
@@ -318,6 +311,43 @@ def predict_command(
             busiest = entry["per_rank"]["max_distinct"]
             line += f", busiest of {ranks} ranks: mean {busiest['mean']:.2f} p90 {busiest['p90']:.0f} experts"
         click.echo(line)
+
+
+def _predict_layer(
+    model: Any,
+    n_experts: int,
+    top_k: int,
+    batch: int,
+    tokens: int,
+    n_samples: int,
+    rng: np.random.Generator,
+    index: int | None,
+    ranks: int | None,
+    placement: str,
+) -> dict[str, Any]:
+    """Mean and quantiles of distinct experts of one layer (and of the busiest expert-parallel rank)."""
+    from moesim.simulator.routing.base import DistinctExperts
+    from moesim.simulator.routing.correlated import rank_summary
+
+    loads = model.sample_expert_loads(n_experts, top_k, batch, tokens, n_samples, rng, index)
+    spread = DistinctExperts.from_samples((loads > 0).sum(axis=1))
+    entry: dict[str, Any] = {
+        "layer": index,
+        "distinct_experts": model.expected_distinct(n_experts, top_k, batch, tokens, index),
+        "p10": spread.p10,
+        "p50": spread.p50,
+        "p90": spread.p90,
+    }
+    if ranks is not None:
+        summary = rank_summary(loads, ranks, placement)  # type: ignore[arg-type]
+        entry["per_rank"] = {
+            "ranks": ranks,
+            "placement": placement,
+            "max_distinct": vars(summary.max_distinct),
+            "max_tokens": vars(summary.max_tokens),
+            "mean_distinct_per_rank": summary.mean_distinct_per_rank,
+        }
+    return entry
 
 
 @routing_group.command("generate")
