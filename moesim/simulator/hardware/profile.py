@@ -10,6 +10,7 @@ import difflib
 import itertools
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
@@ -120,11 +121,32 @@ class HardwareProfile:
         """Achieved streaming bandwidth from device memory."""
         return self.datasheet.memory_bandwidth_gbps * 1e9 * self.empirical.memory_bandwidth_fraction
 
-    def peak_flops_per_s(self, dtype: str) -> float:
-        """Dense peak for `dtype`, falling back to bf16 where the device has no faster path for it."""
+    def compute_dtype(self, dtype: str) -> str:
+        """The dtype whose peak times arithmetic in `dtype`: its own where the profile has one; otherwise, on a
+        CPU, fp32 (torch on a CPU without native bf16/fp16/fp8 units converts to fp32 and accumulates there, and
+        calibration measures fp32 by default), and on a GPU bf16 (no faster path than its bf16 tensor cores)."""
         peaks = self.datasheet.peak_dense_tflops
-        tflops = peaks.get(dtype, peaks.get("bf16", next(iter(peaks.values()))))
-        return tflops * 1e12
+        if dtype in peaks:
+            return dtype
+        preferred = ("fp32", "bf16") if self.is_cpu else ("bf16", "fp16", "fp32")
+        return next((d for d in preferred if d in peaks), next(iter(peaks)))
+
+    def compute_rule(self, dtypes: Iterable[str]) -> str | None:
+        """The sentence saying which of `dtypes` have no peak of their own here and at what rate they are timed."""
+        borrowed = sorted({d for d in dtypes if self.compute_dtype(d) != d})
+        if not borrowed:
+            return None
+        used = self.compute_dtype(borrowed[0])
+        reason = (
+            "as torch computes them on a CPU without native units; calibrate with --dtype to measure them"
+            if self.is_cpu
+            else "the device's tensor-core rate for them"
+        )
+        return f"{', '.join(borrowed)} arithmetic timed at the {used} peak ({reason})"
+
+    def peak_flops_per_s(self, dtype: str) -> float:
+        """Dense peak for arithmetic in `dtype` (see `compute_dtype` for dtypes the profile has no peak for)."""
+        return self.datasheet.peak_dense_tflops[self.compute_dtype(dtype)] * 1e12
 
 
 # --- Profile files ------------------------------------------------------------------------------------------
