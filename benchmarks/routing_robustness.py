@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from moesim.simulator.routing.correlated import CorrelatedRouting, LayerRouting
-from moesim.simulator.routing.fit import RoutingEstimator
+from moesim.simulator.routing.estimator import RoutingEstimator
 from moesim.simulator.routing.presets import summary_routing
 from moesim.simulator.routing.stats import sample_distinct, window_distinct
 from moesim.simulator.routing.synthetic import gating_trace, generate_trace, topic_trace

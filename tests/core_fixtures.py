@@ -56,3 +56,36 @@ def tiny_dense(n_layers: int = 4, hidden: int = 512) -> ModelSpec:
         top_k=0,
         expert_width=0,
     )
+
+
+def simulate_sd(model_name, hardware, batch, draft_len, *, parallel=None, routing=None, **fields):  # type: ignore[no-untyped-def]
+    """`moesim.simulate` with the explicit choices these tests were written for: plain independent routing,
+    one GPU unless `parallel` gives a layout (the scenario's own defaults are typical routing, smallest fit)."""
+    from moesim.simulator.plan.layout import ParallelLayout
+    from moesim.simulator.routing.independent import IndependentRouting
+    from moesim.simulator.scenario import Scenario
+    from moesim.simulator.simulate import simulate
+
+    layout = ParallelLayout() if parallel is None else parallel
+    scenario = Scenario(
+        model_name,
+        hardware,
+        batch,
+        draft_len,
+        routing=routing or IndependentRouting(),
+        layout=layout,
+        **fields,
+    )
+    return simulate(scenario)
+
+
+def sweep_grid(models, hardware, batches, draft_lens, *, parallel=None, routing=None, **fields):  # type: ignore[no-untyped-def]
+    """`run_sweep` with the same explicit choices as `simulate_sd`."""
+    from moesim.simulator.plan.layout import ParallelLayout
+    from moesim.simulator.routing.independent import IndependentRouting
+    from moesim.simulator.scenario import Scenario
+    from moesim.simulator.speculative.sweep import run_sweep
+
+    layout = ParallelLayout() if parallel is None else parallel
+    base = Scenario(models[0], hardware, routing=routing or IndependentRouting(), layout=layout, **fields)
+    return run_sweep(base, models, batches, draft_lens)

@@ -10,15 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moesim.calibrate import fit
-from moesim.calibrate.build import (
-    Measurements,
-    build_profile,
-    fit_gemm_table,
-    fit_launch_table,
-    fit_memory_table,
-    fit_moe_table,
-    roofline_time_s,
-)
+from moesim.calibrate.build import Measurements, build_profile
+from moesim.calibrate.fit_gemm import fit_gemm_table
+from moesim.calibrate.fit_launch import fit_launch_table
+from moesim.calibrate.fit_memory import fit_memory_table
+from moesim.calibrate.fit_moe import fit_moe_table
+from moesim.simulator.execution.cost import CostParams, kernel_times_s
 from moesim.simulator.hardware.profile import profile_from_dict, profile_to_dict
 
 MIB = 2**20
@@ -152,33 +149,30 @@ def test_robust_line_ignores_one_preempted_batch() -> None:
     assert fit.fit_line(n, t).params["slope"] == pytest.approx(5e-6, rel=0.05)
 
 
-def test_efficiency_curve_recovered_and_monotone() -> None:
-    m = np.array([1.0, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096])
-    truth = fit.efficiency_curve(m, 0.75, 64.0, 1.0)
-    result = fit.fit_gemm_efficiency(m, truth)
-    assert result.params["e_max"] == pytest.approx(0.75, rel=1e-3)
-    assert result.params["m_half"] == pytest.approx(64.0, rel=1e-3)
-    assert np.all(np.diff(result.predicted) > 0)
-
-
 def gemm_rows(e_max: float, m_half: float, power: float, peak_tflops: float, bw_gbps: float) -> list[dict]:
+    """GEMM timings as the cost model prices them with the curve e_max·Mᵖ/(Mᵖ + m_halfᵖ)."""
+    grid = np.array([1.0, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096])
     rows = []
     for k, n in ((4096, 4096), (7168, 2048)):
-        for m in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096):
+        for m in grid.astype(int):
             flops = 2.0 * m * k * n
             nbytes = 2.0 * (m * k + k * n + m * n)
-            t = roofline_time_s(
-                np.array([flops]),
-                np.array([nbytes]),
-                np.array([float(m)]),
-                peak_tflops * 1e12,
+            params = CostParams.for_gemms(
+                3e-6,
                 bw_gbps * 1e9,
                 0.0,
-                3e-6,
-                e_max,
-                m_half,
-                power,
-            )[0]
+                grid,
+                fit.efficiency_curve(grid, e_max, m_half, power),
+                peak_tflops * 1e12,
+            )
+            t = kernel_times_s(
+                np.array([flops]),
+                np.array([float(m)]),
+                np.array([peak_tflops * 1e12]),
+                np.array([nbytes]),
+                np.zeros(1),
+                params,
+            )[0][0]
             rows.append(
                 {"dtype": "bf16", "k": k, "n": n, "m": m, "flops": flops, "bytes": nbytes, "median_s": t}
             )
@@ -417,7 +411,7 @@ _L2_AND_L3_SWEEP = [
 
 def test_outermost_cache_level_reports_the_last_level_whichever_curve_wins() -> None:
     """Whether the one- or two-level curve wins flips with a point or two; the reported LLC must not."""
-    from moesim.calibrate.build import outermost_cache_level
+    from moesim.calibrate.fit_memory import outermost_cache_level
 
     sizes = np.array([s for s, _ in _L2_AND_L3_SWEEP], dtype=float)
     bw = np.array([b for _, b in _L2_AND_L3_SWEEP])
@@ -431,7 +425,7 @@ def test_outermost_cache_level_reports_the_last_level_whichever_curve_wins() -> 
 
 
 def test_outermost_cache_level_keeps_a_single_clean_level() -> None:
-    from moesim.calibrate.build import outermost_cache_level
+    from moesim.calibrate.fit_memory import outermost_cache_level
 
     sizes = np.geomspace(2**20, 2**30, 30)
     bw = fit.cache_curve(sizes, 3000.0, 1000.0, 40 * 2**20, 6.0)

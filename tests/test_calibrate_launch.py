@@ -7,14 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moesim.calibrate.build import (
-    build_profile,
-    cpu_bandwidths,
-    fit_launch_table,
-    m1_gemm_streaming_gbps,
-)
+from moesim.calibrate.build import build_profile
+from moesim.calibrate.fit_gemm import cpu_bandwidths, m1_gemm_streaming_gbps
+from moesim.calibrate.fit_launch import fit_launch_table
 from moesim.simulator.execution.cost import CostParams
-from moesim.simulator.execution.fastpath import LaunchParams
+from moesim.simulator.execution.launch import LaunchParams
 from tests.test_calibrate_fit import MIB, synthetic_tables
 
 COUNTS = (16, 32, 64, 128, 256)

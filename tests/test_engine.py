@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from moesim.simulator.execution.engine import run_engine
 from moesim.simulator.execution.fastpath import fast_step
 from moesim.simulator.plan.kernels import Kernel, TensorRead
-from moesim.simulator.plan.step import Segment, build_plan
+from moesim.simulator.plan.step import Segment
+from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.simulate import simulate_step
 from tests.core_fixtures import h200, model, tiny_dense, tiny_moe
 

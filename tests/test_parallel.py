@@ -12,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
+from moesim.simulator.execution.collectives import parallel_step_summary, step_collective_times_s
+from moesim.simulator.execution.timer import EngineTimer, FastTimer, time_parallel
 from moesim.simulator.models.spec import AttentionSpec, ModelSpec
 from moesim.simulator.plan.layout import (
     ParallelLayout,
@@ -323,47 +325,47 @@ def deepseek():  # type: ignore[no-untyped-def]
 
 def test_one_gpu_layout_is_exactly_the_single_gpu_plan(h200, deepseek) -> None:  # type: ignore[no-untyped-def]
     from moesim.simulator.execution.fastpath import fast_step
-    from moesim.simulator.plan.parallel import build_parallel_plan, fast_parallel_step
-    from moesim.simulator.plan.step import build_plan
+    from moesim.simulator.plan.parallel import build_parallel_plan
+    from moesim.simulator.plan.styles import build_plan
 
     for batch, t in ((1, 1), (4, 4)):
         step = build_parallel_plan(deepseek, batch, t, default_layout(1), h200, 2048)
         single = build_plan(deepseek, batch, t, 2048, "fused", None, h200)
         assert step.plan.kernels == single.kernels
-        assert fast_parallel_step(step, h200).step_s == fast_step(single, h200).step_s
-        assert step.comm_per_step_s == 0.0
+        assert time_parallel(FastTimer(h200), step, "graph").step_s == fast_step(single, h200).step_s
+        assert parallel_step_summary(step, h200.node)["communication_per_step_s"] == 0.0
 
 
 def test_ep_over_one_rank_equals_the_single_gpu_step(h200, deepseek) -> None:  # type: ignore[no-untyped-def]
     """A layout with one expert-parallel rank and no tensor parallelism has no collectives and the same work."""
     from moesim.simulator.execution.fastpath import fast_step
-    from moesim.simulator.plan.parallel import build_parallel_plan, fast_parallel_step, rank_model
-    from moesim.simulator.plan.step import build_plan
+    from moesim.simulator.plan.parallel import build_parallel_plan, rank_model
+    from moesim.simulator.plan.styles import build_plan
 
     layout = ParallelLayout(1, 1, 1)
     assert rank_model(deepseek, layout) == deepseek
     step = build_parallel_plan(deepseek, 2, 4, layout, h200, 2048)
-    assert fast_parallel_step(step, h200).step_s == pytest.approx(
+    assert time_parallel(FastTimer(h200), step, "graph").step_s == pytest.approx(
         fast_step(build_plan(deepseek, 2, 4, 2048, "fused", None, h200), h200).step_s
     )
 
 
 def test_engine_and_fast_path_agree_on_parallel_plans(h200, deepseek) -> None:  # type: ignore[no-untyped-def]
-    from moesim.simulator.plan.parallel import build_parallel_plan, engine_parallel_step, fast_parallel_step
+    from moesim.simulator.plan.parallel import build_parallel_plan
 
     for layout in (default_layout(8), ParallelLayout(8, 8, 1), ParallelLayout(8, 2, 8)):
         for batch, t in ((1, 4), (16, 4)):
             step = build_parallel_plan(deepseek, batch, t, layout, h200, 2048)
-            fast = fast_parallel_step(step, h200).step_s
-            engine = engine_parallel_step(step, h200).step_s
+            fast = time_parallel(FastTimer(h200), step, "graph").step_s
+            engine = time_parallel(EngineTimer(h200), step, "graph").step_s
             assert fast == pytest.approx(engine, rel=0.02)
 
 
 def test_collectives_are_their_own_kernels_in_the_timeline(h200, deepseek) -> None:  # type: ignore[no-untyped-def]
-    from moesim.simulator.plan.parallel import build_parallel_plan, engine_parallel_step
+    from moesim.simulator.plan.parallel import build_parallel_plan
 
     step = build_parallel_plan(deepseek, 1, 4, default_layout(8), h200, 2048)
-    result = engine_parallel_step(step, h200)
+    result = time_parallel(EngineTimer(h200), step, "graph")
     names = [name for name, *_ in result.timeline]
     comm = [k for k in step.plan.kernels if k.category == "communication"]
     n_moe, n_layers = deepseek.n_moe_layers, deepseek.n_layers
@@ -375,11 +377,13 @@ def test_collectives_are_their_own_kernels_in_the_timeline(h200, deepseek) -> No
     # Each collective lasts exactly its α–β time in the engine's timeline.
     for name, _, start, end in result.timeline:
         if ".comm." in name or name.startswith("comm."):
-            assert end - start == pytest.approx(step.comm_s[name.rsplit("comm.", 1)[-1]], rel=1e-9)
+            assert end - start == pytest.approx(
+                step_collective_times_s(step, h200.node)[name.rsplit("comm.", 1)[-1]], rel=1e-9
+            )
 
 
 def test_slowest_rank_sets_the_step_and_a_skewed_placement_is_slower(h200, deepseek) -> None:  # type: ignore[no-untyped-def]
-    from moesim.simulator.plan.parallel import build_parallel_plan, fast_parallel_step
+    from moesim.simulator.plan.parallel import build_parallel_plan
 
     skew = IndependentRouting(popularity_alpha=1.0)
     packed = build_parallel_plan(
@@ -388,17 +392,27 @@ def test_slowest_rank_sets_the_step_and_a_skewed_placement_is_slower(h200, deeps
     spread = build_parallel_plan(
         deepseek, 4, 4, ParallelLayout(8, 8, 8, "round-robin"), h200, 2048, routing=skew
     )
-    assert fast_parallel_step(packed, h200).step_s > fast_parallel_step(spread, h200).step_s
-    assert packed.comm_s["dispatch"] > spread.comm_s["dispatch"]  # the hot rank also receives more
-    summary = packed.summary()
+    assert (
+        time_parallel(FastTimer(h200), packed, "graph").step_s
+        > time_parallel(FastTimer(h200), spread, "graph").step_s
+    )
+    assert (
+        step_collective_times_s(packed, h200.node)["dispatch"]
+        > step_collective_times_s(spread, h200.node)["dispatch"]
+    )  # the hot rank also receives more
+    summary = parallel_step_summary(packed, h200.node)
     assert summary["max_distinct_experts_per_rank"] > summary["mean_distinct_experts_per_rank"]  # type: ignore[operator]
 
 
 def test_collective_times_grow_with_tokens(h200, deepseek) -> None:  # type: ignore[no-untyped-def]
     from moesim.simulator.plan.parallel import build_parallel_plan
 
-    small = build_parallel_plan(deepseek, 1, 1, default_layout(8), h200, 2048).comm_s
-    large = build_parallel_plan(deepseek, 64, 4, default_layout(8), h200, 2048).comm_s
+    small = step_collective_times_s(
+        build_parallel_plan(deepseek, 1, 1, default_layout(8), h200, 2048), h200.node
+    )
+    large = step_collective_times_s(
+        build_parallel_plan(deepseek, 64, 4, default_layout(8), h200, 2048), h200.node
+    )
     assert set(small) == set(large)
     assert all(large[name] > small[name] for name in small)
 

@@ -8,14 +8,8 @@ from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
 from moesim.simulator.models import spec as ms
-from moesim.simulator.plan.step import (
-    ENGINE_STYLES,
-    PlanBuilder,
-    build_plan,
-    distinct_experts_by_layer,
-    fused_layer,
-    register_engine_style,
-)
+from moesim.simulator.plan.step import PlanBuilder, distinct_experts_by_layer, fused_layer
+from moesim.simulator.plan.styles import ENGINE_STYLES, build_plan, register_engine_style
 from moesim.simulator.routing.independent import IndependentRouting
 from tests.core_fixtures import h200, model, tiny_moe
 

@@ -12,12 +12,11 @@ from click.testing import CliRunner
 from matplotlib.collections import Collection
 from matplotlib.lines import Line2D
 
+from moesim import sweep
 from moesim.cli import cli
 from moesim.simulator.routing.independent import expected_distinct_uniform
 from moesim.simulator.speculative.plots import plot_sweep
-from moesim.simulator.speculative.sweep import run_sweep
 from moesim.validation.report import plot_predicted_vs_measured
-from tests.core_fixtures import h200, model
 
 TITLE_MAX_CHARS = 90
 
@@ -76,7 +75,7 @@ def assert_readable(fig: Any, expect_series: int | None = None) -> None:
 
 def test_the_main_jobs_plot_is_one_panel_per_model_with_a_complete_legend(tmp_path: Path) -> None:
     names = ["olmoe-1b-7b", "qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-20b", "qwen3-0.6b"]
-    result = run_sweep([model(n) for n in names], h200(), [1, 4, 16, 64], [1, 2, 3, 4, 5, 6, 7, 8])
+    result = sweep(names, batches=[1, 4, 16, 64], draft_lens=[1, 2, 3, 4, 5, 6, 7, 8])
     fig = plot_sweep(result, str(tmp_path / "speedup.png"))
     assert_readable(fig, expect_series=8)  # one entry per draft length, shared by the panels
     panels = [ax for ax in fig.axes if ax.get_visible()]
@@ -91,11 +90,8 @@ def test_the_main_jobs_plot_is_one_panel_per_model_with_a_complete_legend(tmp_pa
 
 def test_every_bundled_model_still_fits_on_the_canvas(tmp_path: Path) -> None:
     from moesim.simulator.models.catalogue import list_models
-    from moesim.simulator.plan.layout import LayoutRequest
 
-    result = run_sweep(
-        [model(n) for n in list_models()], h200(), [1, 8, 64], [1, 4, 8], parallel=LayoutRequest()
-    )
+    result = sweep("all", batches=[1, 8, 64], draft_lens=[1, 4, 8])
     fig = plot_sweep(result, str(tmp_path / "all.svg"))
     assert_readable(fig, expect_series=3)
     assert len([ax for ax in fig.axes if ax.get_visible()]) == len(list_models())
@@ -105,7 +101,7 @@ def test_every_bundled_model_still_fits_on_the_canvas(tmp_path: Path) -> None:
 def test_small_sweeps_fit_on_the_canvas_and_every_column_has_batch_labels(
     tmp_path: Path, names: list[str]
 ) -> None:
-    result = run_sweep([model(n) for n in names], h200(), [1, 4, 16], [1, 2])
+    result = sweep(names, batches=[1, 4, 16], draft_lens=[1, 2])
     fig = plot_sweep(result, str(tmp_path / "few.png"))
     assert_readable(fig, expect_series=2)
     for ax in fig.axes:

@@ -13,9 +13,8 @@ from moesim.errors import MoesimError
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout, default_layout
 from moesim.simulator.routing.independent import IndependentRouting
-from moesim.simulator.simulate import simulate_speculative, simulate_step
-from moesim.simulator.speculative.sweep import run_sweep
-from tests.core_fixtures import h200, model
+from moesim.simulator.simulate import simulate_step
+from tests.core_fixtures import h200, model, simulate_sd, sweep_grid
 
 EIGHT = default_layout(8)
 
@@ -42,20 +41,20 @@ def test_ep_over_one_rank_equals_the_single_gpu_result_end_to_end() -> None:
         step = simulate_step(spec, h200(), 4, 4, parallel=parallel)
         assert step.step_s == single.step_s
         assert step.breakdown_s == single.breakdown_s
-    sd = simulate_speculative(spec, h200(), 4, 3)
-    sd_one_rank = simulate_speculative(spec, h200(), 4, 3, parallel=ParallelLayout(1, 1, 1))
+    sd = simulate_sd(spec, h200(), 4, 3)
+    sd_one_rank = simulate_sd(spec, h200(), 4, 3, parallel=ParallelLayout(1, 1, 1))
     assert (sd_one_rank.speedup, sd_one_rank.draft_s) == (sd.speedup, sd.draft_s)
     assert sd_one_rank.parallel["layout"]["gpus"] == 1 and "verify" not in sd_one_rank.parallel
 
 
 def test_trillion_parameter_model_runs_on_eight_gpus_and_is_refused_on_one() -> None:
-    result = simulate_speculative("kimi-k2", h200(), 1, 3, parallel=EIGHT)
+    result = simulate_sd("kimi-k2", h200(), 1, 3, parallel=EIGHT)
     assert result.parallel["memory"]["fits"]
     assert result.parallel["verify"]["communication_per_step_s"] > 0
     assert result.verify.breakdown_s["communication"] > 0
     assert result.speedup > 1
     with pytest.raises(MoesimError, match="missing") as error:
-        simulate_speculative("kimi-k2", h200(), 1, 3, parallel=ParallelLayout())
+        simulate_sd("kimi-k2", h200(), 1, 3, parallel=ParallelLayout())
     assert "--gpus 8" in error.value.fix
 
 
@@ -69,7 +68,7 @@ def test_the_default_request_picks_the_smallest_layout_that_fits() -> None:
 
 def test_slowest_rank_expected_maximum_is_never_below_the_mean() -> None:
     for batch, draft_len in ((1, 1), (1, 3), (16, 3)):
-        result = simulate_speculative("deepseek-v3", h200(), batch, draft_len, parallel=EIGHT)
+        result = simulate_sd("deepseek-v3", h200(), batch, draft_len, parallel=EIGHT)
         for part in ("decode", "verify"):
             summary = result.parallel[part]
             assert summary["max_distinct_experts_per_rank"] >= summary["mean_distinct_experts_per_rank"]
@@ -91,8 +90,8 @@ def test_collective_time_follows_the_link() -> None:
     """A slower link lengthens the collectives and the step; with no latency, halving the bandwidth doubles
     every collective (they are pure bytes ÷ bandwidth); more tokens mean longer collectives."""
     hw = h200()
-    base = simulate_speculative("deepseek-v3", with_link(hw, 1.0, 0.0), 8, 3, parallel=EIGHT)
-    slow = simulate_speculative("deepseek-v3", with_link(hw, 0.5, 0.0), 8, 3, parallel=EIGHT)
+    base = simulate_sd("deepseek-v3", with_link(hw, 1.0, 0.0), 8, 3, parallel=EIGHT)
+    slow = simulate_sd("deepseek-v3", with_link(hw, 0.5, 0.0), 8, 3, parallel=EIGHT)
     for part in ("decode", "verify"):
         fast_c, slow_c = base.parallel[part]["collective_s"], slow.parallel[part]["collective_s"]
         assert set(fast_c) == set(slow_c)
@@ -108,8 +107,8 @@ def test_collective_time_follows_the_link() -> None:
 def test_drafter_on_its_own_gpu_saves_memory_but_not_time() -> None:
     """A separate drafter GPU frees the target's memory of the drafter; drafting still precedes verification,
     and the drafter (unsplit, all B sequences, plus the hand-off) is no faster than on the target's GPUs."""
-    shared = simulate_speculative("kimi-k2", h200(), 4, 3, parallel=EIGHT)
-    separate = simulate_speculative("kimi-k2", h200(), 4, 3, parallel=replace(EIGHT, draft_on="separate"))
+    shared = simulate_sd("kimi-k2", h200(), 4, 3, parallel=EIGHT)
+    separate = simulate_sd("kimi-k2", h200(), 4, 3, parallel=replace(EIGHT, draft_on="separate"))
     assert shared.parallel["memory"]["drafter_bytes"] > 0 == separate.parallel["memory"]["drafter_bytes"]
     assert separate.verify.step_s == shared.verify.step_s
     assert separate.draft_s > shared.draft_s
@@ -118,27 +117,25 @@ def test_drafter_on_its_own_gpu_saves_memory_but_not_time() -> None:
     )
     # Drafters without a device pass cost the same either way.
     frac = [
-        simulate_speculative(
-            "kimi-k2", h200(), 4, 3, drafter="fraction:0.1", parallel=replace(EIGHT, draft_on=on)
-        )
+        simulate_sd("kimi-k2", h200(), 4, 3, drafter="fraction:0.1", parallel=replace(EIGHT, draft_on=on))
         for on in ("shared", "separate")
     ]
     assert frac[0].draft_s == pytest.approx(frac[1].draft_s)
 
 
 def test_mtp_drafter_runs_expert_parallel_on_the_targets_gpus() -> None:
-    result = simulate_speculative("deepseek-v3", h200(), 1, 2, drafter="mtp", parallel=EIGHT)
+    result = simulate_sd("deepseek-v3", h200(), 1, 2, drafter="mtp", parallel=EIGHT)
     assert 0 < result.draft_s < result.decode.step_s  # two passes of one layer cost less than 61 layers
 
 
 def test_sweep_fast_path_matches_the_engine_on_multi_gpu_layouts() -> None:
-    sweep = run_sweep([model("deepseek-v3")], h200(), [1, 16], [3], parallel=LayoutRequest())
+    sweep = sweep_grid([model("deepseek-v3")], h200(), [1, 16], [3], parallel=LayoutRequest())
     assert {row.gpus for row in sweep.rows} == {8} and not sweep.skipped
     for row in sweep.rows:
-        result = simulate_speculative("deepseek-v3", h200(), row.batch, 3, parallel=EIGHT)
+        result = simulate_sd("deepseek-v3", h200(), row.batch, 3, parallel=EIGHT)
         assert row.speedup == pytest.approx(result.speedup, rel=0.02)
         assert row.layout == EIGHT.describe()
-    single = run_sweep([model("deepseek-v3")], h200(), [1], [3])
+    single = sweep_grid([model("deepseek-v3")], h200(), [1], [3])
     assert not single.rows and single.skipped
 
 

@@ -8,15 +8,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
-from moesim.simulator.simulate import simulate_expert_block, simulate_speculative, simulate_step
-from moesim.simulator.speculative.drafters import (
+from moesim.simulator.simulate import simulate_expert_block, simulate_step
+from moesim.simulator.speculative.acceptance import (
     best_draft_len,
     expected_tokens,
-    parse_drafter,
     peak_batch,
     tokens_per_step,
 )
-from tests.core_fixtures import h200
+from moesim.simulator.speculative.drafters import parse_drafter
+from tests.core_fixtures import h200, simulate_sd
 
 
 @given(st.floats(0, 1), st.integers(1, 16))
@@ -37,7 +37,7 @@ def test_acceptance_length_caps_at_k_plus_one() -> None:
 
 
 def test_speedup_is_the_closed_form_of_its_parts() -> None:
-    result = simulate_speculative("qwen3-30b-a3b", h200(), 2, 3, drafter="fraction:0.1")
+    result = simulate_sd("qwen3-30b-a3b", h200(), 2, 3, drafter="fraction:0.1")
     assert result.draft_s == pytest.approx(3 * 0.1 * result.decode.step_s)
     expected = result.tokens_per_step * result.decode.step_s / (result.draft_s + result.verify.step_s)
     assert result.speedup == pytest.approx(expected)
@@ -53,7 +53,7 @@ def test_speedup_is_the_closed_form_of_its_parts() -> None:
 
 @pytest.mark.parametrize("drafter", ["eagle", "ngram", "model:qwen3-0.6b"])
 def test_drafters_cost_what_they_run(drafter: str) -> None:
-    result = simulate_speculative("qwen3-30b-a3b", h200(), 1, 2, drafter=drafter)
+    result = simulate_sd("qwen3-30b-a3b", h200(), 1, 2, drafter=drafter)
     assert 0 < result.draft_s < 2 * 2 * result.decode.step_s
     if drafter == "ngram":
         assert result.draft_s < 1e-4
@@ -61,7 +61,7 @@ def test_drafters_cost_what_they_run(drafter: str) -> None:
 
 def test_mtp_needs_an_mtp_layer() -> None:
     with pytest.raises(MoesimError, match="MTP"):
-        simulate_speculative("qwen3-30b-a3b", h200(), 1, 2, drafter="mtp")
+        simulate_sd("qwen3-30b-a3b", h200(), 1, 2, drafter="mtp")
 
 
 @pytest.mark.parametrize("text", ["", "magic", "fraction:x", "fraction:-1", "model:"])

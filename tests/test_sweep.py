@@ -12,10 +12,9 @@ from click.testing import CliRunner
 from moesim.commands.simulate import layer_command, simulate_command, sweep_command
 from moesim.errors import MoesimError
 from moesim.simulator.execution.fastpath import fast_step
-from moesim.simulator.plan.step import build_plan
-from moesim.simulator.simulate import simulate_speculative
-from moesim.simulator.speculative.sweep import ROW_FIELDS, run_sweep
-from tests.core_fixtures import h200, model
+from moesim.simulator.plan.styles import build_plan
+from moesim.simulator.speculative.sweep import ROW_FIELDS
+from tests.core_fixtures import h200, model, simulate_sd, sweep_grid
 
 BATCHES = [1, 2, 8, 32]
 KS = [1, 3]
@@ -24,7 +23,7 @@ KS = [1, 3]
 @pytest.fixture(scope="module")
 def sweep():  # type: ignore[no-untyped-def]
     models = [model("qwen3-30b-a3b"), model("olmoe-1b-7b"), model("deepseek-v3")]
-    return run_sweep(models, h200(), BATCHES, KS, drafter="fraction:0.1")
+    return sweep_grid(models, h200(), BATCHES, KS, drafter="fraction:0.1")
 
 
 def test_rows_cover_the_grid_of_fitting_models(sweep) -> None:  # type: ignore[no-untyped-def]
@@ -53,7 +52,7 @@ def test_peaks_are_the_best_batch_per_model_and_k(sweep) -> None:  # type: ignor
 
 def test_sweep_matches_the_engine(sweep) -> None:  # type: ignore[no-untyped-def]
     row = next(r for r in sweep.rows if r.model == "qwen3-30b-a3b" and r.batch == 2 and r.draft_len == 3)
-    result = simulate_speculative("qwen3-30b-a3b", h200(), 2, 3, drafter="fraction:0.1")
+    result = simulate_sd("qwen3-30b-a3b", h200(), 2, 3, drafter="fraction:0.1")
     assert row.speedup == pytest.approx(result.speedup, rel=0.01)
     plan = build_plan(model("qwen3-30b-a3b"), 2, 4, 2048, "fused", None, h200())
     assert row.verify_step_s == pytest.approx(fast_step(plan, h200()).step_s)
@@ -74,9 +73,9 @@ def test_csv_and_plot_are_written(sweep, tmp_path: Path) -> None:  # type: ignor
 
 def test_bad_sweep_input_is_refused() -> None:
     with pytest.raises(MoesimError):
-        run_sweep([model("olmoe-1b-7b")], h200(), [0], [1])
+        sweep_grid([model("olmoe-1b-7b")], h200(), [0], [1])
     with pytest.raises(MoesimError):
-        run_sweep([model("olmoe-1b-7b")], h200(), [1], [1], launch="warp")
+        sweep_grid([model("olmoe-1b-7b")], h200(), [1], [1], launch="warp")
 
 
 def test_cli_simulate_json_has_the_documented_keys() -> None:

@@ -21,8 +21,8 @@ from moesim.validation.routing_replay import (
 torch = pytest.importorskip("torch")
 
 from moesim.simulator.plan.reference import reference_step_plan  # noqa: E402
+from moesim.validation.measure import aten_name  # noqa: E402
 from moesim.validation.reference import ReferenceModel, count_step_ops, dense_reference_logits  # noqa: E402
-from moesim.validation.runner import aten_name  # noqa: E402
 
 
 def tiny_spec(

@@ -11,11 +11,11 @@ from click.testing import CliRunner
 from moesim.commands.validate import validate_command
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.profile import load_profile
+from moesim.validation.configs import config_seed, default_routing, row_routing, run_layers
 from moesim.validation.predict import predict_reference_step
 from moesim.validation.report import add_errors_and_ratios, summarise
-from moesim.validation.repredict import repredict_result, row_routing, run_layers
+from moesim.validation.repredict import repredict_result
 from moesim.validation.routing_replay import sample_step_routing
-from moesim.validation.runner import config_seed, default_routing
 from moesim.validation.shapes import validation_model
 
 GRID = [(1, 0), (1, 3), (4, 0), (4, 1)]
@@ -142,3 +142,23 @@ def test_measured_csv_rows_are_refused(tmp_path):
     path.write_text(json.dumps(run))
     result = CliRunner().invoke(validate_command, ["--repredict", str(path), "--profile", "h200"])
     assert result.exit_code == 2 and "not a torch-reference run" in result.output
+
+
+def test_a_measured_cpu_run_is_predicted_from_its_rows_alone():
+    """Measurement writes rows (no predictions in them); prediction reads rows + meta only, and the saved
+    run re-predicts to exactly the predictions the measuring run made."""
+    pytest.importorskip("torch")
+    from moesim.validation.predict import MEASURED_KEYS
+    from moesim.validation.run import ValidationOptions, measure_validation, run_torch_validation
+
+    hw = load_profile("h200")
+    options = ValidationOptions(
+        device="cpu", models=("fine",), quick=True, batches=(1,), draft_lens=(1,), layers=1, threads=1
+    )
+    measured = measure_validation(hw, options)
+    assert {key for row in measured["rows"] for key in row} == {*MEASURED_KEYS, "distinct_experts"}
+    assert all(row["measured_s"] > 0 for row in measured["rows"])
+    run = run_torch_validation(hw, options)
+    again = repredict_result(json.loads(json.dumps(run)), hw)
+    assert [r["predicted_s"] for r in again["rows"]] == [r["predicted_s"] for r in run["rows"]]
+    assert [r["predicted_terms_s"] for r in again["rows"]] == [r["predicted_terms_s"] for r in run["rows"]]

@@ -8,11 +8,27 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from scipy.optimize import curve_fit, least_squares
 from scipy.stats import siegelslopes
 from sklearn.linear_model import LinearRegression
+
+Row = dict[str, Any]  # one CSV row a suite wrote: numbers or numeric strings
+
+
+def _num(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def column(rows: list[Row], key: str, **where: Any) -> np.ndarray:
+    """Numeric column `key` of the rows matching every `where` item (compared as strings)."""
+    picked = [r for r in rows if all(str(r.get(k)) == str(v) for k, v in where.items())]
+    return np.array([_num(r.get(key)) for r in picked], dtype=float)
 
 
 @dataclass(frozen=True)
@@ -320,31 +336,3 @@ def efficiency_curve(m_tokens: np.ndarray, e_max: float, m_half: float, power: f
     """Saturating efficiency against M: e_max · Mᵖ / (Mᵖ + m_halfᵖ)."""
     m = np.asarray(m_tokens, dtype=float) ** power
     return e_max * m / (m + m_half**power)
-
-
-def fit_gemm_efficiency(m_tokens: np.ndarray, efficiency: np.ndarray) -> FitResult:
-    """Fit the saturating efficiency curve in log space (efficiency spans decades from M=1 to M=4096)."""
-    m = np.asarray(m_tokens, dtype=float)
-    eff = np.clip(np.asarray(efficiency, dtype=float), 1e-9, None)
-
-    def log_curve(x: np.ndarray, log_e_max: float, log_m_half: float, power: float) -> np.ndarray:
-        return np.log(efficiency_curve(x, math.exp(log_e_max), math.exp(log_m_half), power))
-
-    p0 = [math.log(float(eff.max())), math.log(float(np.median(m))), 1.0]
-    (log_e_max, log_m_half, power), _ = curve_fit(
-        log_curve,
-        m,
-        np.log(eff),
-        p0=p0,
-        bounds=([math.log(1e-6), math.log(1e-3), 0.2], [math.log(1.5), math.log(1e7), 4.0]),
-        maxfev=20000,
-    )
-    pred = efficiency_curve(m, math.exp(log_e_max), math.exp(log_m_half), power)
-    log_r2, _, _ = goodness(np.log(eff), np.log(pred))
-    return _result(
-        {"e_max": math.exp(log_e_max), "m_half": math.exp(log_m_half), "power": power},
-        m,
-        eff,
-        pred,
-        log_r2=log_r2,
-    )

@@ -63,7 +63,7 @@ def fit_command(
     as_json: bool,
 ) -> None:
     """Fit per-layer correlated routing to TRACE and write the statistics file."""
-    from moesim.simulator.routing.fit import RoutingEstimator
+    from moesim.simulator.routing.estimator import RoutingEstimator
     from moesim.simulator.routing.stats_file import save_routing_stats, stats_document
     from moesim.simulator.routing.trace import load_trace
 
@@ -342,7 +342,7 @@ def _predict_layer(
         summary = rank_summary(loads, ranks, placement)  # type: ignore[arg-type]
         entry["per_rank"] = {
             "ranks": ranks,
-            "placement": placement,
+            "placement": summary.placement,
             "max_distinct": vars(summary.max_distinct),
             "max_tokens": vars(summary.max_tokens),
             "mean_distinct_per_rank": summary.mean_distinct_per_rank,

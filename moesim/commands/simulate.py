@@ -21,6 +21,12 @@ from moesim.commands.common import (
 )
 from moesim.commands.parallel_options import layout_from_kwargs, parallel_options
 from moesim.errors import MoesimError
+from moesim.simulator.scenario import (
+    DEFAULT_BATCH,
+    DEFAULT_DRAFT_LEN,
+    DEFAULT_SWEEP_BATCHES,
+    DEFAULT_SWEEP_DRAFT_LENS,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,20 +45,27 @@ CATEGORY_LABELS = {
 
 def step_options(func: F) -> F:
     """--context-len, --launch, --engine and the routing flags shared by simulate and sweep."""
+    from moesim.simulator.execution.launch import LAUNCH_MODES
+    from moesim.simulator.scenario import DEFAULT_CONTEXT_LEN, DEFAULT_ENGINE, DEFAULT_LAUNCH
+
     options = [
         click.option(
-            "--context-len", type=int, default=2048, show_default=True, help="Cached tokens per sequence."
+            "--context-len",
+            type=int,
+            default=DEFAULT_CONTEXT_LEN,
+            show_default=True,
+            help="Cached tokens per sequence.",
         ),
         click.option(
             "--launch",
-            type=click.Choice(["graph", "eager"]),
-            default="graph",
+            type=click.Choice(LAUNCH_MODES),
+            default=DEFAULT_LAUNCH,
             show_default=True,
             help="graph: CUDA-graph replay (one launch per step); eager: one host launch per kernel.",
         ),
         click.option(
             "--engine",
-            default="fused",
+            default=DEFAULT_ENGINE,
             show_default=True,
             help="Kernel plan style: fused (vLLM/SGLang kernels), per-token (naive loop), or a registered style.",
         ),
@@ -76,7 +89,7 @@ def step_options(func: F) -> F:
 
 def sd_options(func: F) -> F:
     """--draft, --acceptance, --acceptance-length."""
-    from moesim.simulator.speculative.drafters import DEFAULT_ACCEPTANCE, DEFAULT_DRAFTER
+    from moesim.simulator.scenario import DEFAULT_ACCEPTANCE, DEFAULT_DRAFTER
 
     options = [
         click.option(
@@ -103,20 +116,6 @@ def sd_options(func: F) -> F:
     return apply_options(func, options)
 
 
-def _routing_for(spec: Any, routing_spec: str | None, overlap: str | None, baseline: float | None) -> Any:
-    if not spec.is_moe:
-        from moesim.simulator.routing.independent import IndependentRouting
-
-        return IndependentRouting()
-    from moesim.simulator.routing.presets import routing_from_cli
-
-    if routing_spec is None:
-        routing_spec = "independent" if (overlap is not None or baseline is not None) else "typical"
-    return routing_from_cli(
-        routing_spec, spec.n_experts, spec.top_k, overlap, baseline, spec.n_groups, spec.topk_groups
-    )
-
-
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3f}"
 
@@ -134,9 +133,13 @@ def _distinct(step: dict[str, Any]) -> str:
 @click.command("simulate")
 @model_options
 @hardware_option
-@click.option("--batch", type=int, default=1, show_default=True, help="Sequences in the batch B.")
+@click.option("--batch", type=int, default=DEFAULT_BATCH, show_default=True, help="Sequences in the batch B.")
 @click.option(
-    "--draft-len", type=int, default=3, show_default=True, help="Draft tokens K per verification step."
+    "--draft-len",
+    type=int,
+    default=DEFAULT_DRAFT_LEN,
+    show_default=True,
+    help="Draft tokens K per verification step.",
 )
 @step_options
 @sd_options
@@ -168,25 +171,29 @@ def simulate_command(
     Example: moesim simulate --model qwen3-30b-a3b --hardware h200 --batch 1 --draft-len 3
     """
     from moesim.simulator.hardware.profile import load_profile
-    from moesim.simulator.simulate import simulate_speculative
+    from moesim.simulator.scenario import Scenario
+    from moesim.simulator.simulate import simulate
 
     request = layout_from_kwargs(overrides)
     spec = resolve_model(model_name, model_config, overrides)
     profile = load_profile(hardware)
-    routing = _routing_for(spec, routing_spec, overlap, baseline_overlap)
-    result = simulate_speculative(
-        spec,
-        profile,
-        batch,
-        draft_len,
-        context_len=context_len,
-        engine=engine,
-        launch=launch,
-        routing=routing,
-        drafter=drafter,
-        acceptance=acceptance,
-        acceptance_length=acceptance_length,
-        parallel=request,
+    result = simulate(
+        Scenario(
+            spec,
+            profile,
+            batch,
+            draft_len,
+            context_len=context_len,
+            engine=engine,
+            launch=launch,
+            routing=routing_spec,
+            overlap=overlap,
+            baseline_overlap=baseline_overlap,
+            layout=request,
+            drafter=drafter,
+            acceptance=acceptance,
+            acceptance_length=acceptance_length,
+        )
     )
     data = result.to_json(timeline)
     if as_json:
@@ -256,17 +263,6 @@ def _print_layout(console: Console, parallel: dict[str, Any], chosen: bool) -> N
         console.print(line)
 
 
-def _models(text: str) -> list[str]:
-    from moesim.simulator.models.catalogue import list_models
-
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    if not names:
-        raise MoesimError("--model", "needs at least one model name, or all")
-    if names == ["all"]:
-        return list_models()
-    return names
-
-
 @click.command("sweep")
 @click.option(
     "--model",
@@ -277,10 +273,18 @@ def _models(text: str) -> list[str]:
 )
 @hardware_option
 @click.option(
-    "--batch", "batches", default="1,2,4,8,16,32,64,128,256", show_default=True, help="Batch sizes."
+    "--batch",
+    "batches",
+    default=",".join(map(str, DEFAULT_SWEEP_BATCHES)),
+    show_default=True,
+    help="Batch sizes.",
 )
 @click.option(
-    "--draft-len", "draft_lens", default="1,2,3,4,5,6,7,8", show_default=True, help="Draft lengths K."
+    "--draft-len",
+    "draft_lens",
+    default=",".join(map(str, DEFAULT_SWEEP_DRAFT_LENS)),
+    show_default=True,
+    help="Draft lengths K.",
 )
 @step_options
 @sd_options
@@ -324,6 +328,8 @@ def sweep_command(
     from moesim.figures import check_plot_path
     from moesim.simulator.hardware.profile import load_profile
     from moesim.simulator.models.catalogue import load_model
+    from moesim.simulator.scenario import Scenario
+    from moesim.simulator.simulate import model_list
     from moesim.simulator.speculative.plots import plot_sweep
     from moesim.simulator.speculative.sweep import run_sweep
 
@@ -339,9 +345,25 @@ def sweep_command(
     request = layout_from_kwargs(parallel_flags)
     batch_list = parse_int_list("--batch", batches)
     k_list = parse_int_list("--draft-len", draft_lens)
-    specs = [load_model(name) for name in _models(model_names)]
+    names = model_list(model_names)
+    if not names:
+        raise MoesimError("--model", "needs at least one model name, or all")
+    specs = [load_model(str(name)) for name in names]
     profile = load_profile(hardware)
-    routings = {spec.name: _routing_for(spec, routing_spec, overlap, baseline_overlap) for spec in specs}
+    base = Scenario(
+        specs[0],
+        profile,
+        context_len=context_len,
+        engine=engine,
+        launch=launch,
+        routing=routing_spec,
+        overlap=overlap,
+        baseline_overlap=baseline_overlap,
+        layout=request,
+        drafter=drafter,
+        acceptance=acceptance,
+        acceptance_length=acceptance_length,
+    )
     total = len(specs) * len(batch_list) * len(k_list)
     err = Console(stderr=True)
     with Progress(
@@ -354,21 +376,7 @@ def sweep_command(
         disable=total < 50,
     ) as bar:
         task = bar.add_task("sweep", total=total)
-        result = run_sweep(
-            specs,
-            profile,
-            batch_list,
-            k_list,
-            context_len=context_len,
-            engine=engine,
-            launch=launch,
-            routing=lambda spec: routings[spec.name],
-            drafter=drafter,
-            acceptance=acceptance,
-            acceptance_length=acceptance_length,
-            progress=lambda n: bar.advance(task, n),
-            parallel=request,
-        )
+        result = run_sweep(base, specs, batch_list, k_list, progress=lambda n: bar.advance(task, n))
     if csv_path:
         result.write_csv(csv_path)
     if plot_path and result.rows:

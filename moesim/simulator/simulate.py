@@ -1,144 +1,60 @@
-"""The public API: simulate a decode or verification step, a speculative-decoding step, or one MoE block.
+"""The public API: the SD point of a scenario, sweeps, one step, one MoE block.
 
-    simulate_step(model, hardware, batch, tokens_per_seq, context_len=2048, engine="fused", launch="graph",
-                  routing=None) -> StepResult
-    simulate_speculative(model, hardware, batch, draft_len, *, context_len=2048, engine="fused",
-                         launch="graph", routing=None, drafter="eagle", acceptance=0.8,
-                         acceptance_length=None) -> SpeculativeResult
-    simulate_expert_block(model, hardware, tokens, distinct_experts, launch="graph") -> seconds
+    simulate(Scenario(...)) or simulate(model=..., hardware=..., ...) -> SpeculativeResult (simpy engine)
+    sweep(models, batches=..., draft_lens=..., **scenario fields)     -> SweepResult (fast path)
+    simulate_step(model, hardware, batch, tokens_per_seq, ...)        -> StepResult (one decode or verify step)
+    simulate_expert_block(model, hardware, tokens, distinct_experts)  -> seconds (one MoE layer, forced routing)
 
-`model` and `hardware` may be objects or names (catalogue model / bundled profile or a file path).
+Every default is the `Scenario`'s, so `moesim.simulate(...)` and `moesim simulate` give the same number.
 A model that does not fit the device memory (weights + KV cache + reserve) raises MoesimError saying how
 much is missing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.simulator.execution.collectives import parallel_step_summary
 from moesim.simulator.execution.engine import StepResult, run_engine
-from moesim.simulator.execution.fastpath import LaunchParams, check_launch
-from moesim.simulator.hardware.profile import HardwareProfile, load_profile
-from moesim.simulator.models import spec as ms
+from moesim.simulator.execution.launch import check_launch
+from moesim.simulator.execution.timer import EngineTimer
+from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout
-from moesim.simulator.plan.memory import MemoryUse, drafter_memory_bytes, fit_layout
-from moesim.simulator.plan.parallel import ParallelStep, build_parallel_plan, engine_parallel_step
-from moesim.simulator.plan.step import StepPlan, build_plan, check_step_inputs, engine_style
+from moesim.simulator.plan.memory import fit_layout
+from moesim.simulator.plan.step import check_step_inputs
+from moesim.simulator.plan.styles import build_plan, engine_style
 from moesim.simulator.routing.base import DistinctExperts, RoutingModel
 from moesim.simulator.routing.independent import IndependentRouting
-from moesim.simulator.speculative.drafters import (
-    DEFAULT_ACCEPTANCE,
-    DEFAULT_DRAFTER,
-    Drafter,
-    check_acceptance,
-    drafter_model,
-    expected_tokens,
-    parse_drafter,
+from moesim.simulator.scenario import (
+    DEFAULT_CONTEXT_LEN,
+    DEFAULT_SWEEP_BATCHES,
+    DEFAULT_SWEEP_DRAFT_LENS,
+    ResolvedScenario,
+    Scenario,
+    chosen_layout,
+    resolve_hardware,
+    resolve_model,
+    resolve_routing,
 )
-from moesim.simulator.speculative.parallel_draft import parallel_draft_time_s
+from moesim.simulator.speculative.drafters import parse_drafter
+from moesim.simulator.speculative.point import SpeculativePoint, TimedPlan, speculative_point, time_step
+from moesim.simulator.speculative.sweep import SweepResult, run_sweep
 
-DEFAULT_CONTEXT_LEN = 2048
 # Sampled routing draws (steps × tokens × experts) for the distinct-expert distribution of one layer.
 DISTRIBUTION_DRAWS = 2_000_000
 DISTRIBUTION_SEED = 0
 
 
-def resolve_model(model: ModelSpec | str) -> ModelSpec:
-    if isinstance(model, ModelSpec):
-        return model
-    from moesim.simulator.models.catalogue import load_model
-
-    return load_model(model)
-
-
-def resolve_hardware(hardware: HardwareProfile | str) -> HardwareProfile:
-    if isinstance(hardware, HardwareProfile):
-        return hardware
-    return load_profile(hardware)
-
-
-def drafter_bytes(drafter: Drafter, target: ModelSpec, batch: int, context_len: int) -> float:
-    """Device memory a drafter adds beside the target (weights and its own KV cache)."""
-    if drafter.kind == "model":
-        draft = drafter_model(drafter, target)
-        assert draft is not None
-        return drafter_memory_bytes(draft, batch, context_len)
-    if drafter.kind == "eagle":
-        head = drafter_model(drafter, target)
-        assert head is not None
-        layer = ms.attention_weight_bytes(head, "full") + ms.dense_ffn_weight_bytes(head)
-        fusion = head.dense_format.matrix_bytes(head.hidden, 2 * head.hidden)
-        return layer + fusion + batch * ms.sequence_state_bytes(head, context_len)
-    if drafter.kind == "mtp":
-        return target.mtp_layers * ms.mtp_weight_bytes(target) + batch * ms.kv_cache_bytes(
-            drafter_model(drafter, target) or target, context_len
-        )
-    return 0.0
-
-
-def check_memory(
-    model: ModelSpec,
-    hardware: HardwareProfile,
-    batch: int,
-    context_len: int,
-    extra_bytes: float = 0.0,
-    parallel: ParallelLayout | LayoutRequest | None = None,
-) -> MemoryUse:
-    """Memory use on the busiest GPU of `parallel` (one GPU when None; a `LayoutRequest` without a fixed
-    layout picks the smallest that fits, and `use.layout` is the layout chosen); raises MoesimError with
-    the missing bytes and the smallest layout that would fit when it does not fit."""
-    return fit_layout(
-        model,
-        hardware,
-        batch,
-        max(1, context_len),
-        layout=parallel if parallel is not None else ParallelLayout(),
-        drafter_bytes=extra_bytes,
-    )
-
-
-def resolve_layout(
-    parallel: ParallelLayout | LayoutRequest | None,
-    model: ModelSpec,
-    hardware: HardwareProfile,
-    batch: int,
-    context_len: int,
-) -> ParallelLayout:
-    """The layout to simulate: the one given, one GPU for None, the smallest that fits for an open request."""
-    if parallel is None:
-        return ParallelLayout()
-    if isinstance(parallel, ParallelLayout):
-        return parallel
-    fixed = parallel.fixed()
-    if fixed is not None:
-        return fixed
-    return check_memory(model, hardware, batch, context_len, parallel=parallel).layout
-
-
-def run_step(
-    spec: ModelSpec,
-    hardware: HardwareProfile,
-    batch: int,
-    tokens_per_seq: int,
-    context_len: int,
-    engine: str,
-    launch: str,
-    routing: RoutingModel,
-    layout: ParallelLayout,
-) -> tuple[StepResult, ParallelStep | None]:
-    """One step on the engine: the single-GPU plan, or the slowest rank's plan with its collectives."""
-    if layout.is_single:
-        plan = build_plan(spec, batch, tokens_per_seq, context_len, engine, routing, hardware)
-        return run_engine(plan, hardware, launch), None
-    step = build_parallel_plan(spec, batch, tokens_per_seq, layout, hardware, context_len, engine, routing)
-    result = engine_parallel_step(step, hardware, launch)
-    result.notes.append(f"layout: {layout.describe()} (times are the slowest rank's)")
-    return result, step
+def _scenario(scenario: Scenario | None, fields: dict[str, Any]) -> Scenario:
+    if scenario is None:
+        return Scenario(**fields)
+    return scenario.replace(**fields) if fields else scenario
 
 
 def distinct_distribution(
@@ -156,40 +72,6 @@ def distinct_distribution(
         model.n_experts, model.top_k, batch, tokens_per_seq, n_samples, rng, layer
     )
     return DistinctExperts.from_samples((np.asarray(loads) > 0).sum(axis=1))
-
-
-def simulate_step(
-    model: ModelSpec | str,
-    hardware: HardwareProfile | str,
-    batch: int,
-    tokens_per_seq: int,
-    context_len: int = DEFAULT_CONTEXT_LEN,
-    engine: str = "fused",
-    launch: str = "graph",
-    routing: RoutingModel | None = None,
-    *,
-    check_fit: bool = True,
-    distribution: bool = True,
-    parallel: ParallelLayout | LayoutRequest | None = None,
-) -> StepResult:
-    """One forward step of `batch` sequences × `tokens_per_seq` tokens (1: decode; K+1: verification).
-
-    `parallel`: None runs on one GPU; a `ParallelLayout` (or a `LayoutRequest`, whose open form picks the
-    smallest layout that fits) spreads the model over a node, and the step time is the slowest rank's.
-    """
-    spec, hw = resolve_model(model), resolve_hardware(hardware)
-    check_launch(launch)
-    engine_style(engine)
-    check_step_inputs(spec, batch, tokens_per_seq, context_len)
-    if check_fit:
-        layout = check_memory(spec, hw, batch, context_len + tokens_per_seq, parallel=parallel).layout
-    else:
-        layout = resolve_layout(parallel, spec, hw, batch, context_len + tokens_per_seq)
-    routing = routing or IndependentRouting()
-    result, _ = run_step(spec, hw, batch, tokens_per_seq, context_len, engine, launch, routing, layout)
-    if distribution:
-        result.distinct_experts = distinct_distribution(spec, batch, tokens_per_seq, routing)
-    return result
 
 
 @dataclass
@@ -234,131 +116,142 @@ class SpeculativeResult:
         }
 
 
-def simulate_speculative(
-    model: ModelSpec | str,
-    hardware: HardwareProfile | str,
-    batch: int,
-    draft_len: int,
-    *,
-    context_len: int = DEFAULT_CONTEXT_LEN,
-    engine: str = "fused",
-    launch: str = "graph",
-    routing: RoutingModel | None = None,
-    drafter: str = DEFAULT_DRAFTER,
-    acceptance: float = DEFAULT_ACCEPTANCE,
-    acceptance_length: float | None = None,
-    parallel: ParallelLayout | LayoutRequest | None = None,
-) -> SpeculativeResult:
-    """Decode vs verification of K drafted tokens at batch B, with the drafter's cost and the SD speedup.
+def simulate(scenario: Scenario | None = None, /, **fields: Any) -> SpeculativeResult:
+    """The SD point of a scenario on the simpy engine: decode, verification, drafter, speedup.
 
-    `parallel` as for `simulate_step`; the drafter shares the target's GPUs or has its own (`draft_on`),
-    and drafting and verification run one after the other either way (see `parallel_draft`).
+    >>> result = simulate(model="qwen3-30b-a3b", hardware="h200", batch=1, draft_len=3)
+    >>> round(result.speedup, 2) > 1
+    True
     """
-    spec, hw = resolve_model(model), resolve_hardware(hardware)
-    if not isinstance(draft_len, int) or draft_len < 1:
-        raise MoesimError("draft_len", f"must be a positive integer, got {draft_len!r}")
-    check_acceptance(acceptance)
-    parsed = parse_drafter(drafter)
-    routing = routing or IndependentRouting()
-    check_launch(launch)
-    check_step_inputs(spec, batch, draft_len + 1, context_len)
-    use = check_memory(
-        spec,
-        hw,
-        batch,
-        context_len + draft_len + 1,
-        drafter_bytes(parsed, spec, batch, context_len),
-        parallel=parallel,
-    )
-    layout = use.layout
-    decode, decode_step = run_step(spec, hw, batch, 1, context_len, engine, launch, routing, layout)
-    verify, verify_step = run_step(
-        spec, hw, batch, draft_len + 1, context_len, engine, launch, routing, layout
-    )
-    decode.distinct_experts = distinct_distribution(spec, batch, 1, routing)
-    verify.distinct_experts = distinct_distribution(spec, batch, draft_len + 1, routing)
-    launch_params = LaunchParams.from_hardware(hw, launch)
+    resolved = _scenario(scenario, fields).resolve()
+    point = speculative_point(resolved, EngineTimer(resolved.hardware))
+    return _result(resolved, point)
 
-    def step_time(plan: StepPlan, with_launch: bool) -> float:
-        return run_engine(plan, hw, launch, include_launch_and_sync=with_launch).step_s
 
-    def parallel_step_time(step: ParallelStep, with_launch: bool) -> float:
-        return engine_parallel_step(step, hw, launch, include_launch_and_sync=with_launch).step_s
-
-    draft_s = parallel_draft_time_s(
-        parsed,
-        spec,
-        hw,
-        layout,
-        batch,
-        draft_len,
-        context_len,
-        engine,
-        routing,
-        decode.step_s,
-        step_time,
-        parallel_step_time,
-        launch_params.overhead_s,
+def _engine_step(resolved: ResolvedScenario, timed: TimedPlan, tokens_per_seq: int) -> StepResult:
+    step = timed.timing
+    assert isinstance(step, StepResult)
+    if timed.parallel is not None:
+        step.notes.append(f"layout: {resolved.layout.describe()} (times are the slowest rank's)")
+    step.distinct_experts = distinct_distribution(
+        resolved.model, resolved.batch, tokens_per_seq, resolved.routing
     )
-    tokens = expected_tokens(draft_len, acceptance, acceptance_length)
+    return step
+
+
+def _result(resolved: ResolvedScenario, point: SpeculativePoint) -> SpeculativeResult:
+    decode = _engine_step(resolved, point.decode, 1)
+    verify = _engine_step(resolved, point.verify, point.draft_len + 1)
     accept_s = sum(
         float(t)
         for (name, *_), t in zip(verify.timeline, verify.kernel_times_s, strict=True)
         if name == "accept"
     )
-    speedup = tokens * decode.step_s / (draft_s + verify.step_s)
+    assert resolved.memory is not None
+    parallel: dict[str, Any] = {"layout": resolved.layout.as_dict(), "memory": resolved.memory.as_dict()}
+    if point.decode.parallel is not None and point.verify.parallel is not None:
+        node = resolved.hardware.node
+        parallel["decode"] = parallel_step_summary(point.decode.parallel, node)
+        parallel["verify"] = parallel_step_summary(point.verify.parallel, node)
+    assumptions = resolved.assumptions()
+    assumptions["accept_in_verify"] = (
+        "the acceptance kernel is part of the verification step (accept_s is its share)"
+    )
     return SpeculativeResult(
-        model=spec.name,
-        hardware=hw.name,
-        batch=batch,
-        draft_len=draft_len,
-        context_len=context_len,
+        model=resolved.model.name,
+        hardware=resolved.hardware.name,
+        batch=resolved.batch,
+        draft_len=point.draft_len,
+        context_len=resolved.context_len,
         decode=decode,
         verify=verify,
-        draft_s=draft_s,
+        draft_s=point.draft_s,
         accept_s=accept_s,
-        tokens_per_step=tokens,
-        speedup=speedup,
-        assumptions=assumptions(
-            routing, parsed, engine, launch, acceptance, acceptance_length, context_len, hw
-        ),
-        parallel=parallel_summary(use, decode_step, verify_step),
+        tokens_per_step=point.tokens_per_step,
+        speedup=point.speedup,
+        assumptions=assumptions,
+        parallel=parallel,
     )
 
 
-def parallel_summary(
-    use: MemoryUse, decode: ParallelStep | None, verify: ParallelStep | None
-) -> dict[str, Any]:
-    """The layout, its memory use on the busiest GPU and (multi-GPU) the collectives and per-rank experts."""
-    out: dict[str, Any] = {"layout": use.layout.as_dict(), "memory": use.as_dict()}
-    if decode is not None and verify is not None:
-        out["decode"] = decode.summary()
-        out["verify"] = verify.summary()
-    return out
+def sweep(
+    models: Sequence[ModelSpec | str] | str,
+    scenario: Scenario | None = None,
+    *,
+    batches: Sequence[int] = DEFAULT_SWEEP_BATCHES,
+    draft_lens: Sequence[int] = DEFAULT_SWEEP_DRAFT_LENS,
+    progress: Callable[[int], None] | None = None,
+    **fields: Any,
+) -> SweepResult:
+    """SD speedup of every model × batch × draft length on the fast path, with the scenario's defaults.
+
+    `models`: names, specs, a comma-separated string, or "all" (the whole catalogue).
+    """
+    specs = [resolve_model(m) for m in model_list(models)]
+    if not specs:
+        raise MoesimError("model", "needs at least one model name, or all")
+    base = _scenario(scenario, {"model": specs[0], **fields})
+    return run_sweep(base, specs, list(batches), list(draft_lens), progress=progress)
 
 
-def assumptions(
-    routing: RoutingModel,
-    drafter: Drafter,
-    engine: str,
-    launch: str,
-    acceptance: float,
-    acceptance_length: float | None,
-    context_len: int,
-    hardware: HardwareProfile,
-) -> dict[str, Any]:
-    """What a result rests on, printed beside it."""
-    return {
-        "routing": routing.description,
-        "acceptance": None if acceptance_length is not None else acceptance,
-        "acceptance_length": acceptance_length,
-        "drafter": drafter.label,
-        "engine": engine,
-        "launch": launch,
-        "context_len": context_len,
-        "hardware_provenance": hardware.provenance.kind,
-        "accept_in_verify": "the acceptance kernel is part of the verification step (accept_s is its share)",
-    }
+def model_list(models: Sequence[ModelSpec | str] | str) -> list[ModelSpec | str]:
+    """Model names from 'a,b', 'all' or a sequence."""
+    if isinstance(models, str):
+        names = [part.strip() for part in models.split(",") if part.strip()]
+        if names == ["all"]:
+            from moesim.simulator.models.catalogue import list_models
+
+            return list(list_models())
+        return list(names)
+    return list(models)
+
+
+def simulate_step(
+    model: ModelSpec | str,
+    hardware: HardwareProfile | str,
+    batch: int,
+    tokens_per_seq: int,
+    context_len: int = DEFAULT_CONTEXT_LEN,
+    engine: str = "fused",
+    launch: str = "graph",
+    routing: RoutingModel | str | None = None,
+    *,
+    check_fit: bool = True,
+    distribution: bool = True,
+    parallel: ParallelLayout | LayoutRequest | None = None,
+) -> StepResult:
+    """One forward step of `batch` sequences × `tokens_per_seq` tokens (1: decode; K+1: verification).
+
+    Routing as in a `Scenario`. `parallel`: None runs on one GPU; a `ParallelLayout` (or a `LayoutRequest`,
+    whose open form picks the smallest layout that fits) spreads the model over a node, and the step time
+    is the slowest rank's.
+    """
+    spec, hw = resolve_model(model), resolve_hardware(hardware)
+    check_launch(launch)
+    engine_style(engine)
+    check_step_inputs(spec, batch, tokens_per_seq, context_len)
+    request = parallel if parallel is not None else ParallelLayout()
+    context = context_len + tokens_per_seq
+    if check_fit:
+        layout = fit_layout(spec, hw, batch, max(1, context), layout=request).layout
+    else:
+        layout = chosen_layout(request, spec, hw, batch, context)
+    routing_model = resolve_routing(spec, routing)
+    scenario = Scenario(
+        spec, hw, batch, context_len=context_len, engine=engine, launch=launch, layout=layout,
+        routing=routing_model,
+    )  # fmt: skip
+    resolved = ResolvedScenario(
+        scenario, spec, hw, routing_model, parse_drafter(scenario.drafter), layout, None
+    )
+    timed = time_step(resolved, EngineTimer(hw), tokens_per_seq)
+    result = timed.timing
+    assert isinstance(result, StepResult)
+    if timed.parallel is not None:
+        result.notes.append(f"layout: {layout.describe()} (times are the slowest rank's)")
+    if distribution:
+        result.distinct_experts = distinct_distribution(spec, batch, tokens_per_seq, routing_model)
+    return result
 
 
 def simulate_expert_block(

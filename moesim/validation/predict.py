@@ -3,22 +3,43 @@
 No torch here. The prediction is the discrete-event engine run on the exact `torch-reference` plan of
 the step (`reference_step_plan` with the replayed expert loads), so it prices exactly the measured work.
 The term split (launch, fixed latency, compute, memory, cache) feeds the error attribution in report.py.
+`predict_rows` is the pure half of validation: it prices the rows a measuring run wrote (`measure.py`),
+right after measuring or later on a machine without torch (`moesim validate --repredict`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from moesim.errors import MoesimError
 from moesim.simulator.execution.cost import CostParams, memory_time_s
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.reference import reference_step_plan
 from moesim.simulator.plan.step import StepPlan
+from moesim.validation.configs import row_routing, row_spec
 
 TERMS = ("launch", "fixed", "compute", "memory", "cache")
+# What a measuring run records per row (measure.measured_row); prediction carries these over unchanged.
+MEASURED_KEYS = (
+    "model",
+    "shape",
+    "device",
+    "launch",
+    "batch",
+    "draft_len",
+    "tokens_per_seq",
+    "m_tokens",
+    "context_len",
+    "measured_s",
+    "spread",
+    "round_spread",
+    "n_samples",
+)
 
 
 @dataclass(frozen=True)
@@ -102,4 +123,60 @@ def predict_reference_step(
     )
 
 
-__all__ = ["TERMS", "Prediction", "cost_terms", "predict_reference_step", "simulate_plan"]
+def predict_rows(
+    meta: dict[str, Any],
+    measured_rows: Sequence[dict[str, Any]],
+    hardware: HardwareProfile,
+    cross_hardware: dict[str, HardwareProfile] | None = None,
+) -> list[dict[str, Any]]:
+    """The measured rows of a run (with its `meta`) predicted with `hardware` and each cross profile.
+
+    Each row's validation spec and forced routing are rebuilt from the meta and the row's configuration
+    seed, exactly as the measuring run drew them; a row whose re-sampled distinct-expert count differs
+    from the recorded one is refused (another seed or routing model measured it).
+    """
+    rows: list[dict[str, Any]] = []
+    mismatched: list[str] = []
+    for old in measured_rows:
+        spec = row_spec(meta, old)
+        routing = row_routing(meta, spec, old)
+        distinct = float(np.mean(routing.distinct_experts())) if spec.is_moe else 0.0
+        if old.get("distinct_experts") is not None and abs(distinct - float(old["distinct_experts"])) > 1e-9:
+            mismatched.append(f"{spec.name} B={old['batch']} K={old['draft_len']}")
+        launch = old.get("launch") or meta.get("launch", "eager")
+        args = (old["batch"], old["draft_len"] + 1, old["context_len"], routing.loads, launch)
+        pred = predict_reference_step(spec, hardware, *args)
+        cross = {
+            name: predict_reference_step(spec, other, *args).step_s
+            for name, other in (cross_hardware or {}).items()
+        }
+        rows.append(
+            {key: old.get(key) for key in MEASURED_KEYS}
+            | {
+                "distinct_experts": distinct,
+                "n_kernels": pred.n_kernels,
+                "predicted_s": pred.step_s,
+                "predicted_breakdown_s": pred.breakdown_s,
+                "predicted_terms_s": pred.terms_s,
+                "cross_predicted_s": cross,
+            }
+        )
+    if mismatched:
+        raise MoesimError(
+            "--repredict",
+            f"re-sampled routing differs from the measured run for {', '.join(mismatched[:3])}"
+            + (f" and {len(mismatched) - 3} more" if len(mismatched) > 3 else ""),
+            "the run used another seed or routing model than its result.json records",
+        )
+    return rows
+
+
+__all__ = [
+    "MEASURED_KEYS",
+    "TERMS",
+    "Prediction",
+    "cost_terms",
+    "predict_reference_step",
+    "predict_rows",
+    "simulate_plan",
+]

@@ -260,13 +260,12 @@ def predict_measured(
     routing_name: str,
 ) -> list[dict[str, Any]]:
     """Predict each --measured row with the simulator (its routing model, not a replay)."""
-    import moesim.simulator.plan.reference  # noqa: F401  (registers the torch-reference style)
     from moesim.simulator.execution.cost import CostParams
     from moesim.simulator.hardware.profile import load_profile
     from moesim.simulator.models.catalogue import load_model
-    from moesim.simulator.plan.step import build_plan
+    from moesim.simulator.plan.styles import build_plan
+    from moesim.validation.configs import default_routing
     from moesim.validation.predict import cost_terms, simulate_plan
-    from moesim.validation.runner import default_routing
 
     hardware = load_profile(hardware_name)
     params = CostParams.from_hardware(hardware)
@@ -329,6 +328,14 @@ def add_errors_and_ratios(rows: list[dict[str, Any]]) -> None:
         base = decode.get((r["model"], r.get("launch"), r["batch"], r.get("context_len")))
         r["measured_ratio"] = r["measured_s"] / base["measured_s"] if base else None
         r["predicted_ratio"] = r["predicted_s"] / base["predicted_s"] if base else None
+
+
+def score_rows(rows: list[dict[str, Any]], cross_names: Iterable[str] = ()) -> dict[str, Any]:
+    """Fill each predicted row's errors and ratios, and summarise them (with each cross profile's summary)."""
+    add_errors_and_ratios(rows)
+    summary = summarise(rows)
+    summary["cross_device"] = cross_device_summaries(rows, cross_names)
+    return summary
 
 
 def cross_device_summaries(rows: Sequence[dict[str, Any]], names: Iterable[str]) -> dict[str, Any]:
@@ -515,6 +522,7 @@ __all__ = [
     "predict_measured",
     "read_measured_csv",
     "rows_to_csv",
+    "score_rows",
     "summarise",
     "write_report",
 ]

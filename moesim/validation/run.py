@@ -1,6 +1,8 @@
-"""The whole `moesim validate` run as a library call: measure the grid, predict, summarise.
+"""The whole `moesim validate` run as a library call: measure the grid into rows, then predict and summarise.
 
-torch is imported only inside `run_torch_validation` (via the runner and reference modules).
+`measure_validation` is the torch half (rows + the meta that rebuilds each row's work); the prediction is
+the same pure call `--repredict` makes on a saved run (`predict.predict_rows`). torch is imported only
+inside `measure_validation` (via the measure and reference modules).
 """
 
 from __future__ import annotations
@@ -12,15 +14,10 @@ from typing import Any
 
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.profile import HardwareProfile
-from moesim.validation.report import cross_device_summaries, summarise
-from moesim.validation.runner import (
-    MeasureSettings,
-    clock_name,
-    default_routing,
-    fill_ratios,
-    measure_model,
-    validation_grid,
-)
+from moesim.validation.configs import default_routing, validation_grid
+from moesim.validation.measure import MeasureSettings, clock_name, measure_model
+from moesim.validation.predict import predict_rows
+from moesim.validation.report import score_rows
 from moesim.validation.shapes import SHAPES, validation_model
 
 
@@ -66,6 +63,18 @@ def run_torch_validation(
     cross_hardware: dict[str, HardwareProfile] | None = None,
 ) -> dict[str, Any]:
     """Measure the torch reference on the grid and compare with the simulator; returns rows + summary."""
+    measured = measure_validation(hardware, options, progress)
+    rows = predict_rows(measured["meta"], measured["rows"], hardware, cross_hardware)
+    return measured | {"rows": rows, "summary": score_rows(rows, cross_hardware or {})}
+
+
+def measure_validation(
+    hardware: HardwareProfile, options: ValidationOptions, progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """Measure the torch reference on the grid: measured rows, the meta that rebuilds them, and notes.
+
+    `hardware` only chooses the thread count and dtype a measured CPU profile was calibrated with.
+    """
     from moesim.calibrate.timing import resolve_device, today
 
     if options.launch not in ("eager", "graph"):
@@ -100,17 +109,11 @@ def run_torch_validation(
             options.launch,
             default_routing(spec, options.routing),
             settings,
-            hardware,
             seed=options.seed,
             progress=progress,
             clock=options.clock,
             check=checks,
-            cross_hardware=cross_hardware,
         )
-    fill_ratios(rows)
-    as_json = [r.to_json() for r in rows]
-    summary = summarise(as_json)
-    summary["cross_device"] = cross_device_summaries(as_json, cross_hardware or {})
     notes = []
     if not all(checks.values()):
         bad = [name for name, ok in checks.items() if not ok]
@@ -118,8 +121,7 @@ def run_torch_validation(
             f"the torch-reference plan's kernel list did NOT match what torch launched: {', '.join(bad)}"
         )
     return {
-        "rows": as_json,
-        "summary": summary,
+        "rows": rows,
         "meta": {
             "title": f"torch reference on {device.name} vs profile {hardware.name} ({options.launch})",
             "profile": hardware.name,
@@ -147,4 +149,10 @@ def run_torch_validation(
     }
 
 
-__all__ = ["ValidationOptions", "profile_dtype", "profile_threads", "run_torch_validation"]
+__all__ = [
+    "ValidationOptions",
+    "measure_validation",
+    "profile_dtype",
+    "profile_threads",
+    "run_torch_validation",
+]

@@ -25,6 +25,8 @@ import numpy.typing as npt
 
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.profile import NodeSpec
+from moesim.simulator.plan.kernels import Collective
+from moesim.simulator.plan.parallel import ParallelStep, collective_name
 
 AllReduceAlgorithm = Literal["ring", "one_shot", "two_shot", "auto"]
 GatherAlgorithm = Literal["ring", "direct", "auto"]
@@ -153,6 +155,36 @@ def all_to_all_s(
     return link.latency_s + np.maximum(send, recv) / link.bytes_per_s
 
 
+def collective_time_s(collective: Collective, node: NodeSpec) -> float:
+    """Seconds of one collective on the node's links (scale-up within a node, scale-out across nodes)."""
+    link = node_link(node, collective.ranks)
+    if collective.op == "all_reduce":
+        return float(all_reduce_s(collective.send_bytes, collective.ranks, link))
+    if collective.op == "all_gather":
+        return float(all_gather_s(collective.send_bytes, collective.ranks, link))
+    return float(all_to_all_s(collective.send_bytes, collective.ranks, link, collective.recv_bytes))
+
+
+def step_collective_times_s(step: ParallelStep, node: NodeSpec) -> dict[str, float]:
+    """Seconds of each of a parallel step's collectives (the mean over MoE layers where they differ)."""
+    out: dict[str, float] = {}
+    for name, per_layer in step.collectives.items():
+        times = {c: collective_time_s(c, node) for c in set(per_layer)}
+        out[name] = (
+            times[per_layer[0]] if len(per_layer) == 1 else float(np.mean([times[c] for c in per_layer]))
+        )
+    return out
+
+
+def parallel_step_summary(step: ParallelStep, node: NodeSpec) -> dict[str, object]:
+    """What a parallel step adds to a result: its layout, collective times and the slowest rank's work."""
+    times = step_collective_times_s(step, node)
+    per_step = sum(
+        times.get(collective_name(k) or "", 0.0) for k in step.plan.kernels if k.category == "communication"
+    )
+    return {**step.rank_summary(), "collective_s": times, "communication_per_step_s": float(per_step)}
+
+
 __all__ = [
     "ACHIEVED_LINK_FRACTION",
     "AllReduceAlgorithm",
@@ -161,6 +193,9 @@ __all__ = [
     "all_gather_s",
     "all_reduce_s",
     "all_to_all_s",
+    "collective_time_s",
     "node_link",
+    "parallel_step_summary",
     "reduce_scatter_s",
+    "step_collective_times_s",
 ]

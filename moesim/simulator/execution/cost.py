@@ -3,7 +3,7 @@
     time = fixed latency + max(compute, memory)
     compute = FLOPs / (peak[dtype] × gemm_efficiency(M))        for GEMM-like kernels (m_tokens > 0)
               (a one-row GEMM, M ≤ 1, is a matrix–vector product: see `stream_efficiency`)
-            = FLOPs / (peak[bf16] × NON_GEMM_PEAK_FRACTION)     for everything else
+            = FLOPs / (peak[bf16] × vector_flops_fraction)      for everything else (the profile's fact)
     memory  = (HBM bytes + ramp) / achieved bandwidth + cache bytes / cache bandwidth
 
 The ramp charges small transfers: a kernel moving x bytes from memory reaches x / (x + h) of the streaming
@@ -31,10 +31,6 @@ from moesim.simulator.plan.kernels import Kernel
 # the next calibrated M the efficiency is interpolated (log e against log M) from this stream value.
 GEMV_EFFICIENCY = 1.0
 GEMV_M_TOKENS = 1.0
-
-# Non-GEMM arithmetic (norms, softmax, top-k, recurrences) runs on the vector units, not the tensor cores:
-# FP32 CUDA-core throughput is about 1/15 of the dense BF16 tensor peak on A100/H100/H200 (67 of 989 TF).
-NON_GEMM_PEAK_FRACTION = 1.0 / 16.0
 
 
 @dataclass(frozen=True)
@@ -69,7 +65,32 @@ class CostParams:
             gemm_m=np.log(np.asarray(em.gemm_efficiency.m_tokens, dtype=float)),
             gemm_eff=np.asarray(em.gemm_efficiency.efficiency, dtype=float),
             peak_flops=peaks,
-            non_gemm_flops_per_s=hw.peak_flops_per_s("bf16") * NON_GEMM_PEAK_FRACTION,
+            non_gemm_flops_per_s=hw.peak_flops_per_s("bf16") * float(em.vector_flops_fraction or 0.0),
+        )
+
+    @classmethod
+    def for_gemms(
+        cls,
+        fixed_s: float,
+        memory_bytes_per_s: float,
+        half_bandwidth_bytes: float,
+        gemm_m_tokens: np.ndarray,
+        gemm_efficiency: np.ndarray,
+        peak_flops_per_s: float,
+    ) -> CostParams:
+        """Parameters that price GEMMs (m_tokens > 0, no cache reads) exactly as a profile with this
+        efficiency curve would: what calibration fits the curve through. Cache and vector-unit fields unused."""
+        return cls(
+            fixed_s=fixed_s,
+            memory_bytes_per_s=memory_bytes_per_s,
+            half_bandwidth_bytes=half_bandwidth_bytes,
+            cache_bytes_per_s=math.inf,
+            cache_capacity_bytes=0.0,
+            elementwise_fraction=1.0,
+            gemm_m=np.log(np.asarray(gemm_m_tokens, dtype=float)),
+            gemm_eff=np.asarray(gemm_efficiency, dtype=float),
+            peak_flops={"bf16": peak_flops_per_s},
+            non_gemm_flops_per_s=peak_flops_per_s,  # unused: these parameters price GEMMs only
         )
 
     def peak(self, dtype: str) -> float:

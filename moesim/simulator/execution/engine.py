@@ -26,7 +26,7 @@ import simpy
 
 from moesim.simulator.execution.cache import CacheState, footprints
 from moesim.simulator.execution.cost import CostParams, kernel_times_s
-from moesim.simulator.execution.fastpath import LaunchParams
+from moesim.simulator.execution.launch import LaunchParams
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.plan.kernels import CATEGORIES, Kernel
 from moesim.simulator.plan.step import StepPlan
@@ -214,13 +214,13 @@ def run_engine(
     peaks = np.array([params.peak(k.dtype) for k in kernels])
     flops = np.array([k.flops for k in kernels])
     m = np.array([k.m_tokens for k in kernels], dtype=float)
-    _, compute, memory = kernel_times_s(flops, m, peaks, hbm, cache, params)
+    total, compute, memory = kernel_times_s(flops, m, peaks, hbm, cache, params)
     fixed = np.full(n, params.fixed_s)
     if external_time_s is not None:
         for i, kernel in enumerate(kernels):
             given = external_time_s(kernel)
             if given is not None:
-                fixed[i], compute[i], memory[i] = 0.0, float(given), 0.0
+                total[i], fixed[i], compute[i], memory[i] = float(given), 0.0, float(given), 0.0
 
     if not include_launch_and_sync:
         launch_params = launch_params.without_launch_and_sync()
@@ -257,7 +257,7 @@ def run_engine(
                 yield env.timeout(fixed[i])
                 yield env.all_of([env.timeout(compute[i]), bandwidth.transfer(memory[i])])
             else:  # alone on the device: the bandwidth is all its own
-                yield env.timeout(fixed[i] + max(compute[i], memory[i]))
+                yield env.timeout(total[i])
             ends[i] = env.now
             done[i].succeed()
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from moesim.errors import MoesimError
 from moesim.simulator.execution.cache import CacheState, repeat_traffic, write_traffic
 from moesim.simulator.execution.cost import CostParams, kernel_times_s
+from moesim.simulator.execution.launch import LaunchParams
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.plan.kernels import CATEGORIES, Kernel
 from moesim.simulator.plan.step import LAYER_PREFIX, StepPlan
@@ -31,81 +31,6 @@ IDLE = CATEGORY_INDEX["launch_idle"]
 # Above this many tensors that are touched more than once per step (per-token plans), the exact sequential
 # cache pass is faster than one vectorised sweep per tensor.
 MAX_MULTI_TENSORS = 96
-# Back-to-back kernels keep a device-side gap; inside graph replay it is "about half the eager gap"
-# (assumptions.JUSTIFICATIONS["launch_graph_gap_us"]), so eager mode uses twice the profile's graph gap.
-EAGER_GAP_OVER_GRAPH_GAP = 2.0
-LAUNCH_MODES = ("eager", "graph")
-
-
-def check_launch(launch: str) -> None:
-    """Refuse a launch mode other than eager or graph."""
-    if launch not in LAUNCH_MODES:
-        raise MoesimError("launch", f"unknown launch mode {launch!r}", "choose eager or graph")
-
-
-@dataclass(frozen=True)
-class LaunchParams:
-    """Host issue times and device gaps of one launch mode."""
-
-    mode: str
-    first_issue_s: float  # graph: the one graph launch; eager: the first kernel's launch
-    per_kernel_issue_s: float  # eager: host time per launch; graph: 0
-    gap_s: float
-    sync_s: float
-    # eager: host time to launch one GEMM (the cuBLAS path: heuristics, possibly two kernels); None = same
-    per_gemm_issue_s: float | None = None
-
-    @classmethod
-    def from_hardware(cls, hw: HardwareProfile, mode: str) -> LaunchParams:
-        check_launch(mode)
-        em = hw.empirical
-        if mode == "graph":
-            return cls(
-                "graph", em.graph_launch_us * 1e-6, 0.0, em.launch_graph_gap_us * 1e-6, em.sync_us * 1e-6
-            )
-        gemm_us = em.launch_eager_gemm_us
-        return cls(
-            "eager",
-            em.launch_eager_us * 1e-6,
-            em.launch_eager_us * 1e-6,
-            EAGER_GAP_OVER_GRAPH_GAP * em.launch_graph_gap_us * 1e-6,
-            em.sync_us * 1e-6,
-            None if gemm_us is None else float(gemm_us) * 1e-6,
-        )
-
-    def without_launch_and_sync(self) -> LaunchParams:
-        """The same mode inside a longer sequence: no graph launch, no final sync (eager still launches)."""
-        return LaunchParams(
-            self.mode,
-            self.per_kernel_issue_s,
-            self.per_kernel_issue_s,
-            self.gap_s,
-            0.0,
-            self.per_gemm_issue_s,
-        )
-
-    @property
-    def overhead_s(self) -> float:
-        """The one-off cost around a sequence of kernels: the graph launch (graph mode) and the sync."""
-        return (self.first_issue_s if self.per_kernel_issue_s == 0.0 else 0.0) + self.sync_s
-
-    def host_costs_s(self, n: int, is_gemm: np.ndarray | None = None) -> np.ndarray:
-        """Host seconds to launch each of n kernels (eager; GEMMs at the GEMM launch cost when it is set)."""
-        costs = np.full(n, self.per_kernel_issue_s)
-        if self.per_kernel_issue_s > 0.0 and self.per_gemm_issue_s is not None and is_gemm is not None:
-            costs = np.where(np.asarray(is_gemm, dtype=bool), self.per_gemm_issue_s, costs)
-        return costs
-
-    def issue_times(self, n: int, is_gemm: np.ndarray | None = None) -> np.ndarray:
-        """Host time at which each of n kernels (in issue order) has been launched; `is_gemm` marks the
-        GEMMs (m_tokens > 0), whose eager launch costs `per_gemm_issue_s` when set."""
-        if n == 0:
-            return np.zeros(0)
-        costs = self.host_costs_s(n, is_gemm)
-        if self.per_kernel_issue_s == 0.0:  # graph replay: everything is issued by the one launch
-            return np.full(n, self.first_issue_s)
-        # the first launch keeps `first_issue_s` (its own cost), each later one adds its own host cost
-        return self.first_issue_s - costs[0] + np.cumsum(costs)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ run `python -m moesim.simulator.hardware.defaults` to regenerate the bundled fil
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -47,6 +48,10 @@ class Defaults:
     elementwise_bandwidth_fraction: float
     gemm_peak_efficiency: float  # large-M plateau of achieved / peak FLOP/s
     gemm_half_efficiency_m: float  # M at which a GEMM reaches half the plateau
+    vector_flops_fraction: float  # non-GEMM arithmetic rate / dense bf16 peak
+    eager_gap_over_graph_gap: float  # device gap between eager kernels / gap inside graph replay
+    gemm_tile_m_expert: int  # rows of one M-tile of a grouped expert GEMM
+    gemm_tile_m_dense: int  # rows of one M-tile of a dense GEMM
 
 
 # Each default with the sentence that justifies it; these sentences are copied into every datasheet profile.
@@ -64,7 +69,16 @@ NVIDIA = Defaults(
     elementwise_bandwidth_fraction=1.0,
     gemm_peak_efficiency=0.75,
     gemm_half_efficiency_m=64.0,
+    vector_flops_fraction=1.0 / 16.0,
+    eager_gap_over_graph_gap=2.0,
+    gemm_tile_m_expert=64,
+    gemm_tile_m_dense=128,
 )
+# A tiled GEMM rasterises its output tiles so the M-tiles sharing a weight panel run close together: about
+# compute_units / 8 swizzle groups of 256 columns each, rounded to a power of two as swizzle widths are.
+PANEL_COLUMNS_PER_GROUP = 256
+PANEL_SWIZZLE_UNITS = 8
+CPU_GEMM_PANEL_ROWS = 4096
 
 JUSTIFICATIONS: dict[str, str] = {
     "memory_bandwidth_fraction": (
@@ -107,6 +121,25 @@ JUSTIFICATIONS: dict[str, str] = {
         "1.0: small kernels' slower ramp-up is already charged by half_bandwidth_transfer_bytes and the "
         "fixed latency, so no extra penalty"
     ),
+    "vector_flops_fraction": (
+        "non-GEMM arithmetic (norms, softmax, top-k, recurrences) runs on the vector units, not the tensor "
+        "cores: FP32 CUDA-core throughput is about 1/15 of the dense BF16 tensor peak on A100/H100/H200 "
+        "(67 of 989 TF), taken as 1/16"
+    ),
+    "launch_eager_gap_us": (
+        "between back-to-back eager kernels the device keeps about twice the graph-replay gap (the graph "
+        "gap is about half the eager one, see launch_graph_gap_us)"
+    ),
+    "gemm_panel_rows": (
+        "a tiled GEMM (cuBLAS / CUTLASS / Triton grouped ordering) re-reads a panel of its weight, not the "
+        "whole matrix, between M-tiles: about compute_units / 8 swizzle groups x 256 columns, rounded to a "
+        "power of two (4096 rows on 108-148 SM parts)"
+    ),
+    "gemm_tile_m_expert": (
+        "grouped MoE kernels (vLLM / SGLang fused_moe) use 64-row M-tiles for batched tokens, so an expert's "
+        "weights are re-read once per 64 tokens routed to it"
+    ),
+    "gemm_tile_m_dense": "dense cuBLAS-class GEMMs use 128-row M-tiles",
     "gemm_efficiency": (
         "fraction of peak FLOP/s a GEMM reaches when compute-bound, e(M) = 0.75 M / (M + 64): tensor cores "
         "work on 64-row tiles, so a GEMM with few rows wastes most of each tile (about 1% of peak at M=1), "
@@ -127,13 +160,22 @@ VENDOR_DEFAULTS: dict[str, Defaults] = {
         graph_launch_us=NVIDIA.graph_launch_us * _AMD_LAUNCH_SCALE,
         sync_us=NVIDIA.sync_us * _AMD_LAUNCH_SCALE,
         gemm_peak_efficiency=0.55,
+        vector_flops_fraction=0.125,
     ),
 }
+# A CPU profile comes from calibration; what calibration does not measure comes from these.
+CPU = replace(NVIDIA, vector_flops_fraction=1.0)
 VENDOR_JUSTIFICATIONS: dict[str, str] = {
     "amd": (
         "AMD override: the HIP/ROCm launch path, hipGraph replay and synchronisation are reported slower than "
         "CUDA's, so every launch and fixed-latency default is 1.5x the NVIDIA one; published MI300X BF16 "
-        "GEMM benchmarks reach roughly half of the datasheet peak, so the GEMM plateau is 0.55 instead of 0.75"
+        "GEMM benchmarks reach roughly half of the datasheet peak, so the GEMM plateau is 0.55 instead of 0.75; "
+        "MI300X vector FP32 is 163.4 of 1307.4 dense BF16 TF, so vector_flops_fraction is 1/8"
+    ),
+    "cpu": (
+        "CPU: GEMMs and element-wise maths run on the same SIMD units, so vector_flops_fraction is 1; "
+        "gemm_panel_rows is not measured on CPUs and stays 4096 (CPU BLAS blocks weights into cache-sized "
+        "panels of comparable size)"
     ),
 }
 
@@ -161,6 +203,31 @@ def defaults_for(vendor: str) -> Defaults:
     return VENDOR_DEFAULTS.get(vendor.strip().lower(), NVIDIA)
 
 
+def defaults_for_datasheet(datasheet: Datasheet) -> Defaults:
+    """The default knobs for a device: CPU defaults for a CPU, else its vendor's."""
+    return CPU if datasheet.device_kind == "cpu" else defaults_for(datasheet.vendor)
+
+
+def gemm_panel_rows(datasheet: Datasheet) -> int:
+    """Weight rows one tiled GEMM re-reads between M-tiles (see JUSTIFICATIONS["gemm_panel_rows"])."""
+    if datasheet.device_kind == "cpu" or datasheet.compute_units < 1:
+        return CPU_GEMM_PANEL_ROWS
+    rows = datasheet.compute_units / PANEL_SWIZZLE_UNITS * PANEL_COLUMNS_PER_GROUP
+    return int(2 ** round(math.log2(rows)))
+
+
+def execution_facts(datasheet: Datasheet, empirical: Empirical) -> dict[str, float | int]:
+    """The device's execution facts (`profile.EXECUTION_FACTS`) from its documented defaults."""
+    d = defaults_for_datasheet(datasheet)
+    return {
+        "vector_flops_fraction": d.vector_flops_fraction,
+        "launch_eager_gap_us": d.eager_gap_over_graph_gap * empirical.launch_graph_gap_us,
+        "gemm_panel_rows": gemm_panel_rows(datasheet),
+        "gemm_tile_m_expert": d.gemm_tile_m_expert,
+        "gemm_tile_m_dense": d.gemm_tile_m_dense,
+    }
+
+
 def default_gemm_efficiency(defaults: Defaults = NVIDIA) -> GemmEfficiency:
     """e(M) = plateau · M / (M + M_half), tabulated on GEMM_CURVE_M_TOKENS and rounded to 4 decimals."""
     m = np.asarray(GEMM_CURVE_M_TOKENS)
@@ -179,6 +246,7 @@ def default_empirical(datasheet: Datasheet, vendor: str | None = None) -> Empiri
     """The empirical section of an uncalibrated profile, from the datasheet and the documented defaults."""
     d = defaults_for(datasheet.vendor if vendor is None else vendor)
     achieved_gbps = datasheet.memory_bandwidth_gbps * d.memory_bandwidth_fraction
+    graph_gap_us = round(d.launch_graph_gap_us, 3)
     return Empirical(
         memory_bandwidth_fraction=d.memory_bandwidth_fraction,
         cache_bandwidth_gbps=round(datasheet.memory_bandwidth_gbps * d.cache_to_memory_bandwidth_ratio, 3),
@@ -188,11 +256,16 @@ def default_empirical(datasheet: Datasheet, vendor: str | None = None) -> Empiri
         half_bandwidth_transfer_bytes=float(round(achieved_gbps * 1e9 * d.bandwidth_ramp_us * 1e-6)),
         kernel_fixed_latency_us=round(d.kernel_fixed_latency_us, 3),
         launch_eager_us=round(d.launch_eager_us, 3),
-        launch_graph_gap_us=round(d.launch_graph_gap_us, 3),
+        launch_graph_gap_us=graph_gap_us,
         graph_launch_us=round(d.graph_launch_us, 3),
         sync_us=round(d.sync_us, 3),
         gemm_efficiency=default_gemm_efficiency(d),
         elementwise_bandwidth_fraction=d.elementwise_bandwidth_fraction,
+        vector_flops_fraction=d.vector_flops_fraction,
+        launch_eager_gap_us=round(d.eager_gap_over_graph_gap * graph_gap_us, 3),
+        gemm_panel_rows=gemm_panel_rows(datasheet),
+        gemm_tile_m_expert=d.gemm_tile_m_expert,
+        gemm_tile_m_dense=d.gemm_tile_m_dense,
     )
 
 
@@ -253,7 +326,7 @@ def datasheet_profile(
 _HEADER = (
     "moesim hardware profile '{name}' (datasheet kind: no measurement behind [empirical]).\n"
     "[datasheet] and [node] hold facts; edit them here. [empirical] is generated from the documented\n"
-    "defaults in moesim/simulator/assumptions.py: after editing either, run\n"
+    "defaults in moesim/simulator/hardware/defaults.py: after editing either, run\n"
     "`python -m moesim.simulator.hardware.defaults` (a test checks the two agree)."
 )
 

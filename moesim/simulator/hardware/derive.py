@@ -54,6 +54,7 @@ _RATIO_PARAMS: dict[str, str] = {
     "half_bandwidth_transfer_bytes": "single-read ramp-up; bytes in flight scale with bandwidth",
     "kernel_fixed_latency_us": "device-side fixed latency of a tiny kernel",
     "launch_graph_gap_us": "device-side per-kernel gap in graph replay",
+    "launch_eager_gap_us": "device-side per-kernel gap between eager launches",
     "launch_eager_us": "host-side eager launch cost",
     "graph_launch_us": "host-side graph launch cost",
     "sync_us": "host-side synchronisation cost",
@@ -133,7 +134,7 @@ def _gpu_to_gpu(measured: HardwareProfile, target: Datasheet) -> tuple[Empirical
             measured.empirical.gemm_efficiency, src_default.gemm_efficiency, tgt_default.gemm_efficiency
         ),
         launch_eager_gemm_us=gemm_launch,
-        **values,
+        **values,  # type: ignore[arg-type]
     )
     return empirical, notes
 

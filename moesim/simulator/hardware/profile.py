@@ -11,7 +11,7 @@ import itertools
 import math
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -59,6 +59,15 @@ class GemmEfficiency:
         return np.exp(np.interp(log_m, np.log(self.m_tokens), np.log(self.efficiency)))
 
 
+EXECUTION_FACTS = (
+    "vector_flops_fraction",
+    "launch_eager_gap_us",
+    "gemm_panel_rows",
+    "gemm_tile_m_expert",
+    "gemm_tile_m_dense",
+)
+
+
 @dataclass(frozen=True)
 class Empirical:
     """Parameters the cost model needs beyond the datasheet; measured, derived, or documented defaults."""
@@ -76,6 +85,13 @@ class Empirical:
     elementwise_bandwidth_fraction: float = 1.0  # small fused elementwise kernels vs streaming bandwidth
     # Host time to launch one GEMM (cuBLAS/cuBLASLt path) from eager torch; None = same as launch_eager_us.
     launch_eager_gemm_us: float | None = None
+    # Execution facts of the device (documented per device kind and vendor in hardware.defaults; a profile
+    # that leaves one out gets its device's default when the profile is built, see `HardwareProfile`).
+    vector_flops_fraction: float | None = None  # non-GEMM arithmetic rate / dense bf16 peak
+    launch_eager_gap_us: float | None = None  # device gap between back-to-back eager kernels
+    gemm_panel_rows: int | None = None  # weight rows a tiled GEMM's M-tiles re-read close together
+    gemm_tile_m_expert: int | None = None  # rows of one M-tile in grouped expert GEMMs
+    gemm_tile_m_dense: int | None = None  # rows of one M-tile in dense GEMMs
 
 
 @dataclass(frozen=True)
@@ -111,6 +127,15 @@ class HardwareProfile:
     node: NodeSpec = field(default_factory=NodeSpec)
     fit_quality: dict[str, dict[str, float]] = field(default_factory=dict)  # parameter -> {r2, rmse, ...}
 
+    def __post_init__(self) -> None:
+        missing = [name for name in EXECUTION_FACTS if getattr(self.empirical, name) is None]
+        if missing:
+            from moesim.simulator.hardware.defaults import execution_facts
+
+            facts = execution_facts(self.datasheet, self.empirical)
+            filled = replace(self.empirical, **{name: facts[name] for name in missing})  # type: ignore[arg-type]
+            object.__setattr__(self, "empirical", filled)
+
     @property
     def is_cpu(self) -> bool:
         """True for a profile of a CPU (calibrated on one), whose "HBM" is DRAM and "launch" is dispatch."""
@@ -120,6 +145,27 @@ class HardwareProfile:
     def memory_bandwidth_bytes_per_s(self) -> float:
         """Achieved streaming bandwidth from device memory."""
         return self.datasheet.memory_bandwidth_gbps * 1e9 * self.empirical.memory_bandwidth_fraction
+
+    @property
+    def memory_capacity_bytes(self) -> float:
+        return self.datasheet.memory_capacity_bytes
+
+    @property
+    def ridge_flops_per_byte(self) -> float:
+        """Arithmetic intensity above which a kernel is compute-bound (bf16 peak FLOP/s ÷ bandwidth)."""
+        return self.peak_flops_per_s("bf16") / self.memory_bandwidth_bytes_per_s
+
+    @property
+    def gemm_panel_rows(self) -> int:
+        return int(self.empirical.gemm_panel_rows or 0)
+
+    @property
+    def gemm_tile_m_expert(self) -> int:
+        return int(self.empirical.gemm_tile_m_expert or 0)
+
+    @property
+    def gemm_tile_m_dense(self) -> int:
+        return int(self.empirical.gemm_tile_m_dense or 0)
 
     def compute_dtype(self, dtype: str) -> str:
         """The dtype whose peak times arithmetic in `dtype`: its own where the profile has one; otherwise, on a
@@ -175,6 +221,8 @@ def _plain_number(key: str, value: float) -> float | int:
     """Byte counts are written as integers when they are whole, so files read as exact sizes."""
     if key in _BYTES_FIELDS and float(value).is_integer():
         return int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
     return float(value)
 
 
@@ -392,6 +440,16 @@ def _read_empirical(source: str, data: Any) -> Empirical:
         launch_eager_gemm_us=r.number("launch_eager_gemm_us", strict=False)
         if "launch_eager_gemm_us" in r.data
         else None,
+        vector_flops_fraction=r.number("vector_flops_fraction", maximum=1.0)
+        if "vector_flops_fraction" in r.data
+        else None,
+        launch_eager_gap_us=r.number("launch_eager_gap_us", strict=False)
+        if "launch_eager_gap_us" in r.data
+        else None,
+        **{
+            name: r.integer(name, minimum=1) if name in r.data else None
+            for name in ("gemm_panel_rows", "gemm_tile_m_expert", "gemm_tile_m_dense")
+        },
     )
 
 

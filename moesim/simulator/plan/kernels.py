@@ -28,6 +28,23 @@ CATEGORIES: tuple[str, ...] = (
 )
 
 
+CollectiveOp = Literal["all_reduce", "all_gather", "all_to_all"]
+
+
+@dataclass(frozen=True)
+class Collective:
+    """A collective a parallel step runs: what moves, never how long it takes (execution times it).
+
+    all_reduce: `send_bytes` is the buffer each rank holds; all_gather: the gathered output's bytes;
+    all_to_all: the bytes the busiest rank sends and (`recv_bytes`) receives, its share to itself excluded.
+    """
+
+    op: CollectiveOp
+    ranks: int
+    send_bytes: float
+    recv_bytes: float | None = None
+
+
 @dataclass(frozen=True)
 class TensorRead:
     """A tensor a kernel reads `reads` times; the first read comes from memory, repeats may hit the cache.

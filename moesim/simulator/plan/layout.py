@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from moesim.errors import MoesimError
 from moesim.simulator.models.spec import ModelSpec
-from moesim.simulator.routing.per_rank import RankExperts
 from moesim.simulator.routing.placement import PLACEMENTS, Placement, normalise_placement
+
+if TYPE_CHECKING:
+    from moesim.simulator.routing.per_rank import RankExperts
 
 SharedExperts = Literal["replicated", "split"]
 DraftOn = Literal["separate", "shared"]

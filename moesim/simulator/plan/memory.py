@@ -21,9 +21,9 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from moesim.errors import MoesimError
-from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import (
     ModelSpec,
     attended_tokens,
@@ -53,6 +53,15 @@ GB = 1e9
 
 # MLA down projections that engines keep whole on every tensor-parallel rank.
 _REPLICATED_MLA = ("q_a", "kv_a")
+
+
+class DeviceMemory(Protocol):
+    """What the memory fit needs of a device (a `HardwareProfile` provides it; plan never imports hardware)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def memory_capacity_bytes(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -200,7 +209,7 @@ def rank_memory(
 
 def smallest_fitting_layout(
     spec: ModelSpec,
-    profile: HardwareProfile,
+    profile: DeviceMemory,
     batch: int,
     context_len: int,
     drafter_bytes: float = 0.0,
@@ -219,7 +228,7 @@ def smallest_fitting_layout(
         use = rank_memory(
             spec,
             layout,
-            profile.datasheet.memory_capacity_bytes,
+            profile.memory_capacity_bytes,
             batch,
             context_len,
             drafter_bytes,
@@ -233,7 +242,7 @@ def smallest_fitting_layout(
 
 def fit_layout(
     spec: ModelSpec,
-    profile: HardwareProfile,
+    profile: DeviceMemory,
     batch: int,
     context_len: int,
     layout: ParallelLayout | LayoutRequest | None = None,
@@ -253,7 +262,7 @@ def fit_layout(
     else:
         request = layout or LayoutRequest()
     fixed = request.fixed()
-    capacity = profile.datasheet.memory_capacity_bytes
+    capacity = profile.memory_capacity_bytes
     if request.draft_on == "separate" and drafter_bytes > capacity * (1 - reserve_fraction):
         raise MoesimError(
             "draft_on",

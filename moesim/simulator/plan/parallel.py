@@ -15,28 +15,24 @@ Communication kernels (category `communication`, stream COMM_STREAM) are inserte
 - split shared experts (tp > 1, ep > 1): all-reduce of their partial outputs; with ep = 1 (experts
   tensor-parallel over all GPUs) a single all-reduce sums routed and shared partial outputs;
 - LM head (tp > 1): all-gather of the vocabulary-parallel logits.
-Each costs `collectives` time (latency + bytes over the node link), given to the engine and the fast path by
-`comm_time_s(kernel)`. With one GPU the plan is exactly `plan.build_plan`'s.
+Each is described by a `Collective` (operation, ranks, bytes): what moves, never how long it takes; the
+execution room times every collective with one formula (`execution.collectives.collective_time_s`) for the
+engine and the fast path alike. With one GPU the plan is exactly `plan.styles.build_plan`'s.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.simulator.execution.collectives import Link, all_gather_s, all_reduce_s, all_to_all_s, node_link
-from moesim.simulator.execution.cost import CostParams
-from moesim.simulator.execution.engine import StepResult, run_engine
-from moesim.simulator.execution.fastpath import FastStep, fast_step
-from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import AttentionLayerKind, FfnLayerKind, ModelSpec
 from moesim.simulator.plan import step as pl
-from moesim.simulator.plan.kernels import Kernel, TensorRead
+from moesim.simulator.plan.kernels import Collective, Kernel
 from moesim.simulator.plan.layout import ParallelLayout, moe_traffic
+from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.routing.independent import IndependentRouting
 from moesim.simulator.routing.per_rank import RankExperts, rank_experts
@@ -78,93 +74,40 @@ def rank_model(model: ModelSpec, layout: ParallelLayout) -> ModelSpec:
 
 
 def comm_kernel(name: str, stream: int = COMM_STREAM) -> Kernel:
-    """A collective as a kernel of its own: no FLOPs, no HBM traffic; its time comes from `comm_time_s`."""
+    """A collective as a kernel of its own: no FLOPs, no HBM traffic; its time is the collective's."""
     return Kernel(name=COMM_PREFIX + name, category="communication", flops=0.0, reads=(), stream=stream)
+
+
+def collective_name(kernel: Kernel) -> str | None:
+    """The collective a communication kernel launches (None for every other kernel)."""
+    if kernel.category != "communication":
+        return None
+    return kernel.name.rsplit(COMM_PREFIX, 1)[-1]
 
 
 @dataclass(frozen=True)
 class ParallelStep:
-    """A rank's plan plus what the parallel model added: per-layer rank work and collective times."""
+    """A rank's plan plus what the parallel model added: per-layer rank work and the collectives it runs.
+
+    `collectives` maps a collective's name to its description in each MoE layer where the routing differs
+    by layer (the step charges their mean time, a close and cheap summary), else to a single description.
+    """
 
     plan: pl.StepPlan
     layout: ParallelLayout
-    comm_s: dict[str, float] = field(default_factory=dict)  # collective name -> seconds of one launch
+    collectives: dict[str, tuple[Collective, ...]] = field(default_factory=dict)
     rank_work: tuple[RankExperts, ...] = ()  # per MoE layer
 
-    def comm_time_s(self, kernel: Kernel) -> float | None:
-        """Seconds of a communication kernel (None for every other kernel): the engine's external-time hook."""
-        if kernel.category != "communication":
-            return None
-        name = kernel.name.rsplit(COMM_PREFIX, 1)[-1]
-        return self.comm_s.get(name, 0.0)
-
-    @property
-    def comm_per_step_s(self) -> float:
-        """Sum of all collective times of the step (what the slowest rank waits on the links)."""
-        return float(
-            sum(self.comm_time_s(k) or 0.0 for k in self.plan.kernels if k.category == "communication")
-        )
-
-    def summary(self) -> dict[str, object]:
+    def rank_summary(self) -> dict[str, object]:
+        """The layout and the slowest rank's expert work against the mean (averaged over MoE layers)."""
         work = self.rank_work
-        out: dict[str, object] = {
-            "layout": self.layout.as_dict(),
-            "collective_s": dict(self.comm_s),
-            "communication_per_step_s": self.comm_per_step_s,
-        }
+        out: dict[str, object] = {"layout": self.layout.as_dict()}
         if work:
             out["max_distinct_experts_per_rank"] = float(np.mean([float(w.max_distinct) for w in work]))
             out["mean_distinct_experts_per_rank"] = float(np.mean([float(w.mean_distinct) for w in work]))
             out["max_expert_tokens_per_rank"] = float(np.mean([float(w.max_tokens) for w in work]))
             out["mean_expert_tokens_per_rank"] = float(np.mean([float(w.mean_tokens) for w in work]))
         return out
-
-
-def _rank_expert_kernels(ctx: pl.PlanContext, distinct: float, assignments: float) -> list[Kernel]:
-    """Grouped GEMMs of the slowest rank: `assignments` token-expert pairs over `distinct` experts."""
-    model = ctx.model
-    w, h = model.expert_width, model.hidden
-    w13, w2 = ctx.ffn["expert_w13"], ctx.ffn["expert_w2"]
-    distinct = max(distinct, 1e-9)
-    per_expert = assignments / distinct
-    tiles = max(1.0, math.ceil(per_expert / pl.EXPERT_TILE_M))
-    dtype = model.expert_format.compute_dtype
-    P = pl.LAYER_PREFIX
-    return [
-        Kernel(
-            name="experts_gate_up",
-            category="routed_experts",
-            flops=2.0 * assignments * w13.params,
-            reads=(
-                TensorRead(P + "experts.w13", distinct * w13.bytes, tiles, w13.bytes),
-                TensorRead("dispatch_recv", assignments * h * pl.ACT_BYTES),
-                TensorRead("sorted_ids", assignments * pl.INDEX_BYTES),
-            ),
-            write_bytes=assignments * 2 * w * pl.ACT_BYTES,
-            write_tensor="experts_in",
-            m_tokens=per_expert,
-            dtype=dtype,
-        ),
-        pl.elementwise_kernel(
-            "experts_act",
-            "routed_experts",
-            (("experts_in", assignments * 2 * w),),
-            ("experts_mid", assignments * w),
-        ),
-        Kernel(
-            name="experts_down",
-            category="routed_experts",
-            flops=2.0 * assignments * w2.params,
-            reads=(
-                TensorRead(P + "experts.w2", distinct * w2.bytes, tiles, w2.bytes),
-                TensorRead("experts_mid", assignments * w * pl.ACT_BYTES),
-            ),
-            write_bytes=assignments * h * pl.ACT_BYTES,
-            write_tensor="experts_out",
-            m_tokens=per_expert,
-            dtype=dtype,
-        ),
-    ]
 
 
 def _join(kernel: Kernel) -> Kernel:
@@ -195,7 +138,7 @@ def _moe_kernels(ctx: pl.PlanContext, layout: ParallelLayout, work: RankExperts)
         return [
             *pl.router_kernels(ctx, distinct),
             *shared,
-            *_rank_expert_kernels(ctx, distinct, float(ctx.m_tokens * ctx.model.top_k)),
+            *pl.fused_expert_kernels(ctx, distinct),
             pl.combine_kernel(ctx, join=bool(shared)),
             comm_kernel("moe_all_reduce"),
         ]
@@ -205,7 +148,9 @@ def _moe_kernels(ctx: pl.PlanContext, layout: ParallelLayout, work: RankExperts)
         *pl.router_kernels(ctx, distinct),
         comm_kernel("dispatch"),
         *shared,  # on the main stream while dispatch is in flight
-        *_rank_expert_kernels(ctx, distinct, assignments),
+        *pl.fused_expert_kernels(
+            ctx, distinct, assignments, ("dispatch_recv", assignments * ctx.model.hidden)
+        ),
         comm_kernel("combine"),
         pl.combine_kernel(ctx, join=False),
     ]
@@ -248,43 +193,44 @@ def _dispatch_bytes_per_value(model: ModelSpec) -> float:
     return FP8_DISPATCH_BYTES if model.expert_format.compute_dtype == "fp8" else float(pl.ACT_BYTES)
 
 
-def collective_times_s(
+def step_collectives(
     model: ModelSpec,
     layout: ParallelLayout,
-    hardware: HardwareProfile,
     batch: int,
     tokens_per_seq: int,
     work: RankExperts | None,
-) -> dict[str, float]:
-    """Seconds of each collective of the step (one launch each), from the α–β formulas in `collectives`."""
+) -> dict[str, Collective]:
+    """The collectives of the step (one launch each) and the bytes each moves."""
     if layout.is_single:
         return {}
     h = model.hidden
     group_tokens = layout.sequences_per_group(batch) * tokens_per_seq
     step_tokens = batch * tokens_per_seq
-    tp_link: Link | None = node_link(hardware.node, layout.tp) if layout.tp > 1 else None
-    out: dict[str, float] = {}
-    if tp_link is not None:
-        hidden_bytes = group_tokens * h * pl.ACT_BYTES
-        out["attn_all_reduce"] = float(all_reduce_s(hidden_bytes, layout.tp, tp_link))
-        out["mlp_all_reduce"] = out["attn_all_reduce"]
-        out["shared_all_reduce"] = out["attn_all_reduce"]
+    out: dict[str, Collective] = {}
+    if layout.tp > 1:
+        hidden = Collective("all_reduce", layout.tp, group_tokens * h * pl.ACT_BYTES)
+        out["attn_all_reduce"] = out["mlp_all_reduce"] = out["shared_all_reduce"] = hidden
         logits = group_tokens * math.ceil(model.vocab / layout.tp) * layout.tp * pl.LOGIT_BYTES
-        out["logits_all_gather"] = float(all_gather_s(logits, layout.tp, tp_link))
+        out["logits_all_gather"] = Collective("all_gather", layout.tp, logits)
     if work is not None and model.is_moe:
-        link = node_link(hardware.node, layout.gpus)
         if layout.ep > 1:
             traffic = moe_traffic(
                 layout, h, step_tokens, work, _dispatch_bytes_per_value(model), float(pl.ACT_BYTES)
             )
-            out["dispatch"] = float(
-                all_to_all_s(traffic.dispatch_send_bytes, layout.gpus, link, traffic.dispatch_recv_bytes)
+            out["dispatch"] = Collective(
+                "all_to_all",
+                layout.gpus,
+                float(traffic.dispatch_send_bytes),
+                float(traffic.dispatch_recv_bytes),
             )
-            out["combine"] = float(
-                all_to_all_s(traffic.combine_send_bytes, layout.gpus, link, traffic.combine_recv_bytes)
+            out["combine"] = Collective(
+                "all_to_all",
+                layout.gpus,
+                float(traffic.combine_send_bytes),
+                float(traffic.combine_recv_bytes),
             )
         else:
-            out["moe_all_reduce"] = float(all_reduce_s(step_tokens * h * pl.ACT_BYTES, layout.gpus, link))
+            out["moe_all_reduce"] = Collective("all_reduce", layout.gpus, step_tokens * h * pl.ACT_BYTES)
     return out
 
 
@@ -293,7 +239,7 @@ def build_parallel_plan(
     batch: int,
     tokens_per_seq: int,
     layout: ParallelLayout,
-    hardware: HardwareProfile,
+    device: pl.PlanDevice = pl.GENERIC_DEVICE,
     context_len: int = 2048,
     engine: str = "fused",
     routing: RoutingModel | None = None,
@@ -302,7 +248,7 @@ def build_parallel_plan(
     routing = routing or IndependentRouting()
     if layout.is_single:
         return ParallelStep(
-            pl.build_plan(model, batch, tokens_per_seq, context_len, engine, routing, hardware), layout
+            build_plan(model, batch, tokens_per_seq, context_len, engine, routing, device), layout
         )
     if engine != "fused":
         raise MoesimError(
@@ -314,7 +260,7 @@ def build_parallel_plan(
     pl.check_step_inputs(model, batch, tokens_per_seq, context_len)
     rank = rank_model(model, layout)
     group_batch = layout.sequences_per_group(batch)
-    ctx = pl.PlanContext(rank, group_batch, tokens_per_seq, context_len, hardware)
+    ctx = pl.PlanContext(rank, group_batch, tokens_per_seq, context_len, device)
     work_by_layer: list[RankExperts] = []
     distinct_total: list[float] = []
     per_layer = not isinstance(routing, IndependentRouting)
@@ -370,69 +316,38 @@ def build_parallel_plan(
         n_experts=model.n_experts,
         top_k=model.top_k,
     )
-    comm = collective_times_s(
-        model, layout, hardware, batch, tokens_per_seq, work_by_layer[0] if work_by_layer else None
-    )
+    first = work_by_layer[0] if work_by_layer else None
+    collectives: dict[str, tuple[Collective, ...]] = {
+        name: (c,) for name, c in step_collectives(model, layout, batch, tokens_per_seq, first).items()
+    }
     if per_layer and work_by_layer:
-        comm.update(_per_layer_a2a(model, layout, hardware, batch, tokens_per_seq, work_by_layer))
-    return ParallelStep(plan, layout, comm, tuple(work_by_layer))
+        collectives.update(_per_layer_all_to_all(model, layout, batch, tokens_per_seq, work_by_layer))
+    return ParallelStep(plan, layout, collectives, tuple(work_by_layer))
 
 
-def _comm_vector(kernels: tuple[Kernel, ...], step: ParallelStep) -> np.ndarray:
-    return np.array([np.nan if (t := step.comm_time_s(k)) is None else t for k in kernels], dtype=float)
-
-
-def fast_parallel_step(
-    step: ParallelStep,
-    hardware: HardwareProfile,
-    launch: str = "graph",
-    params: CostParams | None = None,
-    include_launch_and_sync: bool = True,
-) -> FastStep:
-    """`fastpath.fast_step` for a parallel plan: collectives take their link time instead of the roofline."""
-    cached: dict[int, np.ndarray] = {}
-    parts = []
-    for segment in step.plan.segments:
-        key = id(segment.kernels)
-        if key not in cached:
-            cached[key] = _comm_vector(segment.kernels, step)
-        parts.append(cached[key])
-    comm = np.concatenate(parts) if parts else np.zeros(0)
-    return fast_step(step.plan, hardware, launch, params, include_launch_and_sync, external_time_s=comm)
-
-
-def engine_parallel_step(
-    step: ParallelStep, hardware: HardwareProfile, launch: str = "graph", **kwargs: Any
-) -> StepResult:
-    """The discrete-event engine on a parallel plan, collectives timed by `step.comm_time_s`."""
-    return run_engine(step.plan, hardware, launch, external_time_s=step.comm_time_s, **kwargs)
-
-
-def _per_layer_a2a(
+def _per_layer_all_to_all(
     model: ModelSpec,
     layout: ParallelLayout,
-    hardware: HardwareProfile,
     batch: int,
     tokens_per_seq: int,
     work: list[RankExperts],
-) -> dict[str, float]:
-    """All-to-all times averaged over layers when the routing differs by layer (a close, cheap summary)."""
-    by_work: dict[int, dict[str, float]] = {}
+) -> dict[str, tuple[Collective, ...]]:
+    """The MoE collectives of every MoE layer, when the routing differs by layer."""
+    by_work: dict[int, dict[str, Collective]] = {}
     for w in work:  # layers sharing routing parameters share one RankExperts object
         if id(w) not in by_work:
-            by_work[id(w)] = collective_times_s(model, layout, hardware, batch, tokens_per_seq, w)
-    times = [by_work[id(w)] for w in work]
-    keys = {"dispatch", "combine", "moe_all_reduce"} & set(times[0])
-    return {key: float(np.mean([t[key] for t in times])) for key in keys}
+            by_work[id(w)] = step_collectives(model, layout, batch, tokens_per_seq, w)
+    per_layer = [by_work[id(w)] for w in work]
+    keys = {"dispatch", "combine", "moe_all_reduce"} & set(per_layer[0])
+    return {key: tuple(layer[key] for layer in per_layer) for key in sorted(keys)}
 
 
 __all__ = [
     "COMM_STREAM",
     "ParallelStep",
     "build_parallel_plan",
-    "collective_times_s",
+    "collective_name",
     "comm_kernel",
-    "engine_parallel_step",
-    "fast_parallel_step",
     "rank_model",
+    "step_collectives",
 ]

@@ -37,14 +37,13 @@ from moesim.errors import MoesimError
 from moesim.simulator.models.spec import AttentionLayerKind, FfnLayerKind, ModelSpec
 from moesim.simulator.plan.kernels import Category, Kernel, TensorRead
 from moesim.simulator.plan.step import (
-    DENSE_TILE_M,
+    GENERIC_DEVICE,
     LAYER_PREFIX,
     PlanBuilder,
     PlanContext,
     Segment,
     StepPlan,
     check_step_inputs,
-    register_engine_style,
 )
 
 ENGINE_NAME = "torch-reference"
@@ -158,7 +157,7 @@ class _Kernels:
     ) -> None:
         """y[m, n] = x[m, k] · W[k, n] (+ y in place when `accumulate` names it); W re-read per M-tile."""
         e = self.elem
-        tiles = max(1.0, math.ceil(m / DENSE_TILE_M))
+        tiles = max(1.0, math.ceil(m / GENERIC_DEVICE.gemm_tile_m_dense))
         reads: list[tuple[str, float] | TensorRead] = [TensorRead(weight, k * n * e, tiles), (x, m * k * e)]
         if accumulate:
             reads.append((accumulate, m * n * e))
@@ -454,7 +453,6 @@ REFERENCE_STYLE = PlanBuilder(
     prologue=_registry_prologue,
     epilogue=_registry_epilogue,
 )
-register_engine_style(REFERENCE_STYLE)
 
 
 __all__ = [

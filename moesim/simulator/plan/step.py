@@ -21,9 +21,9 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from moesim.errors import MoesimError
-from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models import spec as ms
 from moesim.simulator.models.spec import (
     AttentionLayerKind,
@@ -34,20 +34,11 @@ from moesim.simulator.models.spec import (
 )
 from moesim.simulator.plan.kernels import Category, Kernel, TensorRead
 from moesim.simulator.routing.base import RoutingModel
-from moesim.simulator.routing.independent import IndependentRouting
 
 ACT_BYTES = 2  # activations in bf16
 KV_BYTES = 2  # KV cache in bf16 (engines' default; an fp8 KV cache would halve it)
 LOGIT_BYTES = 4  # logits in fp32 for sampling
 INDEX_BYTES = 4
-# Rows of one M-tile: a GEMM re-reads its weights once per M-tile (grouped MoE kernels use 64-row tiles for
-# large batches, dense cuBLAS-class GEMMs 128); the repeats are served by L2 when the working set fits.
-EXPERT_TILE_M = 64
-DENSE_TILE_M = 128
-# Tiled GEMMs rasterise their output tiles so the M-tiles that share a weight panel run close together:
-# the re-read working set is a panel of about 132 SMs / 8-tile swizzle groups × 256 columns ≈ 4096 output
-# rows of the weight, not the whole matrix (cuBLAS / CUTLASS / Triton grouped ordering).
-GEMM_PANEL_ROWS = 4096
 # A per-token plan launches several kernels per (token, expert) pair; beyond this the engine would take
 # minutes, and no serving engine runs that way at such sizes anyway.
 MAX_PER_TOKEN_LAUNCHES = 400_000
@@ -152,6 +143,41 @@ def ffn_matrices(model: ModelSpec) -> dict[str, Matrix]:
     }
 
 
+# --- The device, as a plan sees it -------------------------------------------------------------------------------
+
+
+class PlanDevice(Protocol):
+    """What a plan needs to know of the device, as plain numbers. A `HardwareProfile` provides them (its
+    documented execution facts); plan never imports the hardware room.
+
+    A GEMM re-reads its weights once per M-tile of `gemm_tile_m_*` rows, the repeats' working set one
+    panel of `gemm_panel_rows` weight rows; attention above `ridge_flops_per_byte` counts as compute.
+    """
+
+    @property
+    def ridge_flops_per_byte(self) -> float: ...
+    @property
+    def gemm_panel_rows(self) -> int: ...
+    @property
+    def gemm_tile_m_expert(self) -> int: ...
+    @property
+    def gemm_tile_m_dense(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class GenericDevice:
+    """The device facts of a plan built for no particular device (the torch reference's replayed plan, which
+    is costed later): the documented NVIDIA datacenter defaults (hardware.defaults) and an H100-class ridge."""
+
+    ridge_flops_per_byte: float = 300.0
+    gemm_panel_rows: int = 4096
+    gemm_tile_m_expert: int = 64
+    gemm_tile_m_dense: int = 128
+
+
+GENERIC_DEVICE = GenericDevice()
+
+
 # --- Plan data --------------------------------------------------------------------------------------------------
 
 
@@ -171,7 +197,7 @@ class PlanContext:
     batch: int
     tokens_per_seq: int
     context_len: int
-    hardware: HardwareProfile | None
+    device: PlanDevice = GENERIC_DEVICE
 
     @property
     def m_tokens(self) -> int:
@@ -184,13 +210,6 @@ class PlanContext:
     @functools.cached_property
     def ffn(self) -> dict[str, Matrix]:
         return ffn_matrices(self.model)
-
-    @functools.cached_property
-    def ridge_flops_per_byte(self) -> float:
-        """Arithmetic intensity above which a kernel is compute-bound (peak FLOP/s ÷ bandwidth)."""
-        if self.hardware is None:
-            return 300.0
-        return self.hardware.peak_flops_per_s("bf16") / self.hardware.memory_bandwidth_bytes_per_s
 
 
 LayerBuilder = Callable[[PlanContext, AttentionLayerKind, FfnLayerKind, float], list[Kernel]]
@@ -313,15 +332,22 @@ def _act(name: str, elements: float) -> TensorRead:
 
 
 def weight_read(
-    tensor: str, matrix: Matrix, m_tokens: float, tile_m: int = DENSE_TILE_M, copies: float = 1.0
+    device: PlanDevice,
+    tensor: str,
+    matrix: Matrix,
+    m_tokens: float,
+    tile_m: int | None = None,
+    copies: float = 1.0,
 ) -> TensorRead:
-    """A GEMM's weight read: once per M-tile, the repeats' working set one panel of one copy (expert)."""
-    tiles = max(1.0, math.ceil(m_tokens / tile_m))
-    panel = matrix.bytes * min(1.0, GEMM_PANEL_ROWS / max(1, matrix.rows))
+    """A GEMM's weight read: once per M-tile (dense tiles unless `tile_m` says otherwise), the repeats'
+    working set one panel of one copy (expert)."""
+    tiles = max(1.0, math.ceil(m_tokens / (tile_m or device.gemm_tile_m_dense)))
+    panel = matrix.bytes * min(1.0, device.gemm_panel_rows / max(1, matrix.rows))
     return TensorRead(tensor, copies * matrix.bytes, tiles, panel)
 
 
 def gemm_kernel(
+    ctx: PlanContext,
     name: str,
     category: Category,
     weight_tensor: str,
@@ -336,7 +362,10 @@ def gemm_kernel(
         name,
         category,
         flops=2.0 * m_tokens * matrix.params,
-        reads=(weight_read(weight_tensor, matrix, m_tokens), _act(input_tensor, m_tokens * matrix.cols)),
+        reads=(
+            weight_read(ctx.device, weight_tensor, matrix, m_tokens),
+            _act(input_tensor, m_tokens * matrix.cols),
+        ),
         write=(output_tensor, m_tokens * matrix.rows * ACT_BYTES),
         m=m_tokens,
         dtype=matrix.fmt.compute_dtype,
@@ -391,7 +420,7 @@ def attention_core_kernel(
         flops = 4.0 * b * t * a.num_heads * a.head_dim * length
         m_rows = t * max(1, a.num_heads // max(1, a.num_kv_heads))
     intensity = flops / max(cache, 1.0)
-    category: Category = "attention" if intensity > ctx.ridge_flops_per_byte else "kv_cache"
+    category: Category = "attention" if intensity > ctx.device.ridge_flops_per_byte else "kv_cache"
     return _k(
         "attention",
         category,
@@ -417,7 +446,7 @@ def attention_kernels(ctx: PlanContext, kind: AttentionLayerKind) -> list[Kernel
         conv_state = ctx.batch * conv_dim * (la.conv_kernel - 1) * KV_BYTES
         state = ctx.batch * ms.linear_state_bytes(model, KV_BYTES) - conv_state
         out += [
-            gemm_kernel("in_proj", "dense_weights", P + "attn.in_proj", mats["in_proj"], m, "h", "qkvz"),
+            gemm_kernel(ctx, "in_proj", "dense_weights", P + "attn.in_proj", mats["in_proj"], m, "h", "qkvz"),
             _k(
                 "conv1d",
                 "attention",
@@ -440,7 +469,14 @@ def attention_kernels(ctx: PlanContext, kind: AttentionLayerKind) -> list[Kernel
                 "gated_norm", "attention", (("attn_core", m * v), ("qkvz", m * v)), ("attn_out", m * v)
             ),
             gemm_kernel(
-                "out_proj", "dense_weights", P + "attn.out_proj", mats["out_proj"], m, "attn_out", "resid"
+                ctx,
+                "out_proj",
+                "dense_weights",
+                P + "attn.out_proj",
+                mats["out_proj"],
+                m,
+                "attn_out",
+                "resid",
             ),
         ]
         return out
@@ -450,14 +486,18 @@ def attention_kernels(ctx: PlanContext, kind: AttentionLayerKind) -> list[Kernel
         nope, rope, v_dim = a.qk_nope_head_dim or 0, a.qk_rope_head_dim or 0, a.v_head_dim or 0
         latent = a.kv_lora_rank or 0
         qa = mats["q_a_kv_a"]
-        out.append(gemm_kernel("q_a_kv_a_proj", "dense_weights", P + "attn.q_a_kv_a", qa, m, "h", "qkv_a"))
+        out.append(
+            gemm_kernel(ctx, "q_a_kv_a_proj", "dense_weights", P + "attn.q_a_kv_a", qa, m, "h", "qkv_a")
+        )
         out.append(
             elementwise_kernel(
                 "q_a_kv_a_norm", "attention", (("qkv_a", m * qa.rows),), ("qkv_a", m * qa.rows)
             )
         )
         if "q_b" in mats:
-            out.append(gemm_kernel("q_b_proj", "dense_weights", P + "attn.q_b", mats["q_b"], m, "qkv_a", "q"))
+            out.append(
+                gemm_kernel(ctx, "q_b_proj", "dense_weights", P + "attn.q_b", mats["q_b"], m, "qkv_a", "q")
+            )
         kb = mats["kv_b_k"]
         out.append(
             _k(
@@ -510,12 +550,14 @@ def attention_kernels(ctx: PlanContext, kind: AttentionLayerKind) -> list[Kernel
                 dtype=kv.fmt.compute_dtype,
             )
         )
-        out.append(gemm_kernel("o_proj", "dense_weights", P + "attn.o", mats["o"], m, "attn_out", "resid"))
+        out.append(
+            gemm_kernel(ctx, "o_proj", "dense_weights", P + "attn.o", mats["o"], m, "attn_out", "resid")
+        )
         return out
     qkv = mats["qkv"]
     q_elems = m * a.num_heads * a.head_dim
     kv_elems = m * 2 * a.num_kv_heads * a.head_dim
-    out.append(gemm_kernel("qkv_proj", "dense_weights", P + "attn.qkv", qkv, m, "h", "qkv"))
+    out.append(gemm_kernel(ctx, "qkv_proj", "dense_weights", P + "attn.qkv", qkv, m, "h", "qkv"))
     if a.qk_norm:
         out.append(
             elementwise_kernel(
@@ -533,7 +575,7 @@ def attention_kernels(ctx: PlanContext, kind: AttentionLayerKind) -> list[Kernel
     )
     out.append(_k("kv_store", "kv_cache", reads=(_act("qkv", kv_elems),), write=(P + "kv_new", m * kv_token)))
     out.append(attention_core_kernel(ctx, kind, "qkv", q_elems, ("attn_out", q_elems)))
-    out.append(gemm_kernel("o_proj", "dense_weights", P + "attn.o", mats["o"], m, "attn_out", "resid"))
+    out.append(gemm_kernel(ctx, "o_proj", "dense_weights", P + "attn.o", mats["o"], m, "attn_out", "resid"))
     return out
 
 
@@ -543,9 +585,13 @@ def dense_ffn_kernels(ctx: PlanContext) -> list[Kernel]:
     P = LAYER_PREFIX
     return [
         norm_kernel(ctx, "post_attention_norm", P + "ln2"),
-        gemm_kernel("mlp_gate_up", "dense_weights", P + "mlp.w13", ctx.ffn["dense_w13"], m, "h", "mlp_in"),
+        gemm_kernel(
+            ctx, "mlp_gate_up", "dense_weights", P + "mlp.w13", ctx.ffn["dense_w13"], m, "h", "mlp_in"
+        ),
         elementwise_kernel("mlp_act", "dense_weights", (("mlp_in", 2 * m * f),), ("mlp_mid", m * f)),
-        gemm_kernel("mlp_down", "dense_weights", P + "mlp.w2", ctx.ffn["dense_w2"], m, "mlp_mid", "resid"),
+        gemm_kernel(
+            ctx, "mlp_down", "dense_weights", P + "mlp.w2", ctx.ffn["dense_w2"], m, "mlp_mid", "resid"
+        ),
     ]
 
 
@@ -557,7 +603,7 @@ def router_kernels(ctx: PlanContext, distinct: float) -> list[Kernel]:
     assignments = m * k
     return [
         norm_kernel(ctx, "post_attention_norm", P + "ln2"),
-        gemm_kernel("router", "other", P + "router", ctx.ffn["router"], m, "h", "router_logits"),
+        gemm_kernel(ctx, "router", "other", P + "router", ctx.ffn["router"], m, "h", "router_logits"),
         _k(
             "topk",
             "other",
@@ -570,7 +616,7 @@ def router_kernels(ctx: PlanContext, distinct: float) -> list[Kernel]:
             "other",
             flops=4.0 * assignments,
             reads=(TensorRead("topk", assignments * INDEX_BYTES),),
-            write=("sorted_ids", (assignments + distinct * EXPERT_TILE_M) * INDEX_BYTES),
+            write=("sorted_ids", (assignments + distinct * ctx.device.gemm_tile_m_expert) * INDEX_BYTES),
         ),
     ]
 
@@ -584,6 +630,7 @@ def shared_expert_kernels(ctx: PlanContext, stream: int) -> list[Kernel]:
     P = LAYER_PREFIX
     return [
         gemm_kernel(
+            ctx,
             "shared_gate_up",
             "shared_experts",
             P + "shared.w13",
@@ -597,6 +644,7 @@ def shared_expert_kernels(ctx: PlanContext, stream: int) -> list[Kernel]:
             "shared_act", "shared_experts", (("shared_in", 2 * m * w),), ("shared_mid", m * w), stream=stream
         ),
         gemm_kernel(
+            ctx,
             "shared_down",
             "shared_experts",
             P + "shared.w2",
@@ -609,13 +657,26 @@ def shared_expert_kernels(ctx: PlanContext, stream: int) -> list[Kernel]:
     ]
 
 
-def fused_expert_kernels(ctx: PlanContext, distinct: float) -> list[Kernel]:
-    """Grouped GEMMs over the distinct experts: each one's weights read once (repeats per M-tile hit L2)."""
+def fused_expert_kernels(
+    ctx: PlanContext,
+    distinct: float,
+    assignments: float | None = None,
+    input_tensor: tuple[str, float] | None = None,
+) -> list[Kernel]:
+    """Grouped GEMMs over the distinct experts: each one's weights read once (repeats per M-tile hit L2).
+
+    `assignments` token-expert pairs (default: every token's top-k) over `distinct` experts, reading the
+    tokens from `input_tensor` (name, elements; default: the step's hidden states). An expert-parallel
+    rank passes its own share and the tokens dispatch delivered to it.
+    """
     model, m = ctx.model, ctx.m_tokens
     k, w, h = model.top_k, model.expert_width, model.hidden
     w13, w2 = ctx.ffn["expert_w13"], ctx.ffn["expert_w2"]
-    assignments = m * k
+    assignments = m * k if assignments is None else assignments
+    source, source_elements = ("h", m * h) if input_tensor is None else input_tensor
+    distinct = max(distinct, 1e-9)
     per_expert = assignments / distinct
+    tile_m = ctx.device.gemm_tile_m_expert
     dtype = model.expert_format.compute_dtype
     P = LAYER_PREFIX
     return [
@@ -624,8 +685,8 @@ def fused_expert_kernels(ctx: PlanContext, distinct: float) -> list[Kernel]:
             "routed_experts",
             flops=2.0 * assignments * w13.params,
             reads=(
-                weight_read(P + "experts.w13", w13, per_expert, EXPERT_TILE_M, distinct),
-                _act("h", m * h),
+                weight_read(ctx.device, P + "experts.w13", w13, per_expert, tile_m, distinct),
+                _act(source, source_elements),
                 TensorRead("sorted_ids", assignments * INDEX_BYTES),
             ),
             write=("experts_in", assignments * 2 * w * ACT_BYTES),
@@ -643,7 +704,7 @@ def fused_expert_kernels(ctx: PlanContext, distinct: float) -> list[Kernel]:
             "routed_experts",
             flops=2.0 * assignments * w2.params,
             reads=(
-                weight_read(P + "experts.w2", w2, per_expert, EXPERT_TILE_M, distinct),
+                weight_read(ctx.device, P + "experts.w2", w2, per_expert, tile_m, distinct),
                 _act("experts_mid", assignments * w),
             ),
             write=("experts_out", assignments * h * ACT_BYTES),
@@ -740,7 +801,7 @@ def epilogue_kernels(ctx: PlanContext) -> list[Kernel]:
             "lm_head",
             flops=2.0 * m * head.params,
             reads=(
-                weight_read("lm_head", head, m),
+                weight_read(ctx.device, "lm_head", head, m),
                 _act("h", m * h),
             ),
             write=("logits", m * v * LOGIT_BYTES),
@@ -802,35 +863,6 @@ def per_token_layer(
     return kernels
 
 
-ENGINE_STYLES: dict[str, PlanBuilder] = {
-    "fused": PlanBuilder(
-        "fused",
-        "serving-engine kernels (vLLM/SGLang): grouped GEMMs over distinct experts, shared experts on a side stream",
-        fused_layer,
-    ),
-    "per-token": PlanBuilder(
-        "per-token",
-        "naive loop: one expert MLP per (token, chosen expert), re-reading that expert's weights",
-        per_token_layer,
-        max_launches=MAX_PER_TOKEN_LAUNCHES,
-    ),
-}
-
-
-def register_engine_style(builder: PlanBuilder) -> None:
-    """Add (or replace) an engine style so `build_plan(..., engine=builder.name)` and the CLI can use it."""
-    ENGINE_STYLES[builder.name] = builder
-
-
-def engine_style(name: str) -> PlanBuilder:
-    try:
-        return ENGINE_STYLES[name]
-    except KeyError:
-        raise MoesimError(
-            "engine", f"unknown engine style {name!r}", f"choose one of {', '.join(ENGINE_STYLES)}"
-        ) from None
-
-
 def check_step_inputs(model: ModelSpec, batch: int, tokens_per_seq: int, context_len: int) -> None:
     """Refuse impossible sizes with a message naming the field."""
     if not isinstance(batch, int) or batch < 1:
@@ -867,59 +899,3 @@ def distinct_experts_by_layer(
             value = routing.expected_distinct(model.n_experts, model.top_k, batch, tokens_per_seq, layer)
             out.append(float(min(max(value, model.top_k), cap)))
     return tuple(out)
-
-
-def build_plan(
-    model: ModelSpec,
-    batch: int,
-    tokens_per_seq: int,
-    context_len: int = 2048,
-    engine: str = "fused",
-    routing: RoutingModel | None = None,
-    hardware: HardwareProfile | None = None,
-    distinct_override: float | None = None,
-) -> StepPlan:
-    """The kernel plan of one step of B sequences × T tokens each, at `context_len` cached tokens.
-
-    `distinct_override` forces every MoE layer to hit exactly that many distinct experts (forced routing).
-    """
-    check_step_inputs(model, batch, tokens_per_seq, context_len)
-    builder = engine_style(engine)
-    routing = routing or IndependentRouting()
-    ctx = PlanContext(model, batch, tokens_per_seq, context_len, hardware)
-    if distinct_override is not None:
-        distinct = tuple(float(distinct_override) for kind in model.layer_ffn if kind == "moe")
-    else:
-        distinct = distinct_experts_by_layer(model, batch, tokens_per_seq, routing) if model.is_moe else ()
-    templates: dict[tuple[str, str, float], tuple[Kernel, ...]] = {}
-    segments = [Segment(tuple(builder.prologue(ctx)))]
-    moe_index = 0
-    for layer, (attn, ffn) in enumerate(zip(model.layer_attention, model.layer_ffn, strict=True)):
-        u = 0.0
-        if ffn == "moe":
-            u = distinct[moe_index]
-            moe_index += 1
-        key = (attn, ffn, round(u, 6))
-        if key not in templates:
-            templates[key] = tuple(builder.layer(ctx, attn, ffn, u))
-        segments.append(Segment(templates[key], layer))
-    segments.append(Segment(tuple(builder.epilogue(ctx))))
-    plan = StepPlan(
-        model_name=model.name,
-        engine=builder.name,
-        batch=batch,
-        tokens_per_seq=tokens_per_seq,
-        context_len=context_len,
-        segments=tuple(segments),
-        distinct_experts_by_layer=distinct,
-        routing_description="forced routing" if distinct_override is not None else routing.description,
-        n_experts=model.n_experts,
-        top_k=model.top_k,
-    )
-    if builder.max_launches is not None and plan.n_kernels > builder.max_launches:
-        raise MoesimError(
-            "engine",
-            f"the {builder.name} plan would launch {plan.n_kernels} kernels in one step",
-            f"use --engine fused, or a smaller batch / draft length (limit {builder.max_launches})",
-        )
-    return plan

@@ -1,7 +1,8 @@
-"""Routing models: how many distinct experts B sequences × T tokens pull into one MoE layer.
+"""Distinct experts: routing models (independent, correlated, typical, fitted from traces or summary
+statistics), traces and statistics files, expert placement over expert-parallel ranks and per-rank work.
 
-The names below load on first use (PEP 562), so importing one light submodule (base, correlated,
-independent) does not pull in the fitter's scipy and scikit-learn.
+Imports nothing of the simulator outside this room. The names below load on first use (PEP 562), so
+importing one light submodule (base, correlated, independent) does not pull in scipy or scikit-learn.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from moesim.simulator.routing.base import DistinctExperts, RoutingModel
     from moesim.simulator.routing.correlated import CorrelatedRouting, LayerRouting, RankDistinct
-    from moesim.simulator.routing.fit import RoutingEstimator
+    from moesim.simulator.routing.estimator import RoutingEstimator
     from moesim.simulator.routing.independent import IndependentRouting
     from moesim.simulator.routing.presets import routing_from_cli, summary_routing, typical_routing
     from moesim.simulator.routing.stats_file import load_routing_stats, save_routing_stats
@@ -24,7 +25,7 @@ _SOURCES = {
     "CorrelatedRouting": "correlated",
     "LayerRouting": "correlated",
     "RankDistinct": "correlated",
-    "RoutingEstimator": "fit",
+    "RoutingEstimator": "estimator",
     "IndependentRouting": "independent",
     "routing_from_cli": "presets",
     "summary_routing": "presets",

@@ -1,4 +1,5 @@
-"""Fitting correlated routing: from traces (RoutingEstimator) and from summary statistics (overlap curve).
+"""Fitting correlated routing layers: from a trace's statistics (see `estimator.RoutingEstimator`) and from
+summary statistics (an overlap curve and a baseline overlap).
 
 Fitting a layer is indirect inference: simulate the model with common random numbers and adjust
 - sigma, sequence_share and token_corr by least squares until the simulated overlap curve o_1..o_D matches
@@ -15,13 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy.optimize import brentq, least_squares
-from sklearn.base import BaseEstimator
 
 from moesim.errors import MoesimError
-from moesim.simulator.routing.base import DistinctExperts
 from moesim.simulator.routing.correlated import (
-    CorrelatedRouting,
     LayerRouting,
     _expert_masks,
     chain_parents,
@@ -47,6 +44,8 @@ def successive_inclusion(weights: np.ndarray, top_k: int) -> np.ndarray:
 
     def excess(log_lam: float) -> float:
         return float(np.sum(-np.expm1(-np.exp(log_lam) * w))) - top_k
+
+    from scipy.optimize import brentq  # lazily: scipy.optimize slows every start
 
     log_lam = brentq(excess, -30.0, 60.0, xtol=1e-12)
     return -np.expm1(-np.exp(log_lam) * w)
@@ -112,6 +111,8 @@ def fit_layer(
         weight[0] = 3.0  # o_1 alone fixes distinct experts of two tokens: match it closely
         return (weight * (sim - curve[:max_distance]))[finite[:max_distance]]
 
+    from scipy.optimize import least_squares  # lazily: scipy.optimize slows every start
+
     for _ in range(rounds):
         x = least_squares(
             residual, x, bounds=([0.0, 0.0, 0.0], [SIGMA_MAX, 1.0, 0.999]), diff_step=0.03, max_nfev=60
@@ -136,74 +137,6 @@ def trace_layer_statistics(trace: RoutingTrace, layer: int, max_distance: int) -
     }
 
 
-class RoutingEstimator(BaseEstimator):  # type: ignore[misc]
-    """sklearn-style estimator: `fit(trace)` fits per-layer correlated routing; `predict(batch, tokens)`.
-
-    Parameters: `max_distance` — overlap distances and window lengths measured (D); `n_groups`,
-    `topk_groups` — group-limited routing (DeepSeek: 8 groups, top 4); `n_sim_sequences` — sequences
-    simulated per fitting step; `seed`.
-    """
-
-    def __init__(
-        self,
-        max_distance: int = 16,
-        n_groups: int = 1,
-        topk_groups: int = 1,
-        n_sim_sequences: int = 256,
-        seed: int = 0,
-    ) -> None:
-        self.max_distance = max_distance
-        self.n_groups = n_groups
-        self.topk_groups = topk_groups
-        self.n_sim_sequences = n_sim_sequences
-        self.seed = seed
-
-    def fit(self, trace: RoutingTrace) -> RoutingEstimator:
-        if self.max_distance < 1:
-            raise MoesimError("max_distance", f"must be ≥ 1, got {self.max_distance}")
-        self.statistics_ = [
-            trace_layer_statistics(trace, i, self.max_distance) for i in range(trace.n_layers)
-        ]
-        fitted = []
-        for stats in self.statistics_:
-            fitted.append(
-                (
-                    int(stats["layer"]),
-                    fit_layer(
-                        stats["inclusion_frequency"],
-                        stats["overlap"],
-                        trace.top_k,
-                        self.n_groups,
-                        self.topk_groups,
-                        n_sequences=self.n_sim_sequences,
-                        seed=self.seed,
-                    ),
-                )
-            )
-        self.model_ = CorrelatedRouting(
-            default=_median_layer(fitted),
-            layers=tuple(fitted),
-            assumption="correlated routing fitted to a trace",
-            seed=self.seed,
-        )
-        self.n_experts_ = trace.n_experts
-        self.top_k_ = trace.top_k
-        return self
-
-    def predict(self, batch: int, tokens: int) -> list[DistinctExperts]:
-        """Distribution of distinct experts per fitted layer for `batch` sequences × `tokens` tokens."""
-        return [
-            self.model_.distinct_distribution(self.n_experts_, self.top_k_, batch, tokens, layer=index)
-            for index, _ in self.model_.layers
-        ]
-
-
-def _median_layer(fitted: Sequence[tuple[int, LayerRouting]]) -> LayerRouting:
-    """The layer with median adjacent-token behaviour, used when the caller names no layer."""
-    order = sorted(fitted, key=lambda item: (item[1].sigma * item[1].token_corr, item[1].sequence_share))
-    return order[len(order) // 2][1]
-
-
 # ---- from summary statistics ----
 
 
@@ -226,6 +159,8 @@ def zipf_for_baseline(n_experts: int, top_k: int, baseline: float) -> np.ndarray
         raise MoesimError(
             "baseline_overlap", f"{baseline:g} is too close to 1 to reach with a popularity skew"
         )
+    from scipy.optimize import brentq
+
     alpha = brentq(lambda a: overlap(a) - baseline, 0.0, 8.0, xtol=1e-6)
     weights = ranks**-alpha
     return weights / weights.sum()

@@ -1,12 +1,6 @@
-"""Speculative decoding: expected tokens per step, drafter cost, speedup, best draft length, peak batch.
+"""Drafters: what proposes the K draft tokens, the model it runs, and what it costs under a layout.
 
-    speedup(B, K) = E[tokens per step] × T_decode(B) ÷ (T_draft(B, K) + T_verify(B, K))
-
-E[tokens per step] = (1 − α^(K+1)) ÷ (1 − α) for a per-token acceptance rate α (accepted draft tokens plus
-the one the target always adds), or a given mean acceptance length L, capped at K + 1. The acceptance
-kernel (comparing draft and target tokens) is part of the verification plan, so T_verify includes it.
-
-Drafters (`--draft`):
+`--draft` values:
 - `model:NAME`  a catalogue model run K times at batch B (its decode step simulated like the target's);
 - `eagle`       an EAGLE-style head: one dense decoder layer at the target's hidden size, a 2h → h fusion
                 projection and the target's LM head, K passes;
@@ -15,6 +9,21 @@ Drafters (`--draft`):
 - `ngram`       prompt-lookup drafting on the host: NGRAM_BASE_US + NGRAM_PER_SEQUENCE_US × B per step;
 - `fraction:F`  F × T_decode(B) per draft token.
 The K passes of a drafter run back to back (captured in one graph in graph mode): one launch and one sync.
+
+The drafter proposes K tokens, *then* the target verifies them; the two never overlap, whichever GPUs they
+run on, because verification needs the drafts and the next draft needs the verified tokens.
+- `draft_on="shared"` on G > 1 GPUs: the drafter runs on the target's GPUs with the target's parallelism, as
+  the engines' draft workers do — a drafter with routed experts (an MTP layer, an MoE draft model) under the
+  target's own layout (expert-parallel, with its all-to-alls); a dense one (an EAGLE head, a dense draft
+  model) tensor-parallel over an attention group, each data-parallel group drafting its own sequences. Its
+  passes are the slowest rank's, collectives included. (The memory check counts the drafter whole on every
+  rank, which is conservative.)
+- `draft_on="separate"`: the drafter runs unsplit on one more GPU, for all B sequences. Per SD step two
+  messages cross the link between it and the target (scale-up when the extra GPU is in the target's node,
+  else scale-out): the target's hidden states of the K+1 verified positions (EAGLE / MTP drafters condition
+  on them; a separate draft model only needs the tokens), and the K draft tokens back. The gain is memory
+  (and no contention for the target's HBM); the step does not get shorter.
+- n-gram and `fraction:F` drafters have no device pass.
 """
 
 from __future__ import annotations
@@ -23,86 +32,24 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from moesim.errors import MoesimError
-from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.execution.collectives import node_link
+from moesim.simulator.execution.timer import StepTimer, time_parallel
+from moesim.simulator.models import spec as ms
 from moesim.simulator.models.spec import AttentionSpec, ModelSpec
-from moesim.simulator.plan.step import (
-    Matrix,
-    PlanContext,
-    Segment,
-    StepPlan,
-    build_plan,
-    gemm_kernel,
-)
+from moesim.simulator.plan.layout import ParallelLayout
+from moesim.simulator.plan.memory import drafter_memory_bytes
+from moesim.simulator.plan.parallel import build_parallel_plan, rank_model
+from moesim.simulator.plan.step import Matrix, PlanContext, PlanDevice, Segment, StepPlan, gemm_kernel
+from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.routing.base import RoutingModel
 
-DEFAULT_DRAFTER = "eagle"
-DEFAULT_ACCEPTANCE = 0.8
 # Prompt-lookup (n-gram) drafting is a host-side suffix match: a few microseconds per sequence.
 NGRAM_BASE_US = 10.0
 NGRAM_PER_SEQUENCE_US = 1.0
 DRAFTER_KINDS = ("eagle", "mtp", "ngram", "model:NAME", "fraction:F")
-
-
-def tokens_per_step(acceptance: float | np.ndarray, draft_len: int | np.ndarray) -> np.ndarray:
-    """E[tokens per verification step] = (1 − α^(K+1)) / (1 − α); K + 1 when α = 1."""
-    alpha = np.asarray(acceptance, dtype=float)
-    k = np.asarray(draft_len, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_alpha = np.log(alpha)
-        geometric = np.expm1((k + 1.0) * log_alpha) / np.expm1(log_alpha)  # accurate as α → 1
-    return np.where(alpha == 1.0, k + 1.0, geometric)
-
-
-def expected_tokens(
-    draft_len: int, acceptance: float = DEFAULT_ACCEPTANCE, acceptance_length: float | None = None
-) -> float:
-    """Tokens one verification step yields, from α or from a mean acceptance length (capped at K + 1)."""
-    if acceptance_length is not None:
-        if not (math.isfinite(acceptance_length) and acceptance_length >= 1.0):
-            raise MoesimError(
-                "acceptance_length", f"must be a finite number ≥ 1 token per step, got {acceptance_length}"
-            )
-        return float(min(acceptance_length, draft_len + 1))
-    check_acceptance(acceptance)
-    return float(tokens_per_step(acceptance, draft_len))
-
-
-def check_acceptance(acceptance: float) -> None:
-    if not 0.0 <= acceptance <= 1.0:
-        raise MoesimError("acceptance", f"must be a probability in [0, 1], got {acceptance}")
-
-
-def speedup(
-    tokens: np.ndarray | float,
-    t_decode: np.ndarray | float,
-    t_draft: np.ndarray | float,
-    t_verify: np.ndarray | float,
-) -> np.ndarray:
-    """Tokens per second with SD over tokens per second without it."""
-    return (
-        np.asarray(tokens, dtype=float)
-        * np.asarray(t_decode, dtype=float)
-        / (np.asarray(t_draft, dtype=float) + np.asarray(t_verify, dtype=float))
-    )
-
-
-def _first_best(values: list[int], speedups: list[float]) -> tuple[int, float]:
-    """The value with the highest speedup, the first one on ties."""
-    index = int(np.argmax(np.asarray(speedups)))
-    return values[index], float(speedups[index])
-
-
-def best_draft_len(draft_lens: list[int], speedups: list[float]) -> tuple[int, float]:
-    """The draft length with the highest speedup (the shorter one on ties)."""
-    return _first_best(draft_lens, speedups)
-
-
-def peak_batch(batches: list[int], speedups: list[float]) -> tuple[int, float]:
-    """The batch size at which SD helps most (the smaller one on ties)."""
-    return _first_best(batches, speedups)
+TOKEN_ID_BYTES = 8  # int64 token ids, as the engines pass them
+HIDDEN_BYTES = 2  # bf16 hidden states
 
 
 # --- Drafters ---------------------------------------------------------------------------------------------------
@@ -190,40 +137,8 @@ def mtp_module(target: ModelSpec) -> ModelSpec:
 def with_fusion_projection(plan: StepPlan, model: ModelSpec, context: PlanContext) -> StepPlan:
     """Prepend the 2h → h projection that fuses the target's hidden state with the token embedding."""
     fc = Matrix(model.hidden, 2 * model.hidden, model.dense_format)
-    kernel = gemm_kernel("draft_fc", "dense_weights", "draft.fc", fc, context.m_tokens, "h", "resid")
+    kernel = gemm_kernel(context, "draft_fc", "dense_weights", "draft.fc", fc, context.m_tokens, "h", "resid")
     return plan.with_segments((Segment((kernel,)), *plan.segments))
-
-
-StepTime = Callable[[StepPlan, bool], float]  # (plan, include launch and sync) -> seconds
-
-
-def draft_time_s(
-    drafter: Drafter,
-    target: ModelSpec,
-    hardware: HardwareProfile,
-    batch: int,
-    draft_len: int,
-    context_len: int,
-    engine: str,
-    routing: RoutingModel | None,
-    t_decode_s: float,
-    step_time: StepTime,
-    launch_overhead_s: float,
-    load_model: Callable[[str], ModelSpec] | None = None,
-) -> float:
-    """Seconds the drafter takes to propose `draft_len` tokens for each of `batch` sequences.
-
-    `step_time(plan, with_launch)` times one pass (engine or fast path); `launch_overhead_s` is the one
-    launch + sync the K back-to-back passes share.
-    """
-    if draft_len < 1:
-        raise MoesimError("draft_len", f"must be ≥ 1, got {draft_len}")
-    if drafter.kind == "fraction":
-        return draft_len * drafter.fraction * t_decode_s
-    if drafter.kind == "ngram":
-        return (NGRAM_BASE_US + NGRAM_PER_SEQUENCE_US * batch) * 1e-6
-    plan = drafter_pass_plan(drafter, target, hardware, batch, context_len, engine, routing, load_model)
-    return draft_len * step_time(plan, False) + launch_overhead_s
 
 
 def drafter_model(
@@ -243,21 +158,139 @@ def drafter_model(
     return None
 
 
+def drafter_bytes(drafter: Drafter, target: ModelSpec, batch: int, context_len: int) -> float:
+    """Device memory a drafter adds beside the target (weights and its own KV cache)."""
+    if drafter.kind == "model":
+        draft = drafter_model(drafter, target)
+        assert draft is not None
+        return drafter_memory_bytes(draft, batch, context_len)
+    if drafter.kind == "eagle":
+        head = drafter_model(drafter, target)
+        assert head is not None
+        layer = ms.attention_weight_bytes(head, "full") + ms.dense_ffn_weight_bytes(head)
+        fusion = head.dense_format.matrix_bytes(head.hidden, 2 * head.hidden)
+        return layer + fusion + batch * ms.sequence_state_bytes(head, context_len)
+    if drafter.kind == "mtp":
+        return target.mtp_layers * ms.mtp_weight_bytes(target) + batch * ms.kv_cache_bytes(
+            drafter_model(drafter, target) or target, context_len
+        )
+    return 0.0
+
+
 def drafter_pass_plan(
     drafter: Drafter,
     target: ModelSpec,
-    hardware: HardwareProfile,
+    device: PlanDevice,
     batch: int,
     context_len: int,
     engine: str,
     routing: RoutingModel | None,
     load_model: Callable[[str], ModelSpec] | None = None,
 ) -> StepPlan:
-    """The plan of one drafter pass: B sequences, one token each."""
+    """The plan of one drafter pass on one GPU: B sequences, one token each."""
     model = drafter_model(drafter, target, load_model)
     assert model is not None
     style = engine if engine in ("fused", "per-token") else "fused"
-    plan = build_plan(model, batch, 1, context_len, style, routing, hardware)
+    plan = build_plan(model, batch, 1, context_len, style, routing, device)
     if drafter.kind in ("eagle", "mtp"):
-        plan = with_fusion_projection(plan, model, PlanContext(model, batch, 1, context_len, hardware))
+        plan = with_fusion_projection(plan, model, PlanContext(model, batch, 1, context_len, device))
     return plan
+
+
+def drafter_layout(draft: ModelSpec, layout: ParallelLayout) -> ParallelLayout:
+    """The layout a drafter sharing the target's GPUs runs under (see the module docstring)."""
+    if layout.is_single or layout.draft_on == "separate":
+        return ParallelLayout(draft_on=layout.draft_on)
+    if draft.is_moe:
+        try:
+            layout.check_model(draft)
+            return layout
+        except MoesimError:
+            pass
+    tp = layout.tp
+    while tp > 1 and tp > draft.attention.num_heads:
+        tp //= 2
+    return ParallelLayout(gpus=tp, tp=tp, ep=1, shared_experts=layout.shared_experts)
+
+
+def runs_on_device(drafter: Drafter) -> bool:
+    """Whether the drafter runs passes on the device (n-gram lookup and fixed fractions do not)."""
+    return drafter.kind not in ("ngram", "fraction")
+
+
+def draft_pass_s(
+    drafter: Drafter,
+    target: ModelSpec,
+    layout: ParallelLayout,
+    batch: int,
+    context_len: int,
+    engine: str,
+    routing: RoutingModel | None,
+    timer: StepTimer,
+    launch: str,
+    load_model: Callable[[str], ModelSpec] | None = None,
+) -> float:
+    """Device seconds of one drafter pass for `batch` sequences under `layout` (no launch, no sync); 0 for a
+    drafter without device passes."""
+    if not runs_on_device(drafter):
+        return 0.0
+    hardware = timer.hardware
+    if layout.is_single or layout.draft_on == "separate":
+        plan = drafter_pass_plan(drafter, target, hardware, batch, context_len, engine, routing, load_model)
+        return timer.step(plan, launch, include_launch_and_sync=False).step_s
+    draft = drafter_model(drafter, target, load_model)
+    assert draft is not None
+    draft_layout = drafter_layout(draft, layout)
+    if draft_layout.is_single:  # nothing to split: every rank drafts its group's sequences whole
+        group = layout.sequences_per_group(batch)
+        plan = drafter_pass_plan(drafter, target, hardware, group, context_len, engine, routing, load_model)
+        return timer.step(plan, launch, include_launch_and_sync=False).step_s
+    draft_batch = batch if draft_layout is layout else layout.sequences_per_group(batch)
+    step = build_parallel_plan(draft, draft_batch, 1, draft_layout, hardware, context_len, engine, routing)
+    if drafter.kind in ("eagle", "mtp"):
+        rank = rank_model(draft, draft_layout)
+        context = PlanContext(rank, draft_layout.sequences_per_group(draft_batch), 1, context_len, hardware)
+        step = replace(step, plan=with_fusion_projection(step.plan, rank, context))
+    return time_parallel(timer, step, launch, include_launch_and_sync=False).step_s
+
+
+def handoff_s(
+    drafter: Drafter,
+    target: ModelSpec,
+    timer: StepTimer,
+    layout: ParallelLayout,
+    batch: int,
+    draft_len: int,
+) -> float:
+    """Per SD step, the two messages between the target's GPUs and a drafter on its own GPU (0 when shared)."""
+    if layout.draft_on != "separate" or not runs_on_device(drafter):
+        return 0.0
+    link = node_link(timer.hardware.node, layout.gpus + 1)
+    positions = batch * (draft_len + 1)
+    to_drafter = positions * (
+        target.hidden * HIDDEN_BYTES if drafter.kind in ("eagle", "mtp") else TOKEN_ID_BYTES
+    )
+    back = batch * draft_len * TOKEN_ID_BYTES
+    return 2 * link.latency_s + (to_drafter + back) / link.bytes_per_s
+
+
+def draft_time_s(
+    drafter: Drafter,
+    batch: int,
+    draft_len: int,
+    t_decode_s: float,
+    pass_s: float,
+    launch_overhead_s: float,
+    handoff: float = 0.0,
+) -> float:
+    """Seconds the drafter takes to propose `draft_len` tokens for each of `batch` sequences: K passes of
+    `pass_s` sharing one launch + sync (`launch_overhead_s`), plus the handoff to a drafter of its own."""
+    if draft_len < 1:
+        raise MoesimError("draft_len", f"must be ≥ 1, got {draft_len}")
+    if drafter.kind == "fraction":
+        own = draft_len * drafter.fraction * t_decode_s
+    elif drafter.kind == "ngram":
+        own = (NGRAM_BASE_US + NGRAM_PER_SEQUENCE_US * batch) * 1e-6
+    else:
+        own = draft_len * pass_s + launch_overhead_s
+    return own + handoff

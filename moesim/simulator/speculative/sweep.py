@@ -16,25 +16,15 @@ from typing import Any
 
 from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
-from moesim.simulator.execution.cost import CostParams
-from moesim.simulator.execution.fastpath import LaunchParams, check_launch, fast_step
-from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.execution.launch import check_launch
+from moesim.simulator.execution.timer import FastTimer, StepTimer
 from moesim.simulator.models.spec import ModelSpec
-from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout
-from moesim.simulator.plan.parallel import ParallelStep, build_parallel_plan, fast_parallel_step
-from moesim.simulator.plan.step import StepPlan, build_plan, check_step_inputs, engine_style
-from moesim.simulator.routing.base import RoutingModel
-from moesim.simulator.routing.independent import IndependentRouting
-from moesim.simulator.simulate import check_memory, drafter_bytes, resolve_layout
-from moesim.simulator.speculative.drafters import (
-    DEFAULT_ACCEPTANCE,
-    DEFAULT_DRAFTER,
-    check_acceptance,
-    expected_tokens,
-    parse_drafter,
-    peak_batch,
-)
-from moesim.simulator.speculative.parallel_draft import parallel_draft_time_s
+from moesim.simulator.plan.step import check_step_inputs
+from moesim.simulator.plan.styles import engine_style
+from moesim.simulator.scenario import Scenario, resolve_hardware, resolve_routing
+from moesim.simulator.speculative.acceptance import check_acceptance, peak_batch
+from moesim.simulator.speculative.drafters import parse_drafter
+from moesim.simulator.speculative.point import drafter_pass_s, speculative_point, time_step
 
 ROW_FIELDS = (
     "model",
@@ -88,6 +78,11 @@ class SweepResult:
     skipped: list[dict[str, Any]]
     assumptions: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def speedup(self) -> dict[tuple[str, int, int], float]:
+        """The SD speedup of every (model, batch, draft length) swept."""
+        return {(r.model, r.batch, r.draft_len): r.speedup for r in self.rows}
+
     def to_json(self) -> dict[str, Any]:
         return {
             "rows": [asdict(r) for r in self.rows],
@@ -121,148 +116,70 @@ class SweepResult:
         ]
 
 
-def _fits(
-    model: ModelSpec,
-    hardware: HardwareProfile,
-    batch: int,
-    context_len: int,
-    extra: float,
-    parallel: ParallelLayout | LayoutRequest | None = None,
-) -> str | ParallelLayout:
-    """The layout to run at this batch (one device unless `parallel` says otherwise) when the model fits it,
-    else the reason it does not."""
-    try:
-        return check_memory(model, hardware, batch, context_len, extra, parallel).layout
-    except MoesimError as error:
-        return error.problem
-
-
 def run_sweep(
+    base: Scenario,
     models: Sequence[ModelSpec],
-    hardware: HardwareProfile,
     batches: Sequence[int],
     draft_lens: Sequence[int],
     *,
-    context_len: int = 2048,
-    engine: str = "fused",
-    launch: str = "graph",
-    routing: RoutingModel | Callable[[ModelSpec], RoutingModel] | None = None,
-    drafter: str = DEFAULT_DRAFTER,
-    acceptance: float = DEFAULT_ACCEPTANCE,
-    acceptance_length: float | None = None,
     check_fit: bool = True,
     progress: Callable[[int], None] | None = None,
-    parallel: ParallelLayout | LayoutRequest | None = None,
+    timer: StepTimer | None = None,
 ) -> SweepResult:
-    """Speedup of every (model, batch, draft length) on the fast path; `progress(n)` is called per config.
+    """The SD point of every (model, batch, draft length) of `base` on the fast path (or `timer`).
 
-    `routing` is one routing model for every model, or a function giving each model its own.
-    `parallel`: None runs every model on one device; a `ParallelLayout` on that layout; a `LayoutRequest`
-    without a fixed layout on the smallest layout that fits each (model, batch) (its `gpus` / `layout`).
+    `base` gives everything but the model, batch and draft length. Its routing applies to every model
+    (`None`: each model's typical routing). A (model, batch) whose memory does not fit is skipped and
+    listed; `progress(n)` is called as configurations finish.
     """
-    check_launch(launch)
-    engine_style(engine)
-    check_acceptance(acceptance)
+    hardware = resolve_hardware(base.hardware)
+    timer = timer or FastTimer(hardware)
+    check_launch(base.launch)
+    engine_style(base.engine)
+    check_acceptance(base.acceptance)
     for k in draft_lens:
         if k < 1:
             raise MoesimError("draft_len", f"values must be ≥ 1, got {k}")
-    parsed = parse_drafter(drafter)
-    routing_of = _routing_function(routing)
-    params = CostParams.from_hardware(hardware)
-    launch_params = LaunchParams.from_hardware(hardware, launch)
-
-    def step_time(plan: StepPlan, with_launch: bool) -> float:
-        return fast_step(plan, hardware, launch, params, with_launch).step_s
-
-    def parallel_step_time(step: ParallelStep, with_launch: bool) -> float:
-        return fast_parallel_step(step, hardware, launch, params, with_launch).step_s
-
+    drafter = parse_drafter(base.drafter)
+    max_k = max(draft_lens)
+    base = base.replace(hardware=hardware, draft_len=max_k)
     rows: list[SweepRow] = []
     skipped: list[dict[str, Any]] = []
-    max_k = max(draft_lens)
     descriptions: dict[str, str] = {}
     for model in models:
-        routing_model = routing_of(model)
-        descriptions[model.name] = routing_model.description
+        routing = resolve_routing(model, base.routing, base.overlap, base.baseline_overlap)
+        descriptions[model.name] = routing.description
         for batch in batches:
-            check_step_inputs(model, batch, max_k + 1, context_len)
-            if check_fit:
-                fit = _fits(
-                    model,
-                    hardware,
-                    batch,
-                    context_len + max_k + 1,
-                    drafter_bytes(parsed, model, batch, context_len),
-                    parallel,
-                )
-                if isinstance(fit, str):
-                    skipped.append({"model": model.name, "batch": batch, "reason": fit})
-                    if progress:
-                        progress(len(draft_lens))
-                    continue
-                layout = fit
-            else:
-                layout = resolve_layout(parallel, model, hardware, batch, context_len + max_k + 1)
-
-            def timed_plan(
-                tokens_per_seq: int,
-                model: ModelSpec = model,
-                batch: int = batch,
-                layout: ParallelLayout = layout,
-                routing_model: RoutingModel = routing_model,
-            ) -> tuple[StepPlan, float]:
-                """The (slowest rank's) plan of one step and its time on the fast path."""
-                if layout.is_single:
-                    plan = build_plan(
-                        model, batch, tokens_per_seq, context_len, engine, routing_model, hardware
-                    )
-                    return plan, step_time(plan, True)
-                step = build_parallel_plan(
-                    model, batch, tokens_per_seq, layout, hardware, context_len, engine, routing_model
-                )
-                return step.plan, parallel_step_time(step, True)
-
-            decode_plan, t_decode = timed_plan(1)
-            pass_cache: dict[str, float] = {}
-
-            def pass_time(plan: StepPlan, with_launch: bool, cache: dict[str, float] = pass_cache) -> float:
-                key = f"{plan.model_name}:{with_launch}"
-                if key not in cache:
-                    cache[key] = step_time(plan, with_launch)
-                return cache[key]
-
+            check_step_inputs(model, batch, max_k + 1, base.context_len)
+            scenario = base.replace(model=model, batch=batch, routing=routing)
+            try:
+                resolved = scenario.resolve(check_fit=check_fit)
+            except MoesimError as error:
+                if not check_fit:
+                    raise
+                skipped.append({"model": model.name, "batch": batch, "reason": error.problem})
+                if progress:
+                    progress(len(draft_lens))
+                continue
+            decode = time_step(resolved, timer, 1)
+            pass_s = drafter_pass_s(resolved, timer)
+            layout = resolved.layout
             for k in draft_lens:
-                verify_plan, t_verify = timed_plan(k + 1)
-                t_draft = parallel_draft_time_s(
-                    parsed,
-                    model,
-                    hardware,
-                    layout,
-                    batch,
-                    k,
-                    context_len,
-                    engine,
-                    routing_model,
-                    t_decode,
-                    pass_time,
-                    parallel_step_time,
-                    launch_params.overhead_s,
-                )
-                tokens = expected_tokens(k, acceptance, acceptance_length)
+                point = speculative_point(resolved, timer, k, decode=decode, pass_s=pass_s)
                 rows.append(
                     SweepRow(
                         model=model.name,
                         hardware=hardware.name,
                         batch=batch,
                         draft_len=k,
-                        speedup=tokens * t_decode / (t_draft + t_verify),
-                        verify_over_decode=t_verify / t_decode,
-                        decode_step_s=t_decode,
-                        verify_step_s=t_verify,
-                        draft_s=t_draft,
-                        tokens_per_step=tokens,
-                        decode_distinct_experts=decode_plan.mean_distinct_experts,
-                        verify_distinct_experts=verify_plan.mean_distinct_experts,
+                        speedup=point.speedup,
+                        verify_over_decode=point.verify_over_decode,
+                        decode_step_s=point.decode.step_s,
+                        verify_step_s=point.verify.step_s,
+                        draft_s=point.draft_s,
+                        tokens_per_step=point.tokens_per_step,
+                        decode_distinct_experts=point.decode.plan.mean_distinct_experts,
+                        verify_distinct_experts=point.verify.plan.mean_distinct_experts,
                         gpus=layout.gpus,
                         layout=layout.describe(),
                     )
@@ -276,27 +193,16 @@ def run_sweep(
         assumptions={
             "routing": "; ".join(sorted(set(descriptions.values()))) or "none",
             "routing_by_model": dict(descriptions),
-            "acceptance": None if acceptance_length is not None else acceptance,
-            "acceptance_length": acceptance_length,
-            "drafter": parsed.label,
-            "engine": engine,
-            "launch": launch,
-            "context_len": context_len,
+            "acceptance": None if base.acceptance_length is not None else base.acceptance,
+            "acceptance_length": base.acceptance_length,
+            "drafter": drafter.label,
+            "engine": base.engine,
+            "launch": base.launch,
+            "context_len": base.context_len,
             "hardware": hardware.name,
             "hardware_provenance": hardware.provenance.kind,
         },
     )
-
-
-def _routing_function(
-    routing: RoutingModel | Callable[[ModelSpec], RoutingModel] | None,
-) -> Callable[[ModelSpec], RoutingModel]:
-    if routing is None:
-        return lambda model: IndependentRouting()
-    if isinstance(routing, RoutingModel):
-        fixed = routing
-        return lambda model: fixed
-    return routing
 
 
 def _merge_skipped(skipped: list[dict[str, Any]], batches: Sequence[int]) -> list[dict[str, Any]]:

@@ -1,7 +1,8 @@
-"""Measure the torch reference over a grid of (model, batch, draft length) and predict each row.
+"""Measure the torch reference over a grid of (model, batch, draft length) into rows: the torch half.
 
-Per configuration: one routing sample per MoE layer from the routing model (seeded by the config), the
-torch step prepared with that forced routing, and the simulator's prediction for the same loads.
+Per configuration: one routing sample per MoE layer from the routing model (seeded by the config, see
+`configs.config_routing`) and the torch step prepared with that forced routing. Rows record only what was
+measured and how to rebuild the configuration; `predict.predict_rows` prices them, here or anywhere later.
 Timing is wall clock around one step with a device synchronisation before and after (so it includes
 launch, device work and the final sync, as the simulator's step time does); a single-threaded CPU run
 is timed with the thread's CPU clock instead, so preemption by other processes on a shared machine is
@@ -18,7 +19,6 @@ from __future__ import annotations
 import functools
 import gc
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,16 +26,10 @@ from typing import Any
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.routing.base import RoutingModel
-from moesim.validation.predict import predict_reference_step
+from moesim.validation.configs import config_routing
 from moesim.validation.routing_replay import StepRouting, sample_step_routing
-
-BATCHES = (1, 2, 4, 8, 16, 32)
-DRAFT_LENS = (0, 1, 3, 7)
-QUICK_BATCHES = (1, 4, 32)
-QUICK_DRAFT_LENS = (0, 1, 3, 7)
 
 
 @dataclass(frozen=True)
@@ -49,95 +43,6 @@ class MeasureSettings:
     @classmethod
     def for_mode(cls, quick: bool) -> MeasureSettings:
         return cls(rounds=3, repeats=4, warmup=1) if quick else cls(rounds=3, repeats=5, warmup=2)
-
-
-@dataclass
-class Row:
-    """One measured and predicted configuration."""
-
-    model: str
-    shape: str
-    device: str
-    launch: str
-    batch: int
-    draft_len: int
-    context_len: int
-    measured_s: float
-    predicted_s: float
-    spread: float  # relative IQR of the individual timings
-    round_spread: float  # max relative deviation of a round's median from the overall median
-    n_samples: int
-    distinct_experts: float  # mean over MoE layers
-    n_kernels: int
-    predicted_breakdown_s: dict[str, float] = field(default_factory=dict)
-    predicted_terms_s: dict[str, float] = field(default_factory=dict)
-    measured_ratio: float | None = None  # this step / decode step at the same batch
-    predicted_ratio: float | None = None
-    cross_predicted_s: dict[str, float] = field(default_factory=dict)  # other profiles' predictions
-
-    @property
-    def tokens_per_seq(self) -> int:
-        return self.draft_len + 1
-
-    @property
-    def error(self) -> float:
-        """Signed relative error of the prediction, (predicted − measured) / measured."""
-        return self.predicted_s / self.measured_s - 1.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "shape": self.shape,
-            "device": self.device,
-            "launch": self.launch,
-            "batch": self.batch,
-            "draft_len": self.draft_len,
-            "tokens_per_seq": self.tokens_per_seq,
-            "m_tokens": self.batch * self.tokens_per_seq,
-            "context_len": self.context_len,
-            "distinct_experts": self.distinct_experts,
-            "n_kernels": self.n_kernels,
-            "measured_s": self.measured_s,
-            "predicted_s": self.predicted_s,
-            "error": self.error,
-            "abs_error": abs(self.error),
-            "spread": self.spread,
-            "round_spread": self.round_spread,
-            "n_samples": self.n_samples,
-            "measured_ratio": self.measured_ratio,
-            "predicted_ratio": self.predicted_ratio,
-            "predicted_breakdown_s": self.predicted_breakdown_s,
-            "predicted_terms_s": self.predicted_terms_s,
-            "cross_predicted_s": self.cross_predicted_s,
-        }
-
-
-def fill_ratios(rows: list[Row]) -> None:
-    """Set each row's verify/decode ratio against the K = 0 row of the same model, launch and batch."""
-    decode = {(r.model, r.launch, r.batch, r.context_len): r for r in rows if r.draft_len == 0}
-    for r in rows:
-        base = decode.get((r.model, r.launch, r.batch, r.context_len))
-        if base is not None:
-            r.measured_ratio = r.measured_s / base.measured_s
-            r.predicted_ratio = r.predicted_s / base.predicted_s
-
-
-def config_seed(model: str, batch: int, draft_len: int, seed: int) -> int:
-    """A stable seed per configuration (so reruns sample the same routing)."""
-    return zlib.crc32(f"{model}|{batch}|{draft_len}|{seed}".encode()) & 0x7FFFFFFF
-
-
-def default_routing(model: ModelSpec, name: str) -> RoutingModel:
-    """The routing model that drives validation: 'typical' (correlated, documented default) or 'uniform'."""
-    if name == "uniform":
-        from moesim.simulator.routing.independent import IndependentRouting
-
-        return IndependentRouting()
-    if name == "typical":
-        from moesim.simulator.routing.presets import typical_routing
-
-        return typical_routing(model.n_experts, model.top_k, model.n_groups, model.topk_groups)
-    raise MoesimError("--routing", f"unknown routing {name!r}", "choose typical or uniform")
 
 
 def _relative_spread(times: list[float]) -> float:
@@ -164,15 +69,13 @@ def measure_model(
     launch: str,
     routing: RoutingModel,
     settings: MeasureSettings,
-    hardware: HardwareProfile,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
     clock: str = "auto",
     check: dict[str, bool] | None = None,
-    cross_hardware: dict[str, HardwareProfile] | None = None,
-) -> list[Row]:
-    """Measure and predict every (batch, draft length) of `grid` for one model; with `check`, also
-    record there whether the plan lists exactly the aten ops one small step of this model issues."""
+) -> list[dict[str, Any]]:
+    """Measured rows of every (batch, draft length) of `grid` for one model; with `check`, also record
+    there whether the plan lists exactly the aten ops one small step of this model issues."""
     from moesim.calibrate.timing import import_torch
 
     torch = import_torch()
@@ -196,15 +99,7 @@ def measure_model(
                     launched == planned
                 )
         for batch, draft_len in grid:
-            step_routing = sample_step_routing(
-                routing,
-                spec.n_experts,
-                spec.top_k,
-                batch,
-                draft_len + 1,
-                model.moe_layers,
-                config_seed(spec.name, batch, draft_len, seed),
-            )
+            step_routing = config_routing(spec, routing, batch, draft_len, seed)
             inputs = model.prepare(batch, draft_len + 1, context_len, step_routing, seed=seed + 1)
             run = model.capture(inputs) if launch == "graph" else functools.partial(model.step, inputs)
             prepared.append(_Prepared(batch, draft_len, step_routing, inputs, run))
@@ -225,46 +120,38 @@ def measure_model(
                     sync()
                     times.append((clock_ns() - t0) * 1e-9)
                 item.rounds.append(times)
-    rows = []
-    for item in prepared:
-        all_times = [t for r in item.rounds for t in r]
-        median = float(np.median(all_times))
-        round_medians = [float(np.median(r)) for r in item.rounds]
-        pred = predict_reference_step(
-            spec, hardware, item.batch, item.draft_len + 1, context_len, item.routing.loads, launch
-        )
-        cross = {
-            name: predict_reference_step(
-                spec, other, item.batch, item.draft_len + 1, context_len, item.routing.loads, launch
-            ).step_s
-            for name, other in (cross_hardware or {}).items()
-        }
-        rows.append(
-            Row(
-                model=spec.name,
-                shape=shape_key,
-                device=device,
-                launch=launch,
-                batch=item.batch,
-                draft_len=item.draft_len,
-                context_len=context_len,
-                measured_s=median,
-                predicted_s=pred.step_s,
-                spread=_relative_spread(all_times),
-                round_spread=float(max(abs(m - median) for m in round_medians) / median),
-                n_samples=len(all_times),
-                distinct_experts=float(np.mean(item.routing.distinct_experts())) if spec.is_moe else 0.0,
-                n_kernels=pred.n_kernels,
-                predicted_breakdown_s=pred.breakdown_s,
-                predicted_terms_s=pred.terms_s,
-                cross_predicted_s=cross,
-            )
-        )
+    rows = [measured_row(spec, shape_key, device, launch, context_len, item) for item in prepared]
     del prepared, model
     gc.collect()
     if cuda:
         torch.cuda.empty_cache()
     return rows
+
+
+def measured_row(
+    spec: ModelSpec, shape_key: str, device: str, launch: str, context_len: int, item: _Prepared
+) -> dict[str, Any]:
+    """One configuration's measurement: median time, spreads, and what rebuilds its work (shape, routing)."""
+    all_times = [t for r in item.rounds for t in r]
+    median = float(np.median(all_times))
+    round_medians = [float(np.median(r)) for r in item.rounds]
+    tokens_per_seq = item.draft_len + 1
+    return {
+        "model": spec.name,
+        "shape": shape_key,
+        "device": device,
+        "launch": launch,
+        "batch": item.batch,
+        "draft_len": item.draft_len,
+        "tokens_per_seq": tokens_per_seq,
+        "m_tokens": item.batch * tokens_per_seq,
+        "context_len": context_len,
+        "measured_s": median,
+        "spread": _relative_spread(all_times),
+        "round_spread": float(max(abs(m - median) for m in round_medians) / median),
+        "n_samples": len(all_times),
+        "distinct_experts": float(np.mean(item.routing.distinct_experts())) if spec.is_moe else 0.0,
+    }
 
 
 CLOCKS = ("auto", "wall", "thread")
@@ -375,30 +262,13 @@ def aten_name(kernel_name: str) -> str:
     return KERNEL_TO_ATEN.get(last, last)
 
 
-def validation_grid(
-    quick: bool, batches: list[int] | None = None, draft_lens: list[int] | None = None
-) -> list[tuple[int, int]]:
-    """(batch, draft length) pairs: the issue's full grid, or the quick one (4 batches × 4 draft lengths)."""
-    bs = batches or list(QUICK_BATCHES if quick else BATCHES)
-    ks = draft_lens if draft_lens is not None else list(QUICK_DRAFT_LENS if quick else DRAFT_LENS)
-    if 0 not in ks:
-        ks = [0, *ks]  # the verify/decode ratio needs the decode step
-    return [(b, k) for b in bs for k in ks]
-
-
 __all__ = [
-    "BATCHES",
     "CLOCKS",
-    "DRAFT_LENS",
     "KERNEL_TO_ATEN",
     "MeasureSettings",
-    "Row",
     "aten_name",
     "clock_name",
-    "config_seed",
-    "default_routing",
-    "fill_ratios",
     "measure_model",
+    "measured_row",
     "step_clock",
-    "validation_grid",
 ]

@@ -1,0 +1,115 @@
+"""The engine-style registry: every built-in kernel-plan style, listed where it is defined, and `build_plan`.
+
+    fused            serving-engine kernels (vLLM / SGLang): grouped GEMMs over the distinct experts
+    per-token        a naive loop, one expert MLP per (token, chosen expert)
+    torch-reference  exactly the aten ops moesim's validation reference launches (plan/reference.py)
+
+Third parties add theirs with `register_engine_style(PlanBuilder(...))`.
+"""
+
+from __future__ import annotations
+
+from moesim.errors import MoesimError
+from moesim.simulator.models.spec import ModelSpec
+from moesim.simulator.plan.kernels import Kernel
+from moesim.simulator.plan.reference import REFERENCE_STYLE
+from moesim.simulator.plan.step import (
+    GENERIC_DEVICE,
+    MAX_PER_TOKEN_LAUNCHES,
+    PlanBuilder,
+    PlanContext,
+    PlanDevice,
+    Segment,
+    StepPlan,
+    check_step_inputs,
+    distinct_experts_by_layer,
+    fused_layer,
+    per_token_layer,
+)
+from moesim.simulator.routing.base import RoutingModel
+from moesim.simulator.routing.independent import IndependentRouting
+
+ENGINE_STYLES: dict[str, PlanBuilder] = {
+    "fused": PlanBuilder(
+        "fused",
+        "serving-engine kernels (vLLM/SGLang): grouped GEMMs over distinct experts, shared experts on a side stream",
+        fused_layer,
+    ),
+    "per-token": PlanBuilder(
+        "per-token",
+        "naive loop: one expert MLP per (token, chosen expert), re-reading that expert's weights",
+        per_token_layer,
+        max_launches=MAX_PER_TOKEN_LAUNCHES,
+    ),
+    REFERENCE_STYLE.name: REFERENCE_STYLE,
+}
+
+
+def register_engine_style(builder: PlanBuilder) -> None:
+    """Add (or replace) an engine style so `build_plan(..., engine=builder.name)` and the CLI can use it."""
+    ENGINE_STYLES[builder.name] = builder
+
+
+def engine_style(name: str) -> PlanBuilder:
+    try:
+        return ENGINE_STYLES[name]
+    except KeyError:
+        raise MoesimError(
+            "engine", f"unknown engine style {name!r}", f"choose one of {', '.join(ENGINE_STYLES)}"
+        ) from None
+
+
+def build_plan(
+    model: ModelSpec,
+    batch: int,
+    tokens_per_seq: int,
+    context_len: int = 2048,
+    engine: str = "fused",
+    routing: RoutingModel | None = None,
+    device: PlanDevice | None = None,
+    distinct_override: float | None = None,
+) -> StepPlan:
+    """The kernel plan of one step of B sequences × T tokens each, at `context_len` cached tokens.
+
+    `device` gives the plan its device facts (a `HardwareProfile` does); `distinct_override` forces every MoE layer to hit exactly that many distinct experts (forced routing).
+    """
+    check_step_inputs(model, batch, tokens_per_seq, context_len)
+    builder = engine_style(engine)
+    routing = routing or IndependentRouting()
+    ctx = PlanContext(model, batch, tokens_per_seq, context_len, device or GENERIC_DEVICE)
+    if distinct_override is not None:
+        distinct = tuple(float(distinct_override) for kind in model.layer_ffn if kind == "moe")
+    else:
+        distinct = distinct_experts_by_layer(model, batch, tokens_per_seq, routing) if model.is_moe else ()
+    templates: dict[tuple[str, str, float], tuple[Kernel, ...]] = {}
+    segments = [Segment(tuple(builder.prologue(ctx)))]
+    moe_index = 0
+    for layer, (attn, ffn) in enumerate(zip(model.layer_attention, model.layer_ffn, strict=True)):
+        u = 0.0
+        if ffn == "moe":
+            u = distinct[moe_index]
+            moe_index += 1
+        key = (attn, ffn, round(u, 6))
+        if key not in templates:
+            templates[key] = tuple(builder.layer(ctx, attn, ffn, u))
+        segments.append(Segment(templates[key], layer))
+    segments.append(Segment(tuple(builder.epilogue(ctx))))
+    plan = StepPlan(
+        model_name=model.name,
+        engine=builder.name,
+        batch=batch,
+        tokens_per_seq=tokens_per_seq,
+        context_len=context_len,
+        segments=tuple(segments),
+        distinct_experts_by_layer=distinct,
+        routing_description="forced routing" if distinct_override is not None else routing.description,
+        n_experts=model.n_experts,
+        top_k=model.top_k,
+    )
+    if builder.max_launches is not None and plan.n_kernels > builder.max_launches:
+        raise MoesimError(
+            "engine",
+            f"the {builder.name} plan would launch {plan.n_kernels} kernels in one step",
+            f"use --engine fused, or a smaller batch / draft length (limit {builder.max_launches})",
+        )
+    return plan

@@ -1,0 +1,232 @@
+"""The scenario: one frozen description of what to simulate, owning every default.
+
+    Scenario(model="qwen3-30b-a3b", hardware="h200", batch=1, draft_len=3)
+
+The CLI builds one from its flags, the Python API from keyword arguments, so both give the same number.
+`resolve()` turns names into objects (model spec, hardware profile, routing model, drafter), validates the
+sizes and chooses the layout whose memory fits; the speculative point and the sweep work on the result.
+
+Routing: `None` means the documented *typical* correlated routing (`routing.presets.typical_routing`), or
+routing fitted to `overlap` / `baseline_overlap` when those are given; "independent", "typical", a
+statistics file path or a `RoutingModel` choose explicitly. Dense models route nothing (independent).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from moesim.errors import MoesimError
+
+if TYPE_CHECKING:  # the module stays light: the CLI reads its defaults at start-up
+    from moesim.simulator.hardware.profile import HardwareProfile
+    from moesim.simulator.models.spec import ModelSpec
+    from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout
+    from moesim.simulator.plan.memory import MemoryUse
+    from moesim.simulator.routing.base import RoutingModel
+    from moesim.simulator.speculative.drafters import Drafter
+
+DEFAULT_HARDWARE = "h200"
+DEFAULT_BATCH = 1
+DEFAULT_DRAFT_LEN = 3
+DEFAULT_CONTEXT_LEN = 2048
+DEFAULT_ENGINE = "fused"
+DEFAULT_LAUNCH = "graph"
+DEFAULT_DRAFTER = "eagle"  # an EAGLE-style draft head, what vLLM and SGLang users run most
+DEFAULT_ACCEPTANCE = 0.8  # per-token acceptance of a well-trained EAGLE head on chat data
+# A sweep's grid when none is given: powers of two to 256 sequences, draft lengths 1-8.
+DEFAULT_SWEEP_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+DEFAULT_SWEEP_DRAFT_LENS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What to simulate. `engine` is the kernel-plan style (see `plan.styles`), `layout` a fixed
+    `ParallelLayout` or a `LayoutRequest` (None, the default: the smallest layout whose memory fits)."""
+
+    model: ModelSpec | str
+    hardware: HardwareProfile | str = DEFAULT_HARDWARE
+    batch: int = DEFAULT_BATCH
+    draft_len: int = DEFAULT_DRAFT_LEN
+    context_len: int = DEFAULT_CONTEXT_LEN
+    engine: str = DEFAULT_ENGINE
+    launch: str = DEFAULT_LAUNCH
+    routing: RoutingModel | str | None = None
+    overlap: tuple[float, ...] | str | None = None  # same-sequence overlap at distances 1..D
+    baseline_overlap: float | None = None
+    layout: ParallelLayout | LayoutRequest | None = None
+    drafter: str = DEFAULT_DRAFTER
+    acceptance: float = DEFAULT_ACCEPTANCE
+    acceptance_length: float | None = None
+
+    def replace(self, **changes: Any) -> Scenario:
+        """The same scenario with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    def resolve(self, *, fit_draft_len: int | None = None, check_fit: bool = True) -> ResolvedScenario:
+        """Names to objects, sizes validated, layout chosen. The memory check reserves the KV cache of
+        `fit_draft_len` (default `draft_len`) verified tokens; `check_fit=False` skips it."""
+        from moesim.simulator.execution.launch import check_launch
+        from moesim.simulator.plan.layout import LayoutRequest
+        from moesim.simulator.plan.memory import fit_layout
+        from moesim.simulator.plan.step import check_step_inputs
+        from moesim.simulator.plan.styles import engine_style
+        from moesim.simulator.speculative.acceptance import check_acceptance
+        from moesim.simulator.speculative.drafters import drafter_bytes, parse_drafter
+
+        spec = resolve_model(self.model)
+        hardware = resolve_hardware(self.hardware)
+        check_draft_len(self.draft_len)
+        check_acceptance(self.acceptance)
+        drafter = parse_drafter(self.drafter)
+        check_launch(self.launch)
+        engine_style(self.engine)
+        k = self.draft_len if fit_draft_len is None else fit_draft_len
+        check_step_inputs(spec, self.batch, k + 1, self.context_len)
+        routing = resolve_routing(spec, self.routing, self.overlap, self.baseline_overlap)
+        request = LayoutRequest() if self.layout is None else self.layout
+        memory = None
+        if check_fit:
+            memory = fit_layout(
+                spec,
+                hardware,
+                self.batch,
+                max(1, self.context_len + k + 1),
+                layout=request,
+                drafter_bytes=drafter_bytes(drafter, spec, self.batch, self.context_len),
+            )
+            layout = memory.layout
+        else:
+            layout = chosen_layout(request, spec, hardware, self.batch, self.context_len + k + 1)
+        return ResolvedScenario(self, spec, hardware, routing, drafter, layout, memory)
+
+
+@dataclass(frozen=True)
+class ResolvedScenario:
+    """A scenario with its objects: what the speculative point and the sweep compute on."""
+
+    scenario: Scenario
+    model: ModelSpec
+    hardware: HardwareProfile
+    routing: RoutingModel
+    drafter: Drafter
+    layout: ParallelLayout
+    memory: MemoryUse | None
+
+    @property
+    def batch(self) -> int:
+        return self.scenario.batch
+
+    @property
+    def context_len(self) -> int:
+        return self.scenario.context_len
+
+    @property
+    def engine(self) -> str:
+        return self.scenario.engine
+
+    @property
+    def launch(self) -> str:
+        return self.scenario.launch
+
+    def assumptions(self) -> dict[str, Any]:
+        """What a result rests on, printed beside it."""
+        s = self.scenario
+        return {
+            "routing": self.routing.description,
+            "acceptance": None if s.acceptance_length is not None else s.acceptance,
+            "acceptance_length": s.acceptance_length,
+            "drafter": self.drafter.label,
+            "engine": s.engine,
+            "launch": s.launch,
+            "context_len": s.context_len,
+            "hardware_provenance": self.hardware.provenance.kind,
+        }
+
+
+def check_draft_len(draft_len: int) -> None:
+    if not isinstance(draft_len, int) or isinstance(draft_len, bool) or draft_len < 1:
+        raise MoesimError("draft_len", f"must be a positive integer, got {draft_len!r}")
+
+
+def resolve_model(model: ModelSpec | str) -> ModelSpec:
+    """A model spec, or one loaded by catalogue name or file path."""
+    from moesim.simulator.models.spec import ModelSpec
+
+    if isinstance(model, ModelSpec):
+        return model
+    from moesim.simulator.models.catalogue import load_model
+
+    return load_model(model)
+
+
+def resolve_hardware(hardware: HardwareProfile | str) -> HardwareProfile:
+    """A hardware profile, or one loaded by bundled name or file path."""
+    from moesim.simulator.hardware.profile import HardwareProfile, load_profile
+
+    return hardware if isinstance(hardware, HardwareProfile) else load_profile(hardware)
+
+
+def resolve_routing(
+    spec: ModelSpec,
+    routing: RoutingModel | str | None,
+    overlap: tuple[float, ...] | str | None = None,
+    baseline_overlap: float | None = None,
+) -> RoutingModel:
+    """The routing model of a scenario (see the module docstring for the rules)."""
+    from moesim.simulator.routing.base import RoutingModel
+    from moesim.simulator.routing.independent import IndependentRouting
+
+    if isinstance(routing, RoutingModel):
+        return routing
+    if not spec.is_moe:
+        return IndependentRouting()
+    from moesim.simulator.routing.presets import routing_from_cli
+
+    if routing is None:
+        routing = "independent" if (overlap is not None or baseline_overlap is not None) else "typical"
+    return routing_from_cli(
+        routing, spec.n_experts, spec.top_k, overlap, baseline_overlap, spec.n_groups, spec.topk_groups
+    )
+
+
+def chosen_layout(
+    request: ParallelLayout | LayoutRequest | None,
+    model: ModelSpec,
+    hardware: HardwareProfile,
+    batch: int,
+    context_len: int,
+) -> ParallelLayout:
+    """The layout to simulate: the one given, one GPU for None, the smallest that fits for an open request."""
+    from moesim.simulator.plan.layout import ParallelLayout
+    from moesim.simulator.plan.memory import fit_layout
+
+    if request is None:
+        return ParallelLayout()
+    if isinstance(request, ParallelLayout):
+        return request
+    fixed = request.fixed()
+    if fixed is not None:
+        return fixed
+    return fit_layout(model, hardware, batch, max(1, context_len), layout=request).layout
+
+
+__all__ = [
+    "DEFAULT_ACCEPTANCE",
+    "DEFAULT_BATCH",
+    "DEFAULT_CONTEXT_LEN",
+    "DEFAULT_DRAFTER",
+    "DEFAULT_DRAFT_LEN",
+    "DEFAULT_ENGINE",
+    "DEFAULT_HARDWARE",
+    "DEFAULT_LAUNCH",
+    "DEFAULT_SWEEP_BATCHES",
+    "DEFAULT_SWEEP_DRAFT_LENS",
+    "ResolvedScenario",
+    "Scenario",
+    "chosen_layout",
+    "resolve_hardware",
+    "resolve_model",
+    "resolve_routing",
+]

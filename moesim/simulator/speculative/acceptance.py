@@ -1,0 +1,77 @@
+"""Acceptance and speedup: expected tokens per verification step, the SD speedup, best draft length, peak batch.
+
+    speedup(B, K) = E[tokens per step] × T_decode(B) ÷ (T_draft(B, K) + T_verify(B, K))
+
+E[tokens per step] = (1 − α^(K+1)) ÷ (1 − α) for a per-token acceptance rate α (accepted draft tokens plus
+the one the target always adds), or a given mean acceptance length L, capped at K + 1. The acceptance
+kernel (comparing draft and target tokens) is part of the verification plan, so T_verify includes it.
+This module is the one place the speedup formula lives.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from moesim.errors import MoesimError
+from moesim.simulator.scenario import DEFAULT_ACCEPTANCE
+
+
+def tokens_per_step(acceptance: float | np.ndarray, draft_len: int | np.ndarray) -> np.ndarray:
+    """E[tokens per verification step] = (1 − α^(K+1)) / (1 − α); K + 1 when α = 1."""
+    alpha = np.asarray(acceptance, dtype=float)
+    k = np.asarray(draft_len, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_alpha = np.log(alpha)
+        geometric = np.expm1((k + 1.0) * log_alpha) / np.expm1(log_alpha)  # accurate as α → 1
+    return np.where(alpha == 1.0, k + 1.0, geometric)
+
+
+def expected_tokens(
+    draft_len: int, acceptance: float = DEFAULT_ACCEPTANCE, acceptance_length: float | None = None
+) -> float:
+    """Tokens one verification step yields, from α or from a mean acceptance length (capped at K + 1)."""
+    if acceptance_length is not None:
+        if not (math.isfinite(acceptance_length) and acceptance_length >= 1.0):
+            raise MoesimError(
+                "acceptance_length", f"must be a finite number ≥ 1 token per step, got {acceptance_length}"
+            )
+        return float(min(acceptance_length, draft_len + 1))
+    check_acceptance(acceptance)
+    return float(tokens_per_step(acceptance, draft_len))
+
+
+def check_acceptance(acceptance: float) -> None:
+    if not 0.0 <= acceptance <= 1.0:
+        raise MoesimError("acceptance", f"must be a probability in [0, 1], got {acceptance}")
+
+
+def speedup(
+    tokens: np.ndarray | float,
+    t_decode: np.ndarray | float,
+    t_draft: np.ndarray | float,
+    t_verify: np.ndarray | float,
+) -> np.ndarray:
+    """Tokens per second with SD over tokens per second without it."""
+    return (
+        np.asarray(tokens, dtype=float)
+        * np.asarray(t_decode, dtype=float)
+        / (np.asarray(t_draft, dtype=float) + np.asarray(t_verify, dtype=float))
+    )
+
+
+def _first_best(values: list[int], speedups: list[float]) -> tuple[int, float]:
+    """The value with the highest speedup, the first one on ties."""
+    index = int(np.argmax(np.asarray(speedups)))
+    return values[index], float(speedups[index])
+
+
+def best_draft_len(draft_lens: list[int], speedups: list[float]) -> tuple[int, float]:
+    """The draft length with the highest speedup (the shorter one on ties)."""
+    return _first_best(draft_lens, speedups)
+
+
+def peak_batch(batches: list[int], speedups: list[float]) -> tuple[int, float]:
+    """The batch size at which SD helps most (the smaller one on ties)."""
+    return _first_best(batches, speedups)

@@ -1,0 +1,141 @@
+"""The house rules, read from the imports themselves (ast): which room may import which.
+
+- plan/ describes work: it never imports execution/ or hardware/;
+- models/, hardware/ and routing/ import nothing of the simulator outside their own room;
+- execution/ times plans: it never imports the speculative room, the scenario or the API above it;
+- torch is imported only under calibrate/ and validation/;
+- the roofline (fixed latency + max(compute, memory)) is written in one module, execution/cost.py.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import moesim
+
+PACKAGE = Path(moesim.__file__).parent
+SIM = "moesim.simulator."
+ROOMS = ("models", "hardware", "routing", "plan", "execution", "speculative")
+
+# For each room: the simulator modules (prefixes) it must not import, whatever the import's position.
+ABOVE = (SIM + "scenario", SIM + "simulate")
+
+
+def _all_rooms_but(room: str) -> tuple[str, ...]:
+    return (*(SIM + r for r in ROOMS if r != room), *ABOVE)
+
+
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "models": _all_rooms_but("models"),
+    "hardware": _all_rooms_but("hardware"),
+    "routing": _all_rooms_but("routing"),
+    "plan": (SIM + "execution", SIM + "hardware", SIM + "speculative", SIM + "scenario", SIM + "simulate"),
+    "execution": (SIM + "speculative", SIM + "scenario", SIM + "simulate"),
+}
+
+
+def imported_modules(source: str) -> set[str]:
+    """Every module a source file imports, at the top or inside functions (TYPE_CHECKING blocks excluded)."""
+    tree = ast.parse(source)
+    type_only: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            type_only.update(id(child) for stmt in node.body for child in ast.walk(stmt))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+            out.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return out
+
+
+def room_violations(room: str, files: dict[str, str]) -> list[str]:
+    """`file: module` for every import in `files` (path -> source) that `room` may not make."""
+    banned = FORBIDDEN[room]
+    return [
+        f"{path}: {module}"
+        for path, source in sorted(files.items())
+        for module in sorted(imported_modules(source))
+        if any(module == b or module.startswith(b + ".") for b in banned)
+    ]
+
+
+def room_sources(room: str) -> dict[str, str]:
+    return {str(p.relative_to(PACKAGE)): p.read_text() for p in (PACKAGE / "simulator" / room).rglob("*.py")}
+
+
+@pytest.mark.parametrize("room", sorted(FORBIDDEN))
+def test_rooms_import_only_what_they_may(room: str) -> None:
+    assert room_violations(room, room_sources(room)) == []
+
+
+@pytest.mark.parametrize(
+    ("room", "line"),
+    [
+        ("plan", "from moesim.simulator.execution.engine import run_engine"),
+        ("plan", "from moesim.simulator.hardware.profile import HardwareProfile"),
+        ("plan", "import moesim.simulator.execution.fastpath"),
+        ("models", "from moesim.simulator.plan.step import StepPlan"),
+        ("hardware", "from moesim.simulator.routing.base import RoutingModel"),
+        ("routing", "from moesim.simulator.models.spec import ModelSpec"),
+        ("execution", "from moesim.simulator.speculative.point import speculative_point"),
+    ],
+)
+def test_a_forbidden_import_added_to_a_room_is_caught(room: str, line: str) -> None:
+    files = room_sources(room)
+    victim = sorted(files)[0]
+    inside_a_function = f"def helper():\n    {line}\n"
+    assert room_violations(room, {**files, victim: files[victim] + "\n" + line + "\n"}) == [
+        f"{victim}: {m}" for m in sorted(imported_modules(line)) if m.startswith(SIM)
+    ]
+    assert room_violations(room, {victim: inside_a_function}) != []
+
+
+def test_type_checking_imports_are_not_runtime_imports() -> None:
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from moesim.simulator.hardware.profile import X\n"
+    assert room_violations("plan", {"x.py": source}) == []
+
+
+def test_torch_only_in_calibrate_and_validation() -> None:
+    allowed = (PACKAGE / "calibrate", PACKAGE / "validation")
+    offenders = [
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if not any(path.is_relative_to(a) for a in allowed)
+        and any(m == "torch" or m.startswith("torch.") for m in imported_modules(path.read_text()))
+    ]
+    assert offenders == []
+
+
+def test_the_roofline_is_written_once() -> None:
+    """Only execution/cost.py writes fixed latency + max(compute, memory) or defines a roofline function."""
+    writers = []
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            named = isinstance(node, ast.FunctionDef) and "roofline" in node.name
+            formula = (
+                isinstance(node, ast.BinOp)
+                and isinstance(node.op, ast.Add)
+                and isinstance(node.right, ast.Call)
+                and ast.unparse(node.right.func) in ("np.maximum", "max")
+                and "fixed" in ast.unparse(node.left)
+            )
+            if named or formula:
+                writers.append(str(path.relative_to(PACKAGE)))
+    assert sorted(set(writers)) == ["simulator/execution/cost.py"]
+
+
+def test_every_room_says_what_it_owns_and_may_import() -> None:
+    for room in ROOMS:
+        doc = ast.get_docstring(ast.parse((PACKAGE / "simulator" / room / "__init__.py").read_text()))
+        assert doc and "import" in doc.lower(), (
+            f"simulator/{room}/__init__.py needs a docstring with its import rule"
+        )
