@@ -222,6 +222,12 @@ FLAG_CASES = [
         ["calibrate", "--device", "cpu", "--threads", "2", "--device", "cuda", "--output", "x.toml"],
         "--threads",
     ),
+    (["simulate", "--model", "olmoe-1b-7b", "--acceptance", "0.7", "--acceptance-length", "2"], "acceptance"),
+    (["simulate", "--model", "olmoe-1b-7b", "--draft-len", "100000"], "--max-memory-gb"),
+    (["simulate", "--model", "olmoe-1b-7b", "--experts", "1000000"], "--max-memory-gb"),
+    (["simulate", "--model", "olmoe-1b-7b", "--max-memory-gb", "0"], "max_memory_gb"),
+    (["sweep", "--model", "olmoe-1b-7b", "--batch", "1-100000"], "--max-configs"),
+    (["sweep", "--model", "olmoe-1b-7b", "--max-configs", "1"], "--max-configs"),
     (["layer", "--model", "olmoe-1b-7b", "--tokens", "0", "--distinct-experts", "4"], "tokens"),
     (["layer", "--model", "olmoe-1b-7b", "--tokens", "4", "--distinct-experts", "999"], "distinct"),
 ]

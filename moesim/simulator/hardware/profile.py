@@ -184,9 +184,9 @@ class HardwareProfile:
             return None
         used = self.compute_dtype(borrowed[0])
         reason = (
-            "as torch computes them on a CPU without native units; calibrate with --dtype to measure them"
+            f"torch computes them in {used} on a CPU without native units; calibrate with --dtype to measure them"
             if self.is_cpu
-            else "the device's tensor-core rate for them"
+            else f"the profile has no peak of their own; {used} is the device's tensor-core rate"
         )
         return f"{', '.join(borrowed)} arithmetic timed at the {used} peak ({reason})"
 

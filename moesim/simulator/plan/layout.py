@@ -53,6 +53,7 @@ class ParallelLayout:
     placement: Placement = "contiguous"
     shared_experts: SharedExperts | None = None
     draft_on: DraftOn = "shared"
+    device: str = "GPU"  # what the ranks are, in words: "CPU" for a CPU profile
 
     def __post_init__(self) -> None:
         for name in ("gpus", "tp", "ep"):
@@ -108,14 +109,14 @@ class ParallelLayout:
     def describe(self) -> str:
         """The layout in words, printed with every multi-GPU result."""
         if self.is_single:
-            text = "1 GPU"
+            text = f"1 {self.device}"
         else:
             attention = f"attention TP={self.tp}" + (f" × DP={self.dp}" if self.dp > 1 else "")
             experts = f"experts EP={self.ep} ({self.placement})" if self.ep > 1 else f"experts TP={self.gpus}"
             if self.ep > 1 and self.expert_tp > 1:
                 experts += f" × TP={self.expert_tp}"
-            text = f"{self.gpus} GPUs: {attention}, {experts}, shared experts {self.shared_mode}"
-        return text + ("; drafter on its own GPU" if self.draft_on == "separate" else "")
+            text = f"{self.gpus} {self.device}s: {attention}, {experts}, shared experts {self.shared_mode}"
+        return text + (f"; drafter on its own {self.device}" if self.draft_on == "separate" else "")
 
     def as_dict(self) -> dict[str, object]:
         return {

@@ -16,13 +16,13 @@ from typing import Any
 
 from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
-from moesim.simulator.execution.launch import check_launch
+from moesim.simulator.bounds import DEFAULT_MAX_CONFIGS, check_configs, check_memory
 from moesim.simulator.execution.timer import FastTimer, StepTimer
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.step import check_step_inputs
 from moesim.simulator.plan.styles import engine_style
 from moesim.simulator.scenario import Scenario, resolve_hardware, resolve_routing
-from moesim.simulator.speculative.acceptance import check_acceptance, peak_batch
+from moesim.simulator.speculative.acceptance import peak_batch
 from moesim.simulator.speculative.drafters import parse_drafter
 from moesim.simulator.speculative.point import drafter_pass_s, speculative_point, time_step
 
@@ -125,21 +125,23 @@ def run_sweep(
     check_fit: bool = True,
     progress: Callable[[int], None] | None = None,
     timer: StepTimer | None = None,
+    max_configs: int = DEFAULT_MAX_CONFIGS,
 ) -> SweepResult:
     """The SD point of every (model, batch, draft length) of `base` on the fast path (or `timer`).
 
     `base` gives everything but the model, batch and draft length. Its routing applies to every model
     (`None`: each model's typical routing). A (model, batch) whose memory does not fit is skipped and
-    listed; `progress(n)` is called as configurations finish.
+    listed; `progress(n)` is called as configurations finish. More than `max_configs` configurations, or
+    routing sampling above the scenario's memory limit, are refused before any work.
     """
     hardware = resolve_hardware(base.hardware)
+    base = base.for_device(hardware)
     timer = timer or FastTimer(hardware)
-    check_launch(base.launch)
     engine_style(base.engine)
-    check_acceptance(base.acceptance)
     for k in draft_lens:
         if k < 1:
             raise MoesimError("draft_len", f"values must be ≥ 1, got {k}")
+    check_configs(len(models) * len(batches) * len(draft_lens), max_configs)
     drafter = parse_drafter(base.drafter)
     max_k = max(draft_lens)
     base = base.replace(hardware=hardware, draft_len=max_k)
@@ -148,6 +150,7 @@ def run_sweep(
     descriptions: dict[str, str] = {}
     for model in models:
         routing = resolve_routing(model, base.routing, base.overlap, base.baseline_overlap)
+        check_memory(routing, max_k + 1, base.max_memory_gb, f"{model.name} with draft length {max_k}")
         descriptions[model.name] = routing.description
         for batch in batches:
             check_step_inputs(model, batch, max_k + 1, base.context_len)
