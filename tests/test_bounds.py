@@ -133,3 +133,11 @@ def test_a_gpu_profile_keeps_its_defaults_and_states_borrowed_peaks() -> None:
     assert data["assumptions"]["launch"] == "graph" and data["assumptions"]["compute_rule"] is None
     fp8 = json.loads(invoke("simulate", "--model", "deepseek-v3", "--hardware", "a100-80gb", "--json")[1])
     assert "fp8 arithmetic timed at the bf16 peak" in fp8["assumptions"]["compute_rule"]
+
+
+def test_a_cache_larger_than_memory_is_refused(tmp_path: Path) -> None:
+    text = (ROOT / "moesim" / "hardware_profiles" / "h200.toml").read_text()
+    bad = tmp_path / "pb-cache.toml"
+    bad.write_text(text.replace("last_level_cache_bytes = ", "last_level_cache_bytes = 1e15 # ", 1))
+    code, out = invoke("simulate", "--model", "olmoe-1b-7b", "--hardware", str(bad))
+    assert code == 2 and "last_level_cache_bytes" in out and "larger than the device memory" in out

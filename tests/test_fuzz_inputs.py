@@ -224,6 +224,7 @@ FLAG_CASES = [
     ),
     (["simulate", "--model", "olmoe-1b-7b", "--acceptance", "0.7", "--acceptance-length", "2"], "acceptance"),
     (["simulate", "--model", "olmoe-1b-7b", "--draft-len", "100000"], "--max-memory-gb"),
+    (["simulate", "--model", "qwen3-30b-a3b", "--gpus", "3", "--tp", "3"], "tp"),
     (["simulate", "--model", "olmoe-1b-7b", "--experts", "1000000"], "--max-memory-gb"),
     (["simulate", "--model", "olmoe-1b-7b", "--max-memory-gb", "0"], "max_memory_gb"),
     (["sweep", "--model", "olmoe-1b-7b", "--batch", "1-100000"], "--max-configs"),

@@ -502,6 +502,21 @@ def _read_fit_quality(source: str, data: Any) -> dict[str, dict[str, float]]:
 _TOP_LEVEL = ("name", "datasheet", "empirical", "node", "provenance", "fit_quality")
 
 
+def _check_caches_fit_memory(source: str, ds: Datasheet, em: Empirical) -> None:
+    """A cache is a fraction of what it caches: neither the last-level nor the usable cache exceeds memory."""
+    for section, name, value in (
+        ("datasheet", "last_level_cache_bytes", ds.last_level_cache_bytes),
+        ("empirical", "cache_effective_bytes", em.cache_effective_bytes),
+    ):
+        if value > ds.memory_capacity_bytes:
+            raise MoesimError(
+                f"{source}: {section}.{name}",
+                f"{value / 2**30:,.1f} GiB is larger than the device memory "
+                f"({ds.memory_capacity_bytes / 2**30:,.1f} GiB)",
+                "give the cache size in bytes (e.g. 50e6 for 50 MB)",
+            )
+
+
 def profile_from_dict(d: dict[str, Any], source: str) -> HardwareProfile:
     """Build and validate a profile from TOML data; `source` (a file name) prefixes every error message."""
     if not isinstance(d, dict):
@@ -518,10 +533,13 @@ def profile_from_dict(d: dict[str, Any], source: str) -> HardwareProfile:
     name = d.get("name", default_name)
     if not isinstance(name, str) or not name.strip():
         raise MoesimError(f"{source}: name", f"must be a non-empty string, got {name!r}")
+    datasheet = _read_datasheet(source, d["datasheet"])
+    empirical = _read_empirical(source, d["empirical"])
+    _check_caches_fit_memory(source, datasheet, empirical)
     return HardwareProfile(
         name=name,
-        datasheet=_read_datasheet(source, d["datasheet"]),
-        empirical=_read_empirical(source, d["empirical"]),
+        datasheet=datasheet,
+        empirical=empirical,
         provenance=_read_provenance(source, d["provenance"]),
         node=_read_node(source, d["node"]),
         fit_quality=_read_fit_quality(source, d.get("fit_quality", {})),
