@@ -142,11 +142,10 @@ class ParallelLayout:
         heads, kv_heads = spec.attention.num_heads, spec.attention.num_kv_heads
         if self.tp > heads:
             raise MoesimError("tp", f"{self.tp} exceeds the {heads} attention heads of {spec.name}")
-        # vLLM and SGLang split heads evenly on GPUs (sglang 0.5.23 srt/layers/linear.py, QKVParallelLinear:
-        # divide(total_num_heads, tp_size); KV heads split, or replicated when TP exceeds them); only SGLang's
-        # CPU backend pads heads (srt/configs/update_config.py, adjust_config_with_unaligned_cpu_tp).
-        kv_ok = (kv_heads % self.tp == 0) if self.tp < kv_heads else (self.tp % kv_heads == 0)
-        if heads % self.tp or (not spec.attention.is_mla and not kv_ok):
+        # vLLM and SGLang split query heads evenly on GPUs (sglang 0.5.23 srt/layers/linear.py,
+        # QKVParallelLinear: divide(total_num_heads, tp_size)); only SGLang's CPU backend pads heads
+        # (srt/configs/update_config.py, adjust_config_with_unaligned_cpu_tp).
+        if heads % self.tp:
             raise MoesimError(
                 "tp",
                 f"{self.tp} does not divide the {heads} attention heads ({kv_heads} KV heads) of {spec.name}; "
