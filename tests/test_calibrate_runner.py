@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -139,15 +140,14 @@ def test_profile_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     out = tmp_path / "p.toml"
     out.write_text("old profile\n")
     monkeypatch.setattr(runner, "_run_suite", fake_suites([]))
-    real_write = Path.write_text
+    real_replace = os.replace
 
-    def half_write(self: Path, text: str, *args: Any, **kwargs: Any) -> int:
-        if self.name.startswith(".p.toml."):
-            real_write(self, text[: len(text) // 2], *args, **kwargs)
+    def fail_on_profile(source: str, target: str) -> None:
+        if Path(target).name == "p.toml":
             raise OSError("disk full")
-        return real_write(self, text, *args, **kwargs)
+        real_replace(source, target)
 
-    monkeypatch.setattr(Path, "write_text", half_write)
+    monkeypatch.setattr(os, "replace", fail_on_profile)
     with pytest.raises(OSError):
         calibrate("cpu", out, plan=TINY)
     assert out.read_text() == "old profile\n"

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from moesim.errors import MoesimError
+from moesim.reading import parse_toml
 from moesim.simulator.models.catalogue import (
     list_models,
     load_model,
-    parse_toml,
     spec_from_dict,
     spec_to_dict,
     spec_to_toml,
@@ -64,7 +64,7 @@ def test_params_match_published_figures(name: str) -> None:
 def test_toml_round_trip(name: str) -> None:
     spec = load_model(name)
     assert spec_from_dict(spec_to_dict(spec)) == spec
-    assert spec_from_dict(parse_toml(spec_to_toml(spec), "round-trip")) == spec
+    assert spec_from_dict(parse_toml("round-trip", spec_to_toml(spec), "round-trip", "model")) == spec
 
 
 def test_irregular_layouts_round_trip_as_explicit_lists() -> None:
@@ -74,7 +74,7 @@ def test_irregular_layouts_round_trip_as_explicit_lists() -> None:
     odd = replace(spec, layer_ffn=("dense", *spec.layer_ffn[1:-2], "dense", "moe"), dense_ffn_width=6144)
     data = spec_to_dict(odd)
     assert "ffn" in data["layers"]
-    assert spec_from_dict(parse_toml(spec_to_toml(odd), "x")) == odd
+    assert spec_from_dict(parse_toml("x", spec_to_toml(odd), "x", "model")) == odd
 
 
 def test_native_weight_formats() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import pathlib
+import os
 from pathlib import Path
 
 import numpy as np
@@ -352,13 +352,11 @@ def test_save_is_atomic_when_the_write_fails(tmp_path, monkeypatch):
     path = tmp_path / "h200.toml"
     save_profile(load_profile("h200"), path)
     before = path.read_bytes()
-    real_write_text = pathlib.Path.write_text
 
-    def half_then_fail(self, data, *args, **kwargs):
-        real_write_text(self, data[: len(data) // 2], *args, **kwargs)
+    def fail_after_writing(source, target):
         raise OSError("disk full")
 
-    monkeypatch.setattr(pathlib.Path, "write_text", half_then_fail)
+    monkeypatch.setattr(os, "replace", fail_after_writing)
     with pytest.raises(OSError, match="disk full"):
         save_profile(load_profile("b200"), path)
     monkeypatch.undo()

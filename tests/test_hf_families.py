@@ -361,7 +361,7 @@ def test_imported_spec_round_trips_through_catalogue_toml(family: str) -> None:
     from moesim.simulator.models.catalogue import parse_toml, spec_from_dict, spec_to_toml
 
     spec = load_hf_config(FAMILY_DIR / f"{family}.json")
-    assert spec_from_dict(parse_toml(spec_to_toml(spec), "x.toml"), "x.toml") == spec
+    assert spec_from_dict(parse_toml("x.toml", spec_to_toml(spec), "x.toml", "model file"), "x.toml") == spec
 
 
 def test_general_reader_unwraps_an_unknown_multimodal_config() -> None:

@@ -167,7 +167,7 @@ def test_routing_from_cli_resolves_every_spec(tmp_path) -> None:
 def test_stats_file_errors(tmp_path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(MoesimError, match="not a JSON"):
+    with pytest.raises(MoesimError, match="not valid JSON"):
         load_routing_stats(bad)
     bad.write_text(json.dumps({"format": "something else"}))
     with pytest.raises(MoesimError, match="not a routing statistics file"):
@@ -179,5 +179,5 @@ def test_stats_file_errors(tmp_path) -> None:
     bad.write_text(json.dumps(document))
     with pytest.raises(MoesimError, match="token_corr"):
         load_routing_stats(bad)
-    with pytest.raises(MoesimError, match="no such"):
+    with pytest.raises(MoesimError, match="does not exist"):
         load_routing_stats(tmp_path / "missing.json")

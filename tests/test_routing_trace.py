@@ -45,7 +45,7 @@ def test_bad_traces(experts, ids, n, message: str) -> None:
 
 
 def test_bad_files(tmp_path) -> None:
-    with pytest.raises(MoesimError, match="no such"):
+    with pytest.raises(MoesimError, match="does not exist"):
         load_trace(tmp_path / "missing.npz")
     path = tmp_path / "t.npz"
     np.savez(path, experts=GOOD)

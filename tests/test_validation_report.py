@@ -143,7 +143,7 @@ def test_cli_bad_csv_is_one_line_and_exit_2(tmp_path):
     missing = CliRunner().invoke(
         validate_command, ["--profile", "h200", "--measured", str(tmp_path / "none.csv")]
     )
-    assert missing.exit_code == 2 and "no such file" in missing.output
+    assert missing.exit_code == 2 and "does not exist" in missing.output
 
 
 def test_cli_measured_example_json_schema(tmp_path):

@@ -125,7 +125,7 @@ def test_cli_repredict_writes_a_report(tmp_path):
 
 @pytest.mark.parametrize(
     ("content", "problem"),
-    [(None, "does not exist"), ("{", "cannot read"), ('{"rows": []}', "no measured rows")],
+    [(None, "does not exist"), ("{", "not valid JSON"), ('{"rows": []}', "no measured rows")],
 )
 def test_cli_repredict_bad_input_is_one_line_exit_2(tmp_path, content, problem):
     path = tmp_path / "result.json"

@@ -34,6 +34,7 @@ from moesim.calibrate.timing import (
     today,
 )
 from moesim.errors import MoesimError
+from moesim.reading import expect_table, parse_json, read_text
 from moesim.simulator.hardware.profile import HardwareProfile, save_profile
 
 SUITES = ("memory", "launch", "gemm", "moe")
@@ -86,12 +87,19 @@ def _cell(value: Any) -> Any:
 
 
 def read_rows(path: Path) -> tuple[dict[str, Any], list[Row]]:
-    """Metadata and rows of a suite CSV (numbers parsed); raises ValueError if it is not one of ours."""
-    text = path.read_text(encoding="utf-8")
+    """Metadata and rows of a suite CSV (numbers parsed); MoesimError if it is not one of ours."""
+    text = read_text("--from-csv", path, "calibration suite CSV")
     first, _, rest = text.partition("\n")
     if not first.startswith(HEADER_PREFIX):
-        raise ValueError(f"{path} has no moesim-calibrate header")
-    meta = json.loads(first[len(HEADER_PREFIX) :])
+        raise MoesimError(
+            "--from-csv", f"{path} has no moesim-calibrate header", "give CSVs `calibrate` wrote"
+        )
+    meta = expect_table(
+        "--from-csv",
+        parse_json("--from-csv", first[len(HEADER_PREFIX) :], str(path), "CSV header"),
+        str(path),
+        "CSV header",
+    )
     rows = [{k: _parse(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(rest))]
     return meta, rows
 
@@ -189,7 +197,7 @@ def calibrate(
         if not fresh and path.is_file():
             try:
                 old_meta, rows = read_rows(path)
-            except (ValueError, OSError, json.JSONDecodeError):
+            except MoesimError:
                 old_meta, rows = {}, []
             if old_meta == meta and rows:
                 tables[suite] = rows
@@ -290,10 +298,8 @@ def rebuild_from_csv(
         path = stem.with_name(f"{stem.name}.{suite}.csv")
         try:
             meta, rows = read_rows(path)
-        except FileNotFoundError:
-            missing[suite] = f"no {path.name}"
-        except (ValueError, OSError, json.JSONDecodeError) as error:
-            missing[suite] = f"unreadable {path.name}: {error}"
+        except MoesimError as error:
+            missing[suite] = error.problem
         else:
             if meta.get("suite") != suite or not rows:
                 missing[suite] = f"{path.name} is not a {suite} suite table with rows"

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from moesim.atomic import check_output_path, is_special_target
 from moesim.commands.common import emit_json, handle_errors
 from moesim.errors import MoesimError
 
@@ -146,6 +147,11 @@ def calibrate_command(
 
     from moesim.calibrate.runner import SuiteReporter, calibrate, rebuild_from_csv
 
+    check_output_path("--output", output)
+    if is_special_target(output):
+        raise MoesimError(
+            "--output", f"{output} is not a regular file", "give a .toml path: the suite CSVs go beside it"
+        )
     if threads is not None and device != "cpu":
         raise MoesimError("--threads", "only applies to --device cpu", "drop --threads")
     if from_csv is not None:

@@ -215,9 +215,11 @@ def derive_command(source: str, target: str, name: str | None, output: str) -> N
     """
     from pathlib import Path
 
+    from moesim.atomic import check_output_path
     from moesim.simulator.hardware.derive import derive_profile, load_derive_target
     from moesim.simulator.hardware.profile import load_profile, save_profile
 
+    check_output_path("--output", output)
     measured = load_profile(source)
     target_profile = load_derive_target(target)
     target_name = name or f"{Path(target).stem}-derived"

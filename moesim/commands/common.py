@@ -16,6 +16,8 @@ from moesim.errors import MoesimError
 F = TypeVar("F", bound=Callable[..., Any])
 
 USER_ERROR_EXIT_CODE = 2
+MAX_LIST_VALUES = 100_000
+"""Most values one list flag may expand to (a range like 1-100000); the work a list causes is bounded later."""
 
 
 def fail(message: str) -> None:
@@ -76,8 +78,16 @@ def parse_int_list(field: str, text: str) -> list[int]:
         for part in text.split(","):
             part = part.strip()
             if "-" in part[1:]:
-                low, high = part.split("-", 1)
-                values.extend(range(int(low), int(high) + 1))
+                low, high = (int(end) for end in part.split("-", 1))
+                if high < low:
+                    raise MoesimError(field, f"range {part} is reversed", f"write {high}-{low}")
+                if high - low >= MAX_LIST_VALUES:
+                    raise MoesimError(
+                        field,
+                        f"range {part} has {high - low + 1:,} values, above the {MAX_LIST_VALUES:,} a list may hold",
+                        "sweep fewer values, e.g. powers of two: 1,2,4,8,...",
+                    )
+                values.extend(range(low, high + 1))
             elif part:
                 values.append(int(part))
     except ValueError:

@@ -129,7 +129,7 @@ def plot_runs_validation(data: dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from moesim.atomic import atomic_path
+    from moesim.figures import save_figure
 
     fig, ax = plt.subplots(figsize=(5.5, 5))
     top = 0.0
@@ -142,9 +142,8 @@ def plot_runs_validation(data: dict[str, Any], path: str) -> None:
     ax.set_xlabel("measured speedup")
     ax.set_ylabel("predicted speedup")
     ax.legend()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=120)
 
 
 def fit_from_runs(

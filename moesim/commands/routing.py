@@ -8,9 +8,15 @@ from typing import Any
 import click
 import numpy as np
 
+from moesim.atomic import check_output_path
 from moesim.commands.common import emit_json, handle_errors, parse_float_list
+from moesim.commands.progress import progress
 from moesim.errors import MoesimError
+from moesim.figures import check_plot_path
 from moesim.simulator.routing.placement import PLACEMENT_SPELLINGS
+
+DEFAULT_SAMPLING_MEMORY_GB = 4.0
+"""Memory `routing predict` may use to sample quantiles: a quarter of a 16 GB laptop."""
 
 
 @click.group("routing")
@@ -61,10 +67,12 @@ def fit_command(
     from moesim.simulator.routing.stats_file import save_routing_stats, stats_document
     from moesim.simulator.routing.trace import load_trace
 
+    check_output_path("--output", output)
     if n_groups == 1:
         topk_groups = 1
     routing_trace = load_trace(trace, n_experts)
-    estimator = RoutingEstimator(max_distance, n_groups, topk_groups, seed=seed).fit(routing_trace)
+    with progress(f"fitting {routing_trace.n_layers} layers of {Path(trace).name}"):
+        estimator = RoutingEstimator(max_distance, n_groups, topk_groups, seed=seed).fit(routing_trace)
     save_routing_stats(output, estimator.model_, estimator.statistics_, source=Path(trace).name)
     if as_json:
         document = stats_document(estimator.model_, None, Path(trace).name)
@@ -100,8 +108,21 @@ def inspect_command(
 
     if max_distance < 1:
         raise MoesimError("--max-distance", f"must be ≥ 1, got {max_distance}")
+    if plot:
+        check_plot_path("--plot", plot)
     routing_trace = load_trace(trace, n_experts)
-    stats = [trace_layer_statistics(routing_trace, i, max_distance) for i in range(routing_trace.n_layers)]
+    longest = int(np.diff(routing_trace.sequence_bounds(), axis=1).max())
+    if max_distance >= longest:
+        raise MoesimError(
+            "--max-distance",
+            f"{max_distance} reaches past the longest sequence of the trace ({longest} tokens)",
+            f"use --max-distance {max(1, longest - 1)} or less",
+        )
+    stats = []
+    with progress(f"statistics of {routing_trace.n_layers} layers", routing_trace.n_layers) as advance:
+        for index in range(routing_trace.n_layers):
+            stats.append(trace_layer_statistics(routing_trace, index, max_distance))
+            advance(1)
     n, k = routing_trace.n_experts, routing_trace.top_k
     independent = expected_distinct_uniform(n, k, np.arange(1, max_distance + 1))
     mean_overlap = np.nanmean([s["overlap"] for s in stats], axis=0)
@@ -123,7 +144,7 @@ def inspect_command(
         ],
     }
     if plot:
-        _plot(plot, stats, independent, k / n)
+        _plot(plot, trace, stats, independent, k / n)
         summary["plot"] = plot
     if as_json:
         emit_json(summary)
@@ -152,45 +173,11 @@ def inspect_command(
         click.echo(f"plot written to {plot}")
 
 
-def _plot(path: str, stats: list[dict[str, Any]], independent: np.ndarray, chance: float) -> None:
-    import matplotlib
+def _plot(path: str, trace: str, stats: list[dict[str, Any]], independent: np.ndarray, chance: float) -> None:
+    from moesim.figures import save_figure
+    from moesim.simulator.routing.plots import plot_trace_statistics
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from moesim.atomic import atomic_path
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    distances = np.arange(1, len(stats[0]["overlap"]) + 1)
-    for s in stats:
-        left.plot(distances, s["overlap"], color="tab:blue", alpha=0.25, lw=1)
-        right.plot(distances, s["distinct_vs_tokens"], color="tab:blue", alpha=0.25, lw=1)
-    left.plot(
-        distances, np.nanmean([s["overlap"] for s in stats], axis=0), color="tab:blue", lw=2.5, label="mean"
-    )
-    left.axhline(
-        np.nanmean([s["baseline_overlap"] for s in stats]), color="tab:orange", ls="--", label="baseline"
-    )
-    left.axhline(chance, color="grey", ls=":", label="k/N")
-    left.set(xlabel="token distance d", ylabel="overlap |S_t ∩ S_t+d| / k", title="overlap vs distance")
-    left.legend()
-    right.plot(
-        distances,
-        np.nanmean([s["distinct_vs_tokens"] for s in stats], axis=0),
-        color="tab:blue",
-        lw=2.5,
-        label="trace",
-    )
-    right.plot(distances, independent, color="grey", ls=":", label="independent uniform")
-    right.set(
-        xlabel="consecutive tokens T", ylabel="distinct experts", title="distinct experts, one sequence"
-    )
-    right.legend()
-    fig.tight_layout()
-    suffix = Path(path).suffix.lstrip(".") or "png"
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format=suffix, dpi=120)
-    plt.close(fig)
+    save_figure(plot_trace_statistics(Path(trace).name, stats, independent, chance), path, dpi=120)
 
 
 @routing_group.command("predict")
@@ -216,6 +203,13 @@ def _plot(path: str, stats: list[dict[str, Any]], independent: np.ndarray, chanc
 @click.option("--topk-groups", type=int, default=1, show_default=True, help="Groups each token may use.")
 @click.option("--ranks", type=int, default=None, help="Expert-parallel ranks: also report the busiest rank.")
 @click.option("--placement", type=click.Choice(PLACEMENT_SPELLINGS), default="contiguous", show_default=True)
+@click.option(
+    "--max-memory-gb",
+    type=float,
+    default=DEFAULT_SAMPLING_MEMORY_GB,
+    show_default=True,
+    help="Refuse to sample the quantiles when that would need more memory than this.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
 def predict_command(
@@ -231,11 +225,16 @@ def predict_command(
     topk_groups: int,
     ranks: int | None,
     placement: str,
+    max_memory_gb: float,
     as_json: bool,
 ) -> None:
     """Distinct experts per layer for B sequences × T tokens (mean and p10/p50/p90)."""
-    from moesim.simulator.routing.base import DistinctExperts
-    from moesim.simulator.routing.correlated import CorrelatedRouting, rank_summary
+    from moesim.simulator.routing.base import (
+        MIN_QUANTILE_SAMPLES,
+        affordable_samples,
+        sampling_bytes,
+    )
+    from moesim.simulator.routing.correlated import CorrelatedRouting
     from moesim.simulator.routing.independent import expected_distinct_uniform
     from moesim.simulator.routing.presets import routing_from_cli
 
@@ -250,32 +249,38 @@ def predict_command(
     layers: list[int | None] = [layer]
     if layer is None and isinstance(model, CorrelatedRouting) and len(model.layers) > 1:
         layers = [index for index, _ in model.layers]
+    if layer is not None and layer < 0:
+        raise MoesimError("--layer", f"must be ≥ 0, got {layer}")
+    fitted = [index for index, _ in model.layers] if isinstance(model, CorrelatedRouting) else []
+    if layer is not None and Path(routing_spec).exists() and layer not in fitted:
+        raise MoesimError(
+            "--layer", f"{routing_spec} has statistics for layers {fitted}, not {layer}", "choose one of them"
+        )
+    if ranks is not None and (ranks < 1 or n_experts % ranks):
+        raise MoesimError("--ranks", f"must divide --experts {n_experts}, got {ranks}")
+    if max_memory_gb <= 0:
+        raise MoesimError("--max-memory-gb", f"must be > 0, got {max_memory_gb:g}")
+    # enough samples for stable quantiles, as many as the memory limit allows
+    wanted = int(np.clip(2e7 / (batch * tokens * n_experts), 200, 4000))
+    n_samples = affordable_samples(n_experts, batch, tokens, max_memory_gb * 1e9, wanted)
+    if n_samples == 0:
+        need_gb = sampling_bytes(n_experts, batch, tokens, MIN_QUANTILE_SAMPLES) / 1e9
+        raise MoesimError(
+            "--batch",
+            f"sampling {batch} × {tokens} tokens over {n_experts} experts needs about {need_gb:,.0f} GB "
+            f"({MIN_QUANTILE_SAMPLES} samples), above the --max-memory-gb limit of {max_memory_gb:g} GB",
+            "lower --batch or --tokens, or raise --max-memory-gb",
+        )
     rng = np.random.default_rng(0)
-    # enough samples for stable quantiles, without materialising huge independent-routing draws
-    n_samples = int(np.clip(2e7 / (batch * tokens * n_experts), 200, 4000))
     per_layer = []
-    for index in layers:
-        loads = model.sample_expert_loads(n_experts, top_k, batch, tokens, n_samples, rng, index)
-        spread = DistinctExperts.from_samples((loads > 0).sum(axis=1))
-        entry: dict[str, Any] = {
-            "layer": index,
-            "distinct_experts": model.expected_distinct(n_experts, top_k, batch, tokens, index),
-            "p10": spread.p10,
-            "p50": spread.p50,
-            "p90": spread.p90,
-        }
-        if ranks is not None:
-            if ranks < 1 or n_experts % ranks:
-                raise MoesimError("--ranks", f"must divide --experts {n_experts}, got {ranks}")
-            summary = rank_summary(loads, ranks, placement)  # type: ignore[arg-type]
-            entry["per_rank"] = {
-                "ranks": ranks,
-                "placement": summary.placement,
-                "max_distinct": vars(summary.max_distinct),
-                "max_tokens": vars(summary.max_tokens),
-                "mean_distinct_per_rank": summary.mean_distinct_per_rank,
-            }
-        per_layer.append(entry)
+    with progress(f"sampling {n_samples} steps per layer", len(layers)) as advance:
+        for index in layers:
+            per_layer.append(
+                _predict_layer(
+                    model, n_experts, top_k, batch, tokens, n_samples, rng, index, ranks, placement
+                )
+            )
+            advance(1)
     result: dict[str, Any] = {
         "distinct_experts": float(np.mean([e["distinct_experts"] for e in per_layer])),
         "p10": float(np.mean([e["p10"] for e in per_layer])),
@@ -308,6 +313,43 @@ def predict_command(
         click.echo(line)
 
 
+def _predict_layer(
+    model: Any,
+    n_experts: int,
+    top_k: int,
+    batch: int,
+    tokens: int,
+    n_samples: int,
+    rng: np.random.Generator,
+    index: int | None,
+    ranks: int | None,
+    placement: str,
+) -> dict[str, Any]:
+    """Mean and quantiles of distinct experts of one layer (and of the busiest expert-parallel rank)."""
+    from moesim.simulator.routing.base import DistinctExperts
+    from moesim.simulator.routing.correlated import rank_summary
+
+    loads = model.sample_expert_loads(n_experts, top_k, batch, tokens, n_samples, rng, index)
+    spread = DistinctExperts.from_samples((loads > 0).sum(axis=1))
+    entry: dict[str, Any] = {
+        "layer": index,
+        "distinct_experts": model.expected_distinct(n_experts, top_k, batch, tokens, index),
+        "p10": spread.p10,
+        "p50": spread.p50,
+        "p90": spread.p90,
+    }
+    if ranks is not None:
+        summary = rank_summary(loads, ranks, placement)  # type: ignore[arg-type]
+        entry["per_rank"] = {
+            "ranks": ranks,
+            "placement": summary.placement,
+            "max_distinct": vars(summary.max_distinct),
+            "max_tokens": vars(summary.max_tokens),
+            "mean_distinct_per_rank": summary.mean_distinct_per_rank,
+        }
+    return entry
+
+
 @routing_group.command("generate")
 @click.option(
     "--stats", required=True, type=click.Path(dir_okay=False), help="Statistics file from `routing fit`."
@@ -325,7 +367,8 @@ def generate_command(stats: str, sequences: int, tokens: int, output: str, seed:
     from moesim.simulator.routing.synthetic import generate_trace
     from moesim.simulator.routing.trace import save_trace
 
-    model = load_routing_stats(stats)
+    check_output_path("--output", output)
+    model = load_routing_stats(stats, field="--stats")
     trace = generate_trace(model, sequences, tokens, seed)
     save_trace(trace, output)
     click.echo(f"wrote {trace.n_tokens} tokens ({sequences} × {tokens}, {trace.n_layers} layers) to {output}")
@@ -356,6 +399,7 @@ def record_command(
     from moesim.calibrate.routing_record import record_trace
     from moesim.simulator.routing.trace import save_trace
 
+    check_output_path("--output", output)
     lines = [line.strip() for line in Path(prompts).read_text(encoding="utf-8").splitlines() if line.strip()]
     if not lines:
         raise MoesimError("--prompts", f"{prompts} has no prompts", "one prompt per line")

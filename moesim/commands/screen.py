@@ -254,9 +254,9 @@ def _scenario(options: dict[str, Any]) -> tuple[Any, list[Any], list[Any], Any]:
     if options["top"] < 1:
         raise MoesimError("--top", f"must be ≥ 1, got {options['top']}")
     if options["plot_path"]:  # refuse bad outputs before any work
-        from moesim.simulator.speculative.plots import plot_format
+        from moesim.figures import check_plot_path
 
-        plot_format(options["plot_path"])
+        check_plot_path("--plot", options["plot_path"])
     if options["parquet_path"]:
         from moesim.simulator.screening.screen import parquet_modules
 

@@ -240,14 +240,14 @@ def serve_command(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from moesim.figures import check_plot_path
     from moesim.simulator.scenario import Scenario
     from moesim.simulator.serving.plots import plot_serving
     from moesim.simulator.serving.run import serve
     from moesim.simulator.serving.workload import build_workload
-    from moesim.simulator.speculative.plots import plot_format
 
     if plot_path:
-        plot_format(plot_path)
+        check_plot_path("--plot", plot_path)
     scenario = Scenario(
         resolve_model(model_name, model_config, flags),
         hardware,

@@ -23,6 +23,7 @@ from moesim.commands.common import (
 )
 from moesim.commands.parallel_options import layout_from_kwargs, parallel_options
 from moesim.errors import MoesimError
+from moesim.simulator.bounds import DEFAULT_MAX_CONFIGS
 from moesim.simulator.scenario import (
     DEFAULT_BATCH,
     DEFAULT_DRAFT_LEN,
@@ -49,8 +50,10 @@ CATEGORY_LABELS = {
 
 def step_options(func: F) -> F:
     """--context-len, --launch, --engine, --serving-engine and the routing flags shared by simulate and sweep."""
+    from moesim.simulator.bounds import DEFAULT_MAX_MEMORY_GB
     from moesim.simulator.execution.launch import LAUNCH_MODES
     from moesim.simulator.scenario import (
+        CPU_LAUNCH,
         DEFAULT_CONTEXT_LEN,
         DEFAULT_ENGINE,
         DEFAULT_LAUNCH,
@@ -68,9 +71,16 @@ def step_options(func: F) -> F:
         click.option(
             "--launch",
             type=click.Choice(LAUNCH_MODES),
-            default=DEFAULT_LAUNCH,
+            default=None,
+            help=f"graph: CUDA-graph replay (one launch per step); eager: one host launch per kernel "
+            f"[default: {DEFAULT_LAUNCH} on a GPU, {CPU_LAUNCH} on a CPU].",
+        ),
+        click.option(
+            "--max-memory-gb",
+            type=float,
+            default=DEFAULT_MAX_MEMORY_GB,
             show_default=True,
-            help="graph: CUDA-graph replay (one launch per step); eager: one host launch per kernel.",
+            help="Refuse a run whose routing sampling is estimated to need more memory than this.",
         ),
         click.option(
             "--engine",
@@ -119,9 +129,9 @@ def sd_options(func: F) -> F:
         click.option(
             "--acceptance",
             type=float,
-            default=DEFAULT_ACCEPTANCE,
-            show_default=True,
-            help="Per-token acceptance rate α: E[tokens/step] = (1 − α^(K+1)) / (1 − α).",
+            default=None,
+            help=f"Per-token acceptance rate α: E[tokens/step] = (1 − α^(K+1)) / (1 − α) "
+            f"[default: {DEFAULT_ACCEPTANCE}].",
         ),
         click.option(
             "--acceptance-length",
@@ -171,14 +181,15 @@ def simulate_command(
     batch: int,
     draft_len: int,
     context_len: int,
-    launch: str,
+    launch: str | None,
+    max_memory_gb: float,
     engine: str,
     serving_engine: str,
     routing_spec: str | None,
     overlap: str | None,
     baseline_overlap: float | None,
     drafter: str,
-    acceptance: float,
+    acceptance: float | None,
     acceptance_length: float | None,
     timeline: bool,
     as_json: bool,
@@ -212,6 +223,7 @@ def simulate_command(
             acceptance=acceptance,
             acceptance_length=acceptance_length,
             serving_engine=serving_engine,
+            max_memory_gb=max_memory_gb,
         )
     )
     data = result.to_json(timeline)
@@ -230,10 +242,12 @@ def simulate_command(
         f"batch {batch}, draft length {draft_len}, context {context_len}"
     )
     console.print(
-        f"engine {engine}, {launch} launch, serving engine {a['serving_engine']} "
+        f"engine {engine}, {a['launch']} launch, serving engine {a['serving_engine']} "
         f"({a['serving_engine_provenance']}), {a['routing']}, drafter {a['drafter']}, {acceptance_text}"
     )
-    _print_layout(console, data["parallel"], request.fixed() is None)
+    if a.get("compute_rule"):
+        console.print(f"note: {a['compute_rule']}")
+    _print_layout(console, data["parallel"], request.fixed() is None, a["device"])
     table = Table(title="where the time goes (ms)")
     table.add_column("category")
     table.add_column(f"decode (M={batch})", justify="right")
@@ -268,13 +282,13 @@ def simulate_command(
     )
 
 
-def _print_layout(console: Console, parallel: dict[str, Any], chosen: bool) -> None:
+def _print_layout(console: Console, parallel: dict[str, Any], chosen: bool, device: str) -> None:
     """The layout simulated (and why), its memory on the busiest GPU, and the collectives' share."""
     layout, memory = parallel["layout"], parallel["memory"]
     how = "the smallest layout whose memory fits (set --gpus/--tp/--ep to choose)" if chosen else "as asked"
     console.print(f"layout: {layout['description']} — {how}")
     console.print(
-        f"memory on the busiest GPU: {memory['per_rank_bytes'] / 1e9:.1f} of {memory['capacity_bytes'] / 1e9:.1f} GB "
+        f"memory on the busiest {device}: {memory['per_rank_bytes'] / 1e9:.1f} of {memory['capacity_bytes'] / 1e9:.1f} GB "
         f"(weights {memory['weights_bytes'] / 1e9:.1f}, KV cache {memory['kv_cache_bytes'] / 1e9:.2f}, "
         f"drafter {memory['drafter_bytes'] / 1e9:.2f}, reserve {memory['reserve_bytes'] / 1e9:.1f})"
     )
@@ -294,7 +308,11 @@ def _print_layout(console: Console, parallel: dict[str, Any], chosen: bool) -> N
 
 @click.command("sweep")
 @click.option(
-    "--model", "model_names", default="", help="Comma-separated catalogue names or model files, or 'all'."
+    "--model",
+    "model_names",
+    default="all",
+    show_default=True,
+    help="Comma-separated catalogue names or model files, or 'all'.",
 )
 @click.option(
     "--model-config",
@@ -327,6 +345,13 @@ def _print_layout(console: Console, parallel: dict[str, Any], chosen: bool) -> N
 @click.option(
     "--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Write a plot (png, pdf, svg)."
 )
+@click.option(
+    "--max-configs",
+    type=int,
+    default=DEFAULT_MAX_CONFIGS,
+    show_default=True,
+    help="Refuse a sweep of more configurations (models × batches × draft lengths) than this.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON {rows, peaks, skipped, assumptions}.")
 @click.option(
     "--workers", type=int, default=1, show_default=True, help="Processes sweeping the models side by side."
@@ -339,15 +364,17 @@ def sweep_command(
     batches: str,
     draft_lens: str,
     context_len: int,
-    launch: str,
+    launch: str | None,
+    max_memory_gb: float,
     engine: str,
     serving_engine: str,
     routing_spec: str | None,
     overlap: str | None,
     baseline_overlap: float | None,
     drafter: str,
-    acceptance: float,
+    acceptance: float | None,
     acceptance_length: float | None,
+    max_configs: int,
     csv_path: str | None,
     plot_path: str | None,
     as_json: bool,
@@ -360,8 +387,10 @@ def sweep_command(
 
     Example: moesim sweep --model qwen3-30b-a3b,olmoe-1b-7b --hardware h200 --plot speedup.png
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    from moesim.atomic import check_output_path, stdout_targets
+    from moesim.commands.progress import progress
+    from moesim.figures import check_plot_path
+    from moesim.simulator.bounds import check_configs
     from moesim.simulator.hardware.profile import load_profile
     from moesim.simulator.models.catalogue import load_model
     from moesim.simulator.scenario import Scenario
@@ -369,6 +398,15 @@ def sweep_command(
     from moesim.simulator.speculative.plots import plot_sweep
     from moesim.simulator.speculative.sweep import run_sweep
 
+    to_stdout = stdout_targets(**{"--csv": csv_path, "--plot": plot_path, "--json": "-" if as_json else None})
+    if len(to_stdout) > 1:
+        raise MoesimError(
+            to_stdout[1], f"{' and '.join(to_stdout)} both write to standard output", "send one to a file"
+        )
+    if csv_path:
+        check_output_path("--csv", csv_path)
+    if plot_path:
+        check_plot_path("--plot", plot_path)
     request = layout_from_kwargs(parallel_flags)
     batch_list = parse_int_list("--batch", batches)
     k_list = parse_int_list("--draft-len", draft_lens)
@@ -391,21 +429,13 @@ def sweep_command(
         acceptance=acceptance,
         acceptance_length=acceptance_length,
         serving_engine=serving_engine,
+        max_memory_gb=max_memory_gb,
     )
     total = len(specs) * len(batch_list) * len(k_list)
-    err = Console(stderr=True)
-    with Progress(
-        TextColumn("sweep"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=total < 50,
-    ) as bar:
-        task = bar.add_task("sweep", total=total)
+    check_configs(total, max_configs)
+    with progress("sweep", total) as advance:
         result = run_sweep(
-            base, specs, batch_list, k_list, progress=lambda n: bar.advance(task, n), workers=workers
+            base, specs, batch_list, k_list, progress=advance, max_configs=max_configs, workers=workers
         )
     if csv_path:
         result.write_csv(csv_path)
@@ -414,6 +444,8 @@ def sweep_command(
     if as_json:
         emit_json(result.to_json())
         return
+    if to_stdout:
+        return  # standard output carries the CSV or the plot
     console = make_console()
     a = result.assumptions
     console.print(
@@ -423,7 +455,7 @@ def sweep_command(
             if a["acceptance_length"]
             else f"α = {a['acceptance']:g}"
         )
-        + f"; engine {engine}, {launch} launch, context {context_len}"
+        + f"; engine {engine}, {a['launch']} launch, context {context_len}"
         + f"; serving engine {a['serving_engine']} ({a['serving_engine_provenance']})"
     )
     for spec in specs:

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from moesim.atomic import check_output_dir
 from moesim.commands.common import emit_json, handle_errors, parse_int_list
 from moesim.errors import MoesimError
 from moesim.simulator.scenario import DEFAULT_ACCEPTANCE, DEFAULT_DRAFTER
@@ -224,7 +225,7 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help="Print {rows, summary, meta} as JSON.")
 @handle_errors
 def validate_command(
-    profile: str,
+    profile: str | None,
     device: str,
     models_text: str,
     quick: bool,
@@ -273,6 +274,8 @@ def validate_command(
         raise MoesimError("--plot", "only applies with --runs", "use --report for the other validations")
     if profile is None:
         raise MoesimError("--profile", "is required", "give a hardware profile name or file, or use --runs")
+    if report_dir:
+        check_output_dir("--report", report_dir)
     from moesim.simulator.hardware.profile import load_profile
 
     hardware = load_profile(profile)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from moesim.errors import MoesimError
+from moesim.simulator.bounds import DEFAULT_MAX_MEMORY_GB, check_memory
 
 if TYPE_CHECKING:  # the module stays light: the CLI reads its defaults at start-up
     from moesim.simulator.engines.profile import ServingEngineProfile
@@ -39,6 +40,7 @@ DEFAULT_CONTEXT_LEN = 2048
 DEFAULT_ENGINE = "fused"
 DEFAULT_LAUNCH = "graph"
 DEFAULT_SERVING_ENGINE = "ideal"  # the kernel stream alone: what moesim predicted before serving engines
+CPU_LAUNCH = "eager"  # a CPU has no graph replay: torch dispatches each operator
 DEFAULT_DRAFTER = "eagle"  # an EAGLE-style draft head, what vLLM and SGLang users run most
 DEFAULT_ACCEPTANCE = 0.8  # per-token acceptance of a well-trained EAGLE head on chat data
 # A sweep's grid when none is given: powers of two to 256 sequences, draft lengths 1-8.
@@ -57,45 +59,74 @@ class Scenario:
     draft_len: int = DEFAULT_DRAFT_LEN
     context_len: int = DEFAULT_CONTEXT_LEN
     engine: str = DEFAULT_ENGINE
-    launch: str = DEFAULT_LAUNCH
+    launch: str | None = None  # None: DEFAULT_LAUNCH on a GPU, CPU_LAUNCH on a CPU
     routing: RoutingModel | str | None = None
     overlap: tuple[float, ...] | str | None = None  # same-sequence overlap at distances 1..D
     baseline_overlap: float | None = None
     layout: ParallelLayout | LayoutRequest | None = None
     drafter: str = DEFAULT_DRAFTER
-    acceptance: float = DEFAULT_ACCEPTANCE
+    acceptance: float | None = (
+        None  # per-token α; None: DEFAULT_ACCEPTANCE, unless acceptance_length is given
+    )
     acceptance_length: float | None = None
     serving_engine: ServingEngineProfile | str = DEFAULT_SERVING_ENGINE
+    max_memory_gb: float = DEFAULT_MAX_MEMORY_GB  # refuse a run whose routing sampling would need more
 
     def replace(self, **changes: Any) -> Scenario:
         """The same scenario with some fields changed."""
         return dataclasses.replace(self, **changes)
+
+    def for_device(self, hardware: HardwareProfile) -> Scenario:
+        """The scenario with the defaults that depend on the device filled in, and the combinations that
+        cannot go together refused: --acceptance with --acceptance-length; graph replay on a CPU (the
+        default launch there is eager)."""
+        from moesim.simulator.execution.launch import check_launch
+        from moesim.simulator.speculative.acceptance import check_acceptance
+
+        if self.acceptance is not None and self.acceptance_length is not None:
+            raise MoesimError(
+                "acceptance",
+                "given together with acceptance_length; both set the tokens a verification step yields",
+                "give --acceptance or --acceptance-length, not both",
+            )
+        launch = self.launch or (CPU_LAUNCH if hardware.is_cpu else DEFAULT_LAUNCH)
+        check_launch(launch)
+        if hardware.is_cpu and launch == "graph":
+            raise MoesimError(
+                "launch",
+                f"{hardware.name} is a CPU profile, and a CPU has no graph replay",
+                f"use --launch {CPU_LAUNCH} (the default on a CPU)",
+            )
+        acceptance = self.acceptance
+        if acceptance is None and self.acceptance_length is None:
+            acceptance = DEFAULT_ACCEPTANCE
+        if acceptance is not None:
+            check_acceptance(acceptance)
+        return self.replace(hardware=hardware, launch=launch, acceptance=acceptance)
 
     def resolve(self, *, fit_draft_len: int | None = None, check_fit: bool = True) -> ResolvedScenario:
         """Names to objects, sizes validated, layout chosen. The memory check reserves the KV cache of
         `fit_draft_len` (default `draft_len`) verified tokens; `check_fit=False` skips it."""
         from moesim.simulator.engines.overheads import verify_tokens
         from moesim.simulator.engines.profile import load_serving_engine
-        from moesim.simulator.execution.launch import check_launch
         from moesim.simulator.plan.layout import LayoutRequest
         from moesim.simulator.plan.memory import fit_layout
         from moesim.simulator.plan.step import check_step_inputs
         from moesim.simulator.plan.styles import engine_style
-        from moesim.simulator.speculative.acceptance import check_acceptance
         from moesim.simulator.speculative.drafters import drafter_bytes, parse_drafter
 
         spec = resolve_model(self.model)
         hardware = resolve_hardware(self.hardware)
+        scenario = self.for_device(hardware)
         check_draft_len(self.draft_len)
-        check_acceptance(self.acceptance)
         drafter = parse_drafter(self.drafter)
-        check_launch(self.launch)
         engine_style(self.engine)
         serving = load_serving_engine(self.serving_engine)
         # tokens per sequence the largest verification reserves in the KV cache (a tree's draft tokens)
         k = verify_tokens(serving.drafter, self.draft_len if fit_draft_len is None else fit_draft_len) - 1
         check_step_inputs(spec, self.batch, k + 1, self.context_len)
         routing = resolve_routing(spec, self.routing, self.overlap, self.baseline_overlap)
+        check_memory(routing, k + 1, self.max_memory_gb, f"{spec.name} with draft length {k}")
         request = LayoutRequest() if self.layout is None else self.layout
         memory = None
         if check_fit:
@@ -110,7 +141,9 @@ class Scenario:
             layout = memory.layout
         else:
             layout = chosen_layout(request, spec, hardware, self.batch, self.context_len + k + 1)
-        return ResolvedScenario(self, spec, hardware, routing, drafter, layout, memory, serving)
+        if hardware.is_cpu:
+            layout = dataclasses.replace(layout, device="CPU")
+        return ResolvedScenario(scenario, spec, hardware, routing, drafter, layout, memory, serving)
 
 
 @dataclass(frozen=True)
@@ -140,7 +173,7 @@ class ResolvedScenario:
 
     @property
     def launch(self) -> str:
-        return self.scenario.launch
+        return self.scenario.launch or DEFAULT_LAUNCH  # filled in by `Scenario.for_device`
 
     def assumptions(self) -> dict[str, Any]:
         """What a result rests on, printed beside it."""
@@ -156,6 +189,10 @@ class ResolvedScenario:
             "hardware_provenance": self.hardware.provenance.kind,
             "serving_engine": self.serving_engine.name,
             "serving_engine_provenance": self.serving_engine.provenance.kind,
+            "device": "CPU" if self.hardware.is_cpu else "GPU",
+            "compute_rule": self.hardware.compute_rule(
+                {"bf16", self.model.dense_format.compute_dtype, self.model.expert_format.compute_dtype}
+            ),
         }
 
 
@@ -227,6 +264,7 @@ def chosen_layout(
 
 
 __all__ = [
+    "CPU_LAUNCH",
     "DEFAULT_ACCEPTANCE",
     "DEFAULT_BATCH",
     "DEFAULT_CONTEXT_LEN",

@@ -9,14 +9,16 @@ from __future__ import annotations
 import csv
 import io
 import math
+import textwrap
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from moesim.atomic import atomic_path, atomic_write_text
+from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
+from moesim.reading import read_text
 from moesim.validation.predict import TERMS
 
 # --------------------------------------------------------------------------------------------- summary
@@ -179,12 +181,14 @@ MEASURED_SCHEMA = """\
 def read_measured_csv(path: str | Path) -> list[dict[str, Any]]:
     """Parse a --measured CSV into dicts with typed fields; every problem names the line and column."""
     file = Path(path)
-    if not file.is_file():
-        raise MoesimError("--measured", f"{file}: no such file", "give the path of a CSV file")
-    text = file.read_text(encoding="utf-8")
+    text = read_text("--measured", file, "measurements CSV")
     lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     if not lines:
-        raise MoesimError("--measured", f"{file}: no header or rows", MEASURED_SCHEMA.splitlines()[0])
+        raise MoesimError(
+            "--measured",
+            f"{file}: no header or rows",
+            f"the header needs {', '.join(MEASURED_REQUIRED)}; `moesim validate --schema` shows every column",
+        )
     reader = csv.DictReader(lines)
     header = [h.strip() for h in (reader.fieldnames or [])]
     missing = [c for c in MEASURED_REQUIRED if c not in header]
@@ -444,45 +448,43 @@ def _fmt(value: Any, spec: str) -> str:
     return "" if value is None else format(value, spec)
 
 
-def plot_predicted_vs_measured(rows: Sequence[dict[str, Any]], path: str | Path, title: str) -> None:
-    """Log-log scatter of predicted against measured step time, one colour per model, y = x and ±10%."""
-    import matplotlib
+def plot_predicted_vs_measured(
+    rows: Sequence[dict[str, Any]], path: str | Path, title: str, caption: str = ""
+) -> Any:
+    """Log-log scatter of predicted against measured step time: a colour per model, a marker per draft length,
+    y = x and a ±10% band; a one-line title, the details in a caption under the axes."""
+    from moesim.figures import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 5.6))
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.2, 6.0), layout="constrained")
     models = sorted({str(r["model"]) for r in rows})
-    markers = {0: "o", 1: "s", 3: "^", 7: "D"}
+    marker_cycle = ("o", "s", "^", "D", "v", "P", "X", "*")
     for i, model in enumerate(models):
         sel = [r for r in rows if r["model"] == model]
-        for k in sorted({r["draft_len"] for r in sel}):
+        for j, k in enumerate(sorted({r["draft_len"] for r in sel})):
             pts = [r for r in sel if r["draft_len"] == k]
             ax.scatter(
                 [r["measured_s"] * 1e3 for r in pts],
                 [r["predicted_s"] * 1e3 for r in pts],
-                color=f"C{i}",
-                marker=markers.get(k, "x"),
+                color=f"C{i % 10}",
+                marker=marker_cycle[j % len(marker_cycle)],
                 s=28,
-                label=f"{model} K={k}",
+                label=f"{model}, K={k}" if k else f"{model}, decode",
             )
     values = [v for r in rows for v in (r["measured_s"] * 1e3, r["predicted_s"] * 1e3)]
     lo, hi = min(values) / 1.3, max(values) * 1.3
     xs = np.geomspace(lo, hi, 50)
     ax.plot(xs, xs, color="black", lw=1, label="predicted = measured")
     ax.fill_between(xs, xs * 0.9, xs * 1.1, color="grey", alpha=0.2, label="±10%")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(lo, hi)
-    ax.set_ylim(lo, hi)
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi))
     ax.set_xlabel("measured step time (ms)")
     ax.set_ylabel("predicted step time (ms)")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=6, ncol=2, loc="upper left")
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=130)
-    plt.close(fig)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, ncol=2 if len(ax.get_legend_handles_labels()[1]) > 12 else 1, loc="upper left")
+    if caption:
+        fig.supxlabel(caption, fontsize=7, color="dimgrey")
+    save_figure(fig, path, dpi=130)
+    return fig
 
 
 def write_report(directory: str | Path, result: dict[str, Any]) -> list[Path]:
@@ -501,7 +503,8 @@ def write_report(directory: str | Path, result: dict[str, Any]) -> list[Path]:
     plot_predicted_vs_measured(
         result["rows"],
         paths[3],
-        f"{title}\nMAPE {result['summary']['mape']:.1%} over {result['summary']['n']} configurations",
+        f"Predicted vs measured: MAPE {result['summary']['mape']:.1%} over {result['summary']['n']} configurations",
+        caption=textwrap.fill(title, 110),
     )
     return paths
 

@@ -8,12 +8,12 @@ reported like a fresh run. Re-predicting a run with its own profile reproduces i
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from moesim.calibrate.timing import today
 from moesim.errors import MoesimError
+from moesim.reading import read_json_table
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.validation.predict import predict_rows
 from moesim.validation.report import score_rows
@@ -22,15 +22,8 @@ from moesim.validation.report import score_rows
 def load_result(path: str | Path) -> dict[str, Any]:
     """An earlier run's result.json (`moesim validate --report` or `--json` output)."""
     p = Path(path)
-    try:
-        result = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise MoesimError(
-            "--repredict", f"{p} does not exist", "give the result.json of a torch run"
-        ) from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise MoesimError("--repredict", f"cannot read {p}: {exc}", "give a result.json file") from None
-    if not isinstance(result, dict) or not isinstance(result.get("rows"), list) or not result["rows"]:
+    result = read_json_table("--repredict", p, "result.json of a validation run")
+    if not isinstance(result.get("rows"), list) or not result["rows"]:
         raise MoesimError("--repredict", f"{p} has no measured rows", "give the result.json of a torch run")
     meta = result.get("meta", {})
     if meta.get("device") not in ("cpu", "cuda") or "shape" not in result["rows"][0]:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.reading import read_toml
 from moesim.simulator.hardware.defaults import (
     datasheet_profile,
     default_empirical,
@@ -41,7 +42,6 @@ from moesim.simulator.hardware.profile import (
     datasheet_from_dict,
     list_profiles,
     load_profile,
-    parse_toml,
     profile_from_dict,
     profile_to_dict,
 )
@@ -214,10 +214,7 @@ def derive_profile(
 def datasheet_from_file(path: str | Path) -> Datasheet:
     """The [datasheet] table of a TOML file (a bare datasheet file, or any full profile)."""
     path = Path(path).expanduser()
-    source = str(path)
-    if not path.is_file():
-        raise MoesimError("to", f"datasheet file {source} does not exist", "give a path to a .toml file")
-    return _datasheet_table(parse_toml(path.read_text(encoding="utf-8"), source), source)
+    return _datasheet_table(read_toml("--to", path, "datasheet file"), str(path))
 
 
 def _datasheet_table(data: dict[str, Any], source: str) -> Datasheet:
@@ -237,7 +234,7 @@ def load_derive_target(name_or_path: str) -> HardwareProfile:
     if not path.is_file():
         return load_profile(name_or_path)  # raises the unknown-name / missing-file error with suggestions
     source = str(path)
-    data = parse_toml(path.read_text(encoding="utf-8"), source)
+    data = read_toml("--to", path, "profile or datasheet file")
     if "empirical" in data:
         return profile_from_dict(data, source)
     datasheet = _datasheet_table(data, source)

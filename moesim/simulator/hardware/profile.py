@@ -10,6 +10,7 @@ import difflib
 import itertools
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
@@ -19,7 +20,8 @@ import numpy as np
 
 from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
-from moesim.toml_files import dump_toml, parse_toml
+from moesim.reading import parse_toml, read_toml
+from moesim.toml_files import dump_toml
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -165,11 +167,32 @@ class HardwareProfile:
     def gemm_tile_m_dense(self) -> int:
         return int(self.empirical.gemm_tile_m_dense or 0)
 
-    def peak_flops_per_s(self, dtype: str) -> float:
-        """Dense peak for `dtype`, falling back to bf16 where the device has no faster path for it."""
+    def compute_dtype(self, dtype: str) -> str:
+        """The dtype whose peak times arithmetic in `dtype`: its own where the profile has one; otherwise, on a
+        CPU, fp32 (torch on a CPU without native bf16/fp16/fp8 units converts to fp32 and accumulates there, and
+        calibration measures fp32 by default), and on a GPU bf16 (no faster path than its bf16 tensor cores)."""
         peaks = self.datasheet.peak_dense_tflops
-        tflops = peaks.get(dtype, peaks.get("bf16", next(iter(peaks.values()))))
-        return tflops * 1e12
+        if dtype in peaks:
+            return dtype
+        preferred = ("fp32", "bf16") if self.is_cpu else ("bf16", "fp16", "fp32")
+        return next((d for d in preferred if d in peaks), next(iter(peaks)))
+
+    def compute_rule(self, dtypes: Iterable[str]) -> str | None:
+        """The sentence saying which of `dtypes` have no peak of their own here and at what rate they are timed."""
+        borrowed = sorted({d for d in dtypes if self.compute_dtype(d) != d})
+        if not borrowed:
+            return None
+        used = self.compute_dtype(borrowed[0])
+        reason = (
+            f"torch computes them in {used} on a CPU without native units; calibrate with --dtype to measure them"
+            if self.is_cpu
+            else f"the profile has no peak of their own; {used} is the device's tensor-core rate"
+        )
+        return f"{', '.join(borrowed)} arithmetic timed at the {used} peak ({reason})"
+
+    def peak_flops_per_s(self, dtype: str) -> float:
+        """Dense peak for arithmetic in `dtype` (see `compute_dtype` for dtypes the profile has no peak for)."""
+        return self.datasheet.peak_dense_tflops[self.compute_dtype(dtype)] * 1e12
 
 
 # --- Profile files ------------------------------------------------------------------------------------------
@@ -479,6 +502,21 @@ def _read_fit_quality(source: str, data: Any) -> dict[str, dict[str, float]]:
 _TOP_LEVEL = ("name", "datasheet", "empirical", "node", "provenance", "fit_quality")
 
 
+def _check_caches_fit_memory(source: str, ds: Datasheet, em: Empirical) -> None:
+    """A cache is a fraction of what it caches: neither the last-level nor the usable cache exceeds memory."""
+    for section, name, value in (
+        ("datasheet", "last_level_cache_bytes", ds.last_level_cache_bytes),
+        ("empirical", "cache_effective_bytes", em.cache_effective_bytes),
+    ):
+        if value > ds.memory_capacity_bytes:
+            raise MoesimError(
+                f"{source}: {section}.{name}",
+                f"{value / 2**30:,.1f} GiB is larger than the device memory "
+                f"({ds.memory_capacity_bytes / 2**30:,.1f} GiB)",
+                "give the cache size in bytes (e.g. 50e6 for 50 MB)",
+            )
+
+
 def profile_from_dict(d: dict[str, Any], source: str) -> HardwareProfile:
     """Build and validate a profile from TOML data; `source` (a file name) prefixes every error message."""
     if not isinstance(d, dict):
@@ -495,10 +533,13 @@ def profile_from_dict(d: dict[str, Any], source: str) -> HardwareProfile:
     name = d.get("name", default_name)
     if not isinstance(name, str) or not name.strip():
         raise MoesimError(f"{source}: name", f"must be a non-empty string, got {name!r}")
+    datasheet = _read_datasheet(source, d["datasheet"])
+    empirical = _read_empirical(source, d["empirical"])
+    _check_caches_fit_memory(source, datasheet, empirical)
     return HardwareProfile(
         name=name,
-        datasheet=_read_datasheet(source, d["datasheet"]),
-        empirical=_read_empirical(source, d["empirical"]),
+        datasheet=datasheet,
+        empirical=empirical,
         provenance=_read_provenance(source, d["provenance"]),
         node=_read_node(source, d["node"]),
         fit_quality=_read_fit_quality(source, d.get("fit_quality", {})),
@@ -537,20 +578,22 @@ def load_profile(name_or_path: str) -> HardwareProfile:
         *subdirs, stem = name.split("/")
         entry = _bundled_dir().joinpath(*subdirs, stem + PROFILE_SUFFIX)
         source = name + PROFILE_SUFFIX
-        return profile_from_dict(parse_toml(entry.read_text(encoding="utf-8"), source), source)
-    if name_or_path.endswith(PROFILE_SUFFIX) or "/" in name_or_path or os.sep in name_or_path:
+        text = entry.read_text(encoding="utf-8")
+        return profile_from_dict(parse_toml(source, text, source, "hardware profile"), source)
+    if (
+        name_or_path.endswith(PROFILE_SUFFIX)
+        or "/" in name_or_path
+        or os.sep in name_or_path
+        or Path(name_or_path).expanduser().exists()
+    ):
         path = Path(name_or_path).expanduser()
-        if not path.is_file():
+        if not path.exists():
             raise MoesimError(
                 "hardware",
                 f"profile file {name_or_path} does not exist",
                 "give a path to a .toml profile or a bundled name (see `moesim profiles`)",
             )
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise MoesimError("hardware", f"cannot read {name_or_path}: {exc}") from exc
-        return profile_from_dict(parse_toml(text, name_or_path), name_or_path)
+        return profile_from_dict(read_toml("hardware", path, "hardware profile"), name_or_path)
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise MoesimError(

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import difflib
 import functools
-import json
-import sys
 from dataclasses import MISSING, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from moesim.errors import MoesimError
+from moesim.reading import parse_toml, read_table
 from moesim.simulator.models.spec import (
     ATTENTION_KINDS,
     FFN_KINDS,
@@ -30,11 +29,6 @@ from moesim.simulator.models.spec import (
     scalar_type,
     validate_spec,
 )
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 _STRUCTURED = (
     "layer_attention",
@@ -233,13 +227,6 @@ def spec_to_toml(spec: ModelSpec) -> str:
     return tomli_w.dumps(spec_to_dict(spec))
 
 
-def parse_toml(text: str, origin: str) -> dict[str, Any]:
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise MoesimError(origin, f"is not valid TOML ({err})", "fix the syntax") from None
-
-
 def _catalogue_files() -> dict[str, Any]:
     root = resources.files("moesim").joinpath("model_catalogue")
     return {entry.name[: -len(".toml")]: entry for entry in root.iterdir() if entry.name.endswith(".toml")}
@@ -254,7 +241,7 @@ def list_models() -> list[str]:
 def _load_catalogue_entry(name: str) -> ModelSpec:
     entry = _catalogue_files()[name]
     origin = f"model_catalogue/{name}.toml"
-    spec = spec_from_dict(parse_toml(entry.read_text(encoding="utf-8"), origin), origin)
+    spec = spec_from_dict(parse_toml(origin, entry.read_text(encoding="utf-8"), origin, "model file"), origin)
     if spec.name != name:
         raise MoesimError(
             f"{origin}:name", f"is {spec.name!r} but the file is named {name}.toml", "make them match"
@@ -266,20 +253,13 @@ def load_model_file(path: str | Path) -> ModelSpec:
     """A model from a catalogue-style TOML file or a Hugging Face config.json (dispatched by content)."""
     path = Path(path)
     origin = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise MoesimError(origin, f"cannot be read ({err.strerror})", "check the path") from None
-    if text.lstrip().startswith("{"):
+    table, form = read_table(origin, path, "model file (a config.json or a catalogue .toml)")
+    if form == "json":
         from moesim.simulator.models.hf import spec_from_hf_config
 
-        try:
-            config = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise MoesimError(origin, f"is not valid JSON ({err})", "fix the syntax") from None
         name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
-        return spec_from_hf_config(config, name=name, origin=origin)
-    return spec_from_dict(parse_toml(text, origin), origin)
+        return spec_from_hf_config(table, name=name, origin=origin)
+    return spec_from_dict(table, origin)
 
 
 def load_model(name_or_path: str) -> ModelSpec:
@@ -307,7 +287,6 @@ __all__ = [
     "list_models",
     "load_model",
     "load_model_file",
-    "parse_toml",
     "spec_from_dict",
     "spec_to_dict",
     "spec_to_toml",

@@ -53,6 +53,7 @@ class ParallelLayout:
     placement: Placement = "contiguous"
     shared_experts: SharedExperts | None = None
     draft_on: DraftOn = "shared"
+    device: str = "GPU"  # what the ranks are, in words: "CPU" for a CPU profile
 
     def __post_init__(self) -> None:
         for name in ("gpus", "tp", "ep"):
@@ -108,14 +109,14 @@ class ParallelLayout:
     def describe(self) -> str:
         """The layout in words, printed with every multi-GPU result."""
         if self.is_single:
-            text = "1 GPU"
+            text = f"1 {self.device}"
         else:
             attention = f"attention TP={self.tp}" + (f" × DP={self.dp}" if self.dp > 1 else "")
             experts = f"experts EP={self.ep} ({self.placement})" if self.ep > 1 else f"experts TP={self.gpus}"
             if self.ep > 1 and self.expert_tp > 1:
                 experts += f" × TP={self.expert_tp}"
-            text = f"{self.gpus} GPUs: {attention}, {experts}, shared experts {self.shared_mode}"
-        return text + ("; drafter on its own GPU" if self.draft_on == "separate" else "")
+            text = f"{self.gpus} {self.device}s: {attention}, {experts}, shared experts {self.shared_mode}"
+        return text + (f"; drafter on its own {self.device}" if self.draft_on == "separate" else "")
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -138,9 +139,18 @@ class ParallelLayout:
             raise MoesimError(
                 "ep", f"{self.ep} ranks exceed the {spec.n_experts} routed experts of {spec.name}"
             )
-        if self.tp > spec.attention.num_heads:
+        heads, kv_heads = spec.attention.num_heads, spec.attention.num_kv_heads
+        if self.tp > heads:
+            raise MoesimError("tp", f"{self.tp} exceeds the {heads} attention heads of {spec.name}")
+        # vLLM and SGLang split query heads evenly on GPUs (sglang 0.5.23 srt/layers/linear.py,
+        # QKVParallelLinear: divide(total_num_heads, tp_size)); only SGLang's CPU backend pads heads
+        # (srt/configs/update_config.py, adjust_config_with_unaligned_cpu_tp).
+        if heads % self.tp:
             raise MoesimError(
-                "tp", f"{self.tp} exceeds the {spec.attention.num_heads} attention heads of {spec.name}"
+                "tp",
+                f"{self.tp} does not divide the {heads} attention heads ({kv_heads} KV heads) of {spec.name}; "
+                "engines split heads evenly across tensor-parallel ranks",
+                "choose --tp dividing the heads, e.g. a power of two",
             )
 
 
@@ -168,6 +178,9 @@ class LayoutRequest:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "placement", normalise_placement(self.placement))
+        for flag, value in (("--gpus", self.gpus), ("--tp", self.tp), ("--ep", self.ep)):
+            if value is not None and value < 1:
+                raise MoesimError(flag, f"must be a positive integer, got {value}", f"give {flag} 1 or more")
 
     def fixed(self) -> ParallelLayout | None:
         """The layout asked for, or None when the smallest fitting one should be chosen."""

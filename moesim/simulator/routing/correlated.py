@@ -281,10 +281,28 @@ def miss_probability(
     return np.clip(1.0 - hit, 0.0, 1.0)
 
 
+def bank_tokens(tokens: int) -> int:
+    """Tokens per sequence of the bank a chain of `tokens` samples from (see `bank_parents`)."""
+    return BANK_MIN_TOKENS if tokens <= BANK_MIN_TOKENS else 1 << (tokens - 1).bit_length()
+
+
 def bank_parents(tokens: int) -> tuple[int, ...]:
     """Chains share one bank: BANK_MIN_TOKENS tokens, or the next power of two ≥ tokens beyond that."""
-    size = BANK_MIN_TOKENS if tokens <= BANK_MIN_TOKENS else 1 << (tokens - 1).bit_length()
-    return chain_parents(size)
+    return chain_parents(bank_tokens(tokens))
+
+
+BANK_STATE_COPIES_PER_TOKEN = 2.1
+BANK_FIXED_COPIES = 10
+"""Peak memory of sampling a bank, in float32 [BANK_SEQUENCES, n_experts] arrays: about 2.1 per token (the
+latent state kept for every parent, and its temporaries) plus 10 (logits, noise, partitions); measured with
+tracemalloc by benchmarks/routing_sampling_memory.py (peak ÷ estimate 0.90–0.98 over 17–1024 tokens,
+128–8192 experts)."""
+
+
+def bank_bytes(n_experts: int, tokens: int) -> int:
+    """Estimated peak memory of sampling the bank for chains of `tokens` tokens over `n_experts` experts."""
+    copies = BANK_STATE_COPIES_PER_TOKEN * bank_tokens(tokens) + BANK_FIXED_COPIES
+    return int(BANK_SEQUENCES * n_experts * 4 * copies)
 
 
 @dataclass(frozen=True)
@@ -315,6 +333,10 @@ class CorrelatedRouting:
     @property
     def n_experts(self) -> int:
         return self.default.n_experts
+
+    def sampling_bytes(self, tokens_per_seq: int) -> int:
+        """Estimated peak memory of the sampling a step of `tokens_per_seq` tokens per sequence needs."""
+        return bank_bytes(self.n_experts, tokens_per_seq)
 
     @property
     def top_k(self) -> int:

@@ -12,6 +12,7 @@ import numpy as np
 
 from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
+from moesim.reading import read_json_table
 from moesim.simulator.routing.correlated import CorrelatedRouting, LayerRouting
 
 FORMAT = "moesim-routing-stats"
@@ -96,16 +97,11 @@ def _number(where: str, data: dict[str, Any], key: str, kind: type = float) -> A
         raise MoesimError(where, f"`{key}` must be a number, got {data[key]!r}") from None
 
 
-def load_routing_stats(path: str | Path) -> CorrelatedRouting:
+def load_routing_stats(path: str | Path, field: str = "--routing") -> CorrelatedRouting:
     """Load a routing statistics file as a RoutingModel (a CorrelatedRouting with per-layer parameters)."""
     where = str(path)
-    try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise MoesimError(where, "no such routing statistics file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise MoesimError(where, f"not a JSON routing statistics file ({error})") from None
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
+    document = read_json_table(field, path, "routing statistics file (JSON)")
+    if document.get("format") != FORMAT:
         raise MoesimError(where, f"not a routing statistics file (expected format {FORMAT!r})")
     n = _number(where, document, "n_experts", int)
     k = _number(where, document, "top_k", int)

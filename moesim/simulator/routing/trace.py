@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim.atomic import atomic_path
+from moesim.atomic import open_output
 from moesim.errors import MoesimError
+from moesim.reading import read_npz, read_text
 
 
 @dataclass(frozen=True)
@@ -128,39 +129,41 @@ class RoutingTrace:
 def load_trace(path: str | Path, n_experts: int | None = None) -> RoutingTrace:
     """Load and validate a `.npz` or JSON-lines trace; `n_experts` overrides/supplies the expert count."""
     path = Path(path)
-    if not path.exists():
-        raise MoesimError(str(path), "no such trace file")
     if path.suffix == ".npz":
-        try:
-            data = np.load(path, allow_pickle=False)
-        except Exception as error:
-            raise MoesimError(str(path), f"not a readable .npz file ({error})") from None
+        data = read_npz("trace", path, "routing trace (.npz)")
         for key in ("experts", "sequence_ids"):
             if key not in data:
-                raise MoesimError(str(path), f"missing array `{key}`", "see the trace format in the README")
-        stored = int(data["n_experts"]) if "n_experts" in data else None
+                raise MoesimError(
+                    "trace", f"{path}: missing array `{key}`", "see the trace format in the README"
+                )
+        try:
+            stored = int(data["n_experts"]) if "n_experts" in data else None
+            layer_indices = tuple(int(i) for i in data["layer_indices"]) if "layer_indices" in data else None
+        except (TypeError, ValueError) as error:
+            raise MoesimError(
+                "trace", f"{path}: n_experts must be one integer, layer_indices a list ({error})"
+            ) from None
         if n_experts is not None and stored is not None and n_experts != stored:
-            raise MoesimError(str(path), f"stores n_experts={stored} but --experts says {n_experts}")
-        layer_indices = tuple(int(i) for i in data["layer_indices"]) if "layer_indices" in data else None
+            raise MoesimError("--experts", f"{path} stores n_experts={stored} but --experts says {n_experts}")
         return RoutingTrace.create(
             data["experts"], data["sequence_ids"], n_experts or stored, layer_indices, source=str(path)
         )
     experts: list[list[list[int]]] = []
     sequences: list[int] = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                sequences.append(int(record["sequence"]))
-                experts.append([[int(e) for e in layer] for layer in record["experts"]])
-            except (ValueError, KeyError, TypeError) as error:
-                raise MoesimError(
-                    f"{path}:{number}",
-                    f"not a trace record ({error})",
-                    'expected {"sequence": s, "experts": [[...]]}',
-                ) from None
+    text = read_text("trace", path, "routing trace (.npz or JSON lines)")
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            sequences.append(int(record["sequence"]))
+            experts.append([[int(e) for e in layer] for layer in record["experts"]])
+        except (ValueError, KeyError, TypeError) as error:
+            raise MoesimError(
+                f"{path}:{number}",
+                f"not a trace record ({error})",
+                'expected {"sequence": s, "experts": [[...]]}',
+            ) from None
     shapes = {(len(token), *(len(layer) for layer in token)) for token in experts}
     if len(shapes) > 1:
         raise MoesimError(str(path), "tokens differ in layer count or experts per layer")
@@ -171,21 +174,17 @@ def load_trace(path: str | Path, n_experts: int | None = None) -> RoutingTrace:
 def save_trace(trace: RoutingTrace, path: str | Path) -> None:
     """Write a trace as `.npz` (anything else: JSON lines), atomically."""
     path = Path(path)
-    with atomic_path(path) as tmp:
-        if path.suffix == ".npz":
-            with tmp.open("wb") as handle:
-                np.savez_compressed(
-                    handle,
-                    experts=trace.experts,
-                    sequence_ids=trace.sequence_ids,
-                    n_experts=np.int64(trace.n_experts),
-                    layer_indices=np.array(trace.layer_indices, dtype=np.int64),
-                )
-        else:
-            with tmp.open("w", encoding="utf-8") as handle:
-                for token in range(trace.n_tokens):
-                    record = {
-                        "sequence": int(trace.sequence_ids[token]),
-                        "experts": trace.experts[token].tolist(),
-                    }
-                    handle.write(json.dumps(record) + "\n")
+    if path.suffix == ".npz":
+        with open_output(path, binary=True) as handle:
+            np.savez_compressed(
+                handle,
+                experts=trace.experts,
+                sequence_ids=trace.sequence_ids,
+                n_experts=np.int64(trace.n_experts),
+                layer_indices=np.array(trace.layer_indices, dtype=np.int64),
+            )
+        return
+    with open_output(path) as handle:
+        for token in range(trace.n_tokens):
+            record = {"sequence": int(trace.sequence_ids[token]), "experts": trace.experts[token].tolist()}
+            handle.write(json.dumps(record) + "\n")

@@ -5,9 +5,8 @@ from __future__ import annotations
 import textwrap
 from typing import TYPE_CHECKING
 
-from moesim.atomic import atomic_path
+from moesim.figures import save_figure
 from moesim.simulator.screening.pareto import front_axes, objective_value
-from moesim.simulator.speculative.plots import plot_format
 
 if TYPE_CHECKING:
     from moesim.simulator.screening.screen import ScreenResult
@@ -18,7 +17,6 @@ MAX_FRONT_LABELS = 12
 
 def plot_front(result: ScreenResult, path: str) -> None:
     """Every design as a point, the Pareto front as a line with its designs labelled; written atomically."""
-    file_format = plot_format(path)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -51,9 +49,7 @@ def plot_front(result: ScreenResult, path: str) -> None:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format=file_format)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 __all__ = ["plot_front"]

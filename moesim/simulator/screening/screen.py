@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from moesim.atomic import atomic_path, atomic_write_text
+from moesim.atomic import atomic_write_text, open_output
 from moesim.errors import MoesimError
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.screening.backends import Progress, run_backend
@@ -103,8 +103,8 @@ class ScreenResult:
             name: [None if row[name] == "" else row[name] for row in rows]
             for name in (rows[0] if rows else {})
         }
-        with atomic_path(path) as tmp:
-            pq.write_table(pa.table(columns), str(tmp))
+        with open_output(path, binary=True) as handle:
+            pq.write_table(pa.table(columns), handle)
 
 
 def parquet_modules() -> tuple[Any, Any]:

@@ -6,8 +6,7 @@ import math
 import textwrap
 from typing import TYPE_CHECKING
 
-from moesim.atomic import atomic_path
-from moesim.simulator.speculative.plots import plot_format
+from moesim.figures import save_figure
 
 if TYPE_CHECKING:
     from moesim.simulator.serving.run import ServeResult
@@ -29,7 +28,6 @@ def _label(point_concurrency: int | None, rate: float) -> str:
 def plot_serving(result: ServeResult, path: str) -> None:
     """Two panels, written atomically: throughput vs mean TPOT (SD and no SD, each point labelled with its
     concurrency or rate), and each metric's SD speedup across the points."""
-    file_format = plot_format(path)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -68,6 +66,4 @@ def plot_serving(result: ServeResult, path: str) -> None:
     )
     fig.suptitle(textwrap.fill(title, 140), fontsize=9)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format=file_format)
-    plt.close(fig)
+    save_figure(fig, path)

@@ -156,7 +156,7 @@ def capacity_for(resolved: ResolvedScenario, options: ServeOptions, with_drafter
 def draws_for(resolved: ResolvedScenario, seed: int) -> AcceptanceDraws:
     """The seeded tokens-per-round stream of the scenario's draft length and acceptance."""
     s = resolved.scenario
-    return AcceptanceDraws(s.draft_len, s.acceptance, s.acceptance_length, seed)
+    return AcceptanceDraws(s.draft_len, s.acceptance or 0.0, s.acceptance_length, seed)
 
 
 def resolve_serving(scenario: Scenario) -> ResolvedScenario:

@@ -10,6 +10,8 @@ This module is the one place the speedup formula lives.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from moesim.errors import MoesimError
@@ -27,15 +29,19 @@ def tokens_per_step(acceptance: float | np.ndarray, draft_len: int | np.ndarray)
 
 
 def expected_tokens(
-    draft_len: int, acceptance: float = DEFAULT_ACCEPTANCE, acceptance_length: float | None = None
+    draft_len: int, acceptance: float | None = DEFAULT_ACCEPTANCE, acceptance_length: float | None = None
 ) -> float:
-    """Tokens one verification step yields, from α or from a mean acceptance length (capped at K + 1)."""
+    """Tokens one verification step yields, from α (None: DEFAULT_ACCEPTANCE) or from a mean acceptance
+    length (capped at K + 1)."""
     if acceptance_length is not None:
-        if not acceptance_length >= 1.0:
-            raise MoesimError("acceptance_length", f"must be ≥ 1 token per step, got {acceptance_length}")
+        if not (math.isfinite(acceptance_length) and acceptance_length >= 1.0):
+            raise MoesimError(
+                "acceptance_length", f"must be a finite number ≥ 1 token per step, got {acceptance_length}"
+            )
         return float(min(acceptance_length, draft_len + 1))
-    check_acceptance(acceptance)
-    return float(tokens_per_step(acceptance, draft_len))
+    alpha = DEFAULT_ACCEPTANCE if acceptance is None else acceptance
+    check_acceptance(alpha)
+    return float(tokens_per_step(alpha, draft_len))
 
 
 def check_acceptance(acceptance: float) -> None:

@@ -207,9 +207,9 @@ def drafter_layout(draft: ModelSpec, layout: ParallelLayout) -> ParallelLayout:
             return layout
         except MoesimError:
             pass
-    tp = layout.tp
-    while tp > 1 and tp > draft.attention.num_heads:
-        tp //= 2
+    tp, heads = layout.tp, draft.attention.num_heads
+    while tp > 1 and (tp > heads or heads % tp):
+        tp //= 2  # the widest power-of-two TP the drafter's heads split evenly over
     return ParallelLayout(gpus=tp, tp=tp, ep=1, shared_experts=layout.shared_experts)
 
 

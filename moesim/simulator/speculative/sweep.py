@@ -16,14 +16,14 @@ from typing import Any
 
 from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
+from moesim.simulator.bounds import DEFAULT_MAX_CONFIGS, check_configs, check_memory
 from moesim.simulator.engines.profile import load_serving_engine
-from moesim.simulator.execution.launch import check_launch
 from moesim.simulator.execution.timer import FastTimer, StepTimer
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.step import check_step_inputs
 from moesim.simulator.plan.styles import engine_style
 from moesim.simulator.scenario import Scenario, resolve_hardware, resolve_routing
-from moesim.simulator.speculative.acceptance import check_acceptance, peak_batch
+from moesim.simulator.speculative.acceptance import peak_batch
 from moesim.simulator.speculative.drafters import parse_drafter
 from moesim.simulator.speculative.point import scenario_timers, speculative_point
 
@@ -127,14 +127,17 @@ def run_sweep(
     progress: Callable[[int], None] | None = None,
     timer: StepTimer | None = None,
     workers: int = 1,
+    max_configs: int = DEFAULT_MAX_CONFIGS,
 ) -> SweepResult:
     """The SD point of every (model, batch, draft length) of `base` on the fast path (or `timer`).
 
     `base` gives everything but the model, batch and draft length. Its routing applies to every model
     (`None`: each model's typical routing). A (model, batch) whose memory does not fit is skipped and
     listed; `progress(n)` is called as configurations finish. `workers` > 1 sweeps the models in that many
-    processes (the fast path only); every figure is the same as in one process.
+    processes (the fast path only); every figure is the same as in one process. More than `max_configs`
+    configurations, or routing sampling above the scenario's memory limit, are refused before any work.
     """
+    check_configs(len(models) * len(batches) * len(draft_lens), max_configs)
     if workers > 1 and len(models) > 1:
         if timer is not None:
             raise MoesimError("workers", "a custom step timer runs in this process only", "use workers=1")
@@ -142,10 +145,9 @@ def run_sweep(
     if workers < 1:
         raise MoesimError("workers", f"must be ≥ 1, got {workers}")
     hardware = resolve_hardware(base.hardware)
+    base = base.for_device(hardware)
     timer = timer or FastTimer(hardware)
-    check_launch(base.launch)
     engine_style(base.engine)
-    check_acceptance(base.acceptance)
     for k in draft_lens:
         if k < 1:
             raise MoesimError("draft_len", f"values must be ≥ 1, got {k}")
@@ -158,6 +160,7 @@ def run_sweep(
     descriptions: dict[str, str] = {}
     for model in models:
         routing = resolve_routing(model, base.routing, base.overlap, base.baseline_overlap)
+        check_memory(routing, max_k + 1, base.max_memory_gb, f"{model.name} with draft length {max_k}")
         descriptions[model.name] = routing.description
         for batch in batches:
             check_step_inputs(model, batch, max_k + 1, base.context_len)

@@ -9,12 +9,12 @@ runs, which biases, norms and gates exist). Multimodal wrappers are read through
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from moesim.errors import MoesimError
+from moesim.reading import read_json_table
 from moesim.simulator.models.hf import deepseek, general, gqa_moe, hybrid, qwen
 from moesim.simulator.models.hf.reader import HfConfig
 from moesim.simulator.models.spec import ModelSpec, validate_spec
@@ -158,12 +158,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise MoesimError(str(path), f"cannot be read ({err.strerror})", "check the path") from None
-    except json.JSONDecodeError as err:
-        raise MoesimError(str(path), f"is not valid JSON ({err})", "point at a model's config.json") from None
+    config = read_json_table(str(path), path, "Hugging Face config.json")
     if name is None:
         name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
     return spec_from_hf_config(config, name=name, origin=str(path))

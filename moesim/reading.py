@@ -1,0 +1,231 @@
+"""One reading layer for every file the tool takes: profiles, model files, traces, statistics, CSVs, results.
+
+Each reader looks at what the file holds before parsing it, so a wrong input is reported for what it is — a
+directory, a binary file (a PNG, a zip, an .npz), text that is not UTF-8, an empty file, JSON where TOML is
+expected, an array where a table is expected — with the flag that named it and how to fix it. Nothing here
+knows the schema of any file; the loaders that call it do.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from moesim.errors import MoesimError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+MAX_INPUT_BYTES = 1 << 30
+"""Largest input file read (1 GiB): far above any profile, config, statistics file or trace of 10⁷ tokens."""
+
+_MAGIC = (
+    (b"\x89PNG", "a PNG image"),
+    (b"%PDF", "a PDF document"),
+    (b"PK\x03\x04", "a zip archive (an .npz trace is one)"),
+    (b"PK\x05\x06", "an empty zip archive"),
+    (b"\x1f\x8b", "a gzip archive"),
+    (b"\x93NUMPY", "a NumPy .npy array"),
+    (b"\x7fELF", "an executable"),
+    (b"GIF8", "a GIF image"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+    (b"SQLite format 3", "an SQLite database"),
+)
+
+
+def _describe_binary(data: bytes) -> str | None:
+    """What a binary file is, when its first bytes say so; None for text."""
+    for magic, what in _MAGIC:
+        if data.startswith(magic):
+            return what
+    if b"\x00" in data[:8192]:
+        return "a binary file"
+    return None
+
+
+def _refuse(field: str, path: str | os.PathLike[str], problem: str, fix: str) -> MoesimError:
+    """The error for `path`; the path leads the problem unless it already is the field."""
+    where = os.fspath(path)
+    return MoesimError(field, problem if field == where else f"{where} {problem}", fix)
+
+
+def read_bytes(field: str, path: str | os.PathLike[str], kind: str = "file") -> bytes:
+    """The bytes of `path`, refusing missing paths, directories, unreadable and oversized files by name."""
+    file = Path(path).expanduser()
+    if not file.exists():
+        raise _refuse(field, path, "does not exist", f"check the path of the {kind}")
+    if file.is_dir():
+        raise _refuse(field, path, f"is a directory, not a {kind}", "give the path of a file inside it")
+    try:
+        size = file.stat().st_size
+        if size > MAX_INPUT_BYTES:
+            raise _refuse(
+                field,
+                path,
+                f"is {size / 2**30:.1f} GiB, above the {MAX_INPUT_BYTES / 2**30:.0f} GiB input limit",
+                f"is this really a {kind}?",
+            )
+        return file.read_bytes()
+    except PermissionError:
+        raise _refuse(field, path, "cannot be read (permission denied)", "make the file readable") from None
+    except OSError as error:
+        raise _refuse(field, path, f"cannot be read ({error.strerror})", "check the path") from None
+
+
+def read_text(field: str, path: str | os.PathLike[str], kind: str = "text file") -> str:
+    """The UTF-8 text of `path` (a byte-order mark is dropped); binary, non-UTF-8 and empty files refused."""
+    data = read_bytes(field, path, kind)
+    binary = _describe_binary(data)
+    if binary:
+        raise _refuse(field, path, f"is {binary}, not a {kind}", f"give the path of a {kind}")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise _refuse(
+            field,
+            path,
+            f"is not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start})",
+            f"save the {kind} as UTF-8",
+        ) from None
+    if not text.strip():
+        raise _refuse(field, path, "is empty", f"give a {kind} with content")
+    return text
+
+
+def parse_json(field: str, text: str, where: str, kind: str) -> Any:
+    """JSON text parsed; a syntax error names its line and column."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise _refuse(
+            field,
+            where,
+            f"is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})",
+            f"fix the syntax of the {kind}",
+        ) from None
+
+
+def parse_toml(field: str, text: str, where: str, kind: str) -> dict[str, Any]:
+    """TOML text parsed; a syntax error names its place."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise _refuse(field, where, f"is not valid TOML ({error})", f"fix the syntax of the {kind}") from None
+
+
+def expect_table(field: str, value: Any, where: str, kind: str) -> dict[str, Any]:
+    """`value` if it is a table (a JSON object); a clear error for an array, a number or a string."""
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, bool):
+        what = "a JSON boolean"
+    elif isinstance(value, int | float):
+        what = "a JSON number"
+    elif isinstance(value, list):
+        what = "a JSON array"
+    elif isinstance(value, str):
+        what = "a JSON string"
+    else:
+        what = "JSON null"
+    raise _refuse(
+        field, where, f"holds {what}, but a {kind} is a table of fields", "give a JSON object {...}"
+    )
+
+
+def _is_json(text: str) -> bool:
+    """Whether `text` is JSON: an object (TOML cannot start with `{`) or an array that parses as JSON."""
+    head = text.lstrip()
+    if head.startswith("{"):
+        return True
+    if not head.startswith("["):
+        return False
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
+
+
+def _is_toml(text: str) -> bool:
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return False
+    return True
+
+
+def read_json(field: str, path: str | os.PathLike[str], kind: str) -> Any:
+    """Parsed JSON of `path` (any JSON value; see `read_json_table` for objects)."""
+    text = read_text(field, path, kind)
+    if not _is_json(text) and _is_toml(text):
+        raise _refuse(field, path, "holds TOML, not JSON", f"give a JSON {kind}")
+    return parse_json(field, text, os.fspath(path), kind)
+
+
+def read_json_table(field: str, path: str | os.PathLike[str], kind: str) -> dict[str, Any]:
+    """A JSON object from `path`."""
+    return expect_table(field, read_json(field, path, kind), os.fspath(path), kind)
+
+
+def read_toml(field: str, path: str | os.PathLike[str], kind: str) -> dict[str, Any]:
+    """A TOML document from `path`; JSON content is named as JSON, not reported as a TOML syntax error."""
+    text = read_text(field, path, kind)
+    if _is_json(text):
+        raise _refuse(field, path, f"holds JSON, but a {kind} is TOML", f"give a .toml {kind}")
+    return parse_toml(field, text, os.fspath(path), kind)
+
+
+def read_table(field: str, path: str | os.PathLike[str], kind: str) -> tuple[dict[str, Any], str]:
+    """A table from a TOML or a JSON file, told apart by content; returns (table, 'toml' | 'json')."""
+    text = read_text(field, path, kind)
+    where = os.fspath(path)
+    if _is_json(text):
+        return expect_table(field, parse_json(field, text, where, kind), where, kind), "json"
+    return parse_toml(field, text, where, kind), "toml"
+
+
+def read_npz(field: str, path: str | os.PathLike[str], kind: str = ".npz file") -> dict[str, Any]:
+    """Every array of an .npz archive, loaded without pickle; a corrupt archive or object arrays are named so."""
+    import numpy as np
+
+    data = read_bytes(field, path, kind)
+    if not data.startswith(b"PK"):
+        what = _describe_binary(data) or ("empty" if not data else "text")
+        raise _refuse(field, path, f"is {what}, not an .npz archive", f"give a {kind} written by numpy")
+    corrupt = _refuse(field, path, "is a corrupt .npz archive", f"regenerate the {kind}")
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    except ValueError as error:
+        if "pickle" in str(error).lower():
+            raise _refuse(
+                field,
+                path,
+                "holds Python objects, which are never unpickled (a trace holds integer arrays)",
+                f"rewrite the {kind} with numeric arrays only",
+            ) from None
+        raise corrupt from None
+    except (zipfile.BadZipFile, OSError, EOFError, KeyError):
+        raise corrupt from None
+
+
+__all__ = [
+    "MAX_INPUT_BYTES",
+    "expect_table",
+    "parse_json",
+    "parse_toml",
+    "read_bytes",
+    "read_json",
+    "read_json_table",
+    "read_npz",
+    "read_table",
+    "read_text",
+    "read_toml",
+]
