@@ -5,6 +5,6 @@ presets in `moesim/hardware_profiles/engines/`) and the pure functions of what a
 (`overheads.py`: padding to captured graph sizes, the launch mode per step, host time and how much of it
 the device hides, the tokens a tree verifies, the acceptance sync).
 
-Imports nothing of the simulator (only `moesim.errors`, `moesim.atomic`, `moesim.toml_files`): the speculative point
+Imports nothing of the simulator (only `moesim.errors`, `moesim.atomic`, `moesim.reading`, `moesim.toml_files`): the speculative point
 combines these functions with the step timers (`speculative/point.py`).
 """

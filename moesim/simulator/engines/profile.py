@@ -23,7 +23,8 @@ from typing import Any, Literal
 
 from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
-from moesim.toml_files import dump_toml, parse_toml
+from moesim.reading import parse_toml, read_text
+from moesim.toml_files import dump_toml
 
 SUFFIX = ".toml"
 IDEAL = "ideal"
@@ -376,7 +377,7 @@ def save_profile(profile: ServingEngineProfile, path: str | os.PathLike[str], he
 
 
 def _parse(text: str, source: str) -> ServingEngineProfile:
-    return profile_from_dict(parse_toml(text, source), source)
+    return profile_from_dict(parse_toml("--serving-engine", text, source, "serving-engine profile"), source)
 
 
 def _bundled_dir() -> Any:
@@ -406,11 +407,7 @@ def load_serving_engine(name_or_path: str | ServingEngineProfile) -> ServingEngi
                 f"profile file {name_or_path} does not exist",
                 "give a .toml path or a bundled name",
             )
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise MoesimError("serving_engine", f"cannot read {name_or_path}: {exc}") from exc
-        return _parse(text, name_or_path)
+        return _parse(read_text("--serving-engine", path, "serving-engine profile"), name_or_path)
     close = difflib.get_close_matches(name, known, n=2, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise MoesimError(
