@@ -23,7 +23,12 @@ from moesim.simulator.plan.layout import (
     moe_traffic,
 )
 from moesim.simulator.routing import IndependentRouting
-from moesim.simulator.routing.per_rank import rank_experts, rank_experts_from_loads, ranks_per_token
+from moesim.simulator.routing.per_rank import (
+    RankExperts,
+    rank_experts,
+    rank_experts_from_loads,
+    ranks_per_token,
+)
 from moesim.simulator.routing.placement import expert_to_rank, experts_per_rank
 
 UNIFORM = IndependentRouting()
@@ -219,6 +224,61 @@ def test_vectorised_over_the_batch_grid() -> None:
     # Monotone in the number of tokens.
     flat = rank_experts(UNIFORM, 128, 8, 1, np.arange(1, 40), ep=4)
     assert np.all(np.diff(flat.max_distinct) >= -1e-9)
+
+
+def _same_work(a: RankExperts, b: RankExperts) -> bool:
+    fields = ("mean_distinct", "max_distinct", "mean_tokens", "max_tokens", "total_distinct")
+    return all(np.allclose(getattr(a, f), getattr(b, f), rtol=1e-12, atol=0) for f in fields) and (
+        a.ranks_per_token == pytest.approx(b.ranks_per_token, rel=1e-12)
+    )
+
+
+@pytest.mark.parametrize("routing", [SKEWED, "typical"])
+def test_prepared_shapes_give_the_per_shape_figures(routing: object) -> None:
+    """A grid worked out at once (what a sweep does first) gives each shape's own figures, to rounding."""
+    from moesim.simulator.routing import typical_routing
+    from moesim.simulator.routing.per_rank import prepare_rank_experts
+
+    model = typical_routing(64, 4) if routing == "typical" else routing
+    shapes = [(b, t) for b in (1, 3, 16, 64) for t in (1, 2, 5)]
+    layers = (0, 1, 5) if routing == "typical" else (None,)
+    fresh = {
+        (b, t, layer): rank_experts(model, 64, 4, b, t, 8, "round-robin", layer)  # type: ignore[arg-type]
+        for b, t in shapes
+        for layer in layers
+    }
+    prepare_rank_experts(model, 64, 4, shapes, 8, "round-robin", layers)  # type: ignore[arg-type]
+    for (b, t, layer), want in fresh.items():
+        got = rank_experts(model, 64, 4, b, t, 8, "round-robin", layer)  # type: ignore[arg-type]
+        assert _same_work(got, want), (b, t, layer)
+    a_uniform_row = rank_experts(UNIFORM, 64, 4, 1, 1, ep=8)  # binomial rows beside exact ones
+    prepare_rank_experts(UNIFORM, 64, 4, [(1, 1), (2, 7)], 8)
+    assert _same_work(rank_experts(UNIFORM, 64, 4, 1, 1, ep=8), a_uniform_row)
+
+
+def test_a_sweep_times_every_multi_gpu_step_from_prepared_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`step_shapes` names every step a point times: once prepared, the points work nothing out again."""
+    from moesim.simulator.routing import per_rank
+    from moesim.simulator.scenario import Scenario
+    from moesim.simulator.speculative.point import prepare_points, speculative_point
+
+    model = _moe(n_experts=32)
+    calls: list[int] = []
+    closed_form = per_rank._closed_form
+    monkeypatch.setattr(per_rank, "_closed_form", lambda *a: calls.append(1) or closed_form(*a))
+    resolved = [
+        Scenario(model, "h200", batch=b, layout=ParallelLayout(4, 4, 4), serving_engine="vllm").resolve(
+            check_fit=False
+        )
+        for b in (1, 5, 40)
+    ]
+    prepare_points(resolved, [1, 3, 6])
+    prepared = len(calls)
+    assert prepared >= 1
+    for r in resolved:
+        for k in (1, 3, 6):
+            speculative_point(r, FastTimer(r.hardware), k)
+    assert len(calls) == prepared
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ engine and the fast path alike. With one GPU the plan is exactly `plan.styles.bu
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -35,7 +36,7 @@ from moesim.simulator.plan.layout import ParallelLayout, moe_traffic
 from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.routing.independent import IndependentRouting
-from moesim.simulator.routing.per_rank import RankExperts, rank_experts
+from moesim.simulator.routing.per_rank import RankExperts, prepare_rank_experts, rank_experts
 
 COMM_STREAM = 2
 COMM_PREFIX = "comm."
@@ -234,6 +235,22 @@ def step_collectives(
     return out
 
 
+def prepare_parallel_plans(
+    model: ModelSpec,
+    layout: ParallelLayout,
+    routing: RoutingModel | None,
+    shapes: Iterable[tuple[int, int]],
+) -> None:
+    """Work out the per-rank expert work of every (batch, tokens per sequence) step in `shapes` in one
+    vectorised pass, so that `build_parallel_plan` of any of them only looks it up (same figures)."""
+    if layout.is_single or not model.is_moe:
+        return
+    routing = routing or IndependentRouting()
+    moe_layers = [layer for layer, ffn in enumerate(model.layer_ffn) if ffn == "moe"]
+    layers = [None] if isinstance(routing, IndependentRouting) else moe_layers
+    prepare_rank_experts(routing, model.n_experts, model.top_k, shapes, layout.ep, layout.placement, layers)
+
+
 def build_parallel_plan(
     model: ModelSpec,
     batch: int,
@@ -348,6 +365,7 @@ __all__ = [
     "build_parallel_plan",
     "collective_name",
     "comm_kernel",
+    "prepare_parallel_plans",
     "rank_model",
     "step_collectives",
 ]

@@ -8,8 +8,9 @@ routing model.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +56,9 @@ class RankExperts:
         return np.asarray(self.max_distinct / np.maximum(self.mean_distinct, 1e-12))
 
 
+_ARRAY_FIELDS = ("mean_distinct", "max_distinct", "mean_tokens", "max_tokens", "total_distinct")
+
+
 def ranks_per_token(inclusion: np.ndarray, owner: np.ndarray, ep: int) -> float:
     """Expected distinct ranks a token's experts land on, Σ_r 1 − P(no expert of the token on r).
 
@@ -81,43 +85,54 @@ def _expected_max_discrete(pmfs: list[np.ndarray]) -> np.ndarray:
     return np.sum(1.0 - product[:, :-1], axis=1)
 
 
-def _poisson_binomial_pmf(hit: np.ndarray, uniform: bool) -> np.ndarray:
-    """pmf [m, n+1] of the number of successes among n independent Bernoulli(hit[:, j]) trials.
+def _poisson_binomial_pmf(hit: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+    """pmf [m, n+1] of the number of successes among n independent Bernoulli(hit[i, j]) trials.
 
-    `uniform`: every row's probabilities are (close to) equal, so the pmf is binomial with the first one's.
+    `uniform[i]`: row i's probabilities are (close to) equal, so its pmf is binomial with the first one's;
+    the other rows go through the exact recursion. Each row's pmf depends on that row alone.
     """
     m, n = hit.shape
-    if uniform:
-        from scipy import stats  # lazily: scipy.stats would slow every `moesim` start by ~1 s
-
-        return np.asarray(stats.binom.pmf(np.arange(n + 1)[None, :], n, hit[:, :1]))
     pmf = np.zeros((m, n + 1))
-    pmf[:, 0] = 1.0
-    miss = 1.0 - hit
-    for j in range(n):  # after j trials only counts 0..j can be non-zero: update those and count j+1
-        p, q = hit[:, j : j + 1], miss[:, j : j + 1]
-        pmf[:, 1 : j + 2] = pmf[:, 1 : j + 2] * q + pmf[:, : j + 1] * p
-        pmf[:, 0] *= q[:, 0]
+    if uniform.any():
+        from scipy.special import gammaln, xlog1py, xlogy  # lazily; lighter than scipy.stats (~0.25 s)
+
+        count = np.arange(n + 1, dtype=float)[None, :]
+        p = hit[uniform, :1]
+        log_choose = gammaln(n + 1.0) - gammaln(count + 1.0) - gammaln(n - count + 1.0)
+        pmf[uniform] = np.exp(log_choose + xlogy(count, p) + xlog1py(n - count, -p))
+    exact = ~uniform
+    if exact.any():
+        rows = np.zeros((int(exact.sum()), n + 1))
+        rows[:, 0] = 1.0
+        chosen = hit[exact]
+        miss = 1.0 - chosen
+        for j in range(n):  # after j trials only counts 0..j can be non-zero: update those and count j+1
+            p, q = chosen[:, j : j + 1], miss[:, j : j + 1]
+            rows[:, 1 : j + 2] = rows[:, 1 : j + 2] * q + rows[:, : j + 1] * p
+            rows[:, 0] *= q[:, 0]
+        pmf[exact] = rows
     return pmf
 
 
 def _rank_pmfs(hit: np.ndarray, members: list[np.ndarray]) -> list[np.ndarray]:
-    """Each rank's Poisson-binomial pmf of distinct experts, as `_poisson_binomial_pmf` of its columns gives.
+    """Each rank's Poisson-binomial pmf of distinct experts [m, n_r + 1], as `_poisson_binomial_pmf` of
+    its columns gives.
 
-    A rank whose probabilities are all close (np.allclose) is binomial. Ranks that hold equally many experts
-    and are alike in that are stacked into one call (one recursion instead of one per rank).
+    A row of a rank whose probabilities are all close (np.allclose's test) is binomial. Ranks that hold
+    equally many experts are stacked into one call (one recursion instead of one per rank).
     """
     m = hit.shape[0]
     pmfs: list[np.ndarray] = [np.empty(0)] * len(members)
-    groups: dict[tuple[int, bool], list[int]] = {}
+    groups: dict[int, list[int]] = {}
     first = np.empty(hit.shape[1], dtype=int)  # each expert's rank's first expert (np.allclose's test)
     for idx in members:
         first[idx] = idx[0] if idx.size else 0
     reference = hit[:, first]
     close = np.abs(hit - reference) <= 1e-8 + 1e-5 * np.abs(reference)
     for rank, idx in enumerate(members):
-        groups.setdefault((idx.size, bool(idx.size) and bool(close[:, idx].all())), []).append(rank)
-    for (_, uniform), ranks in groups.items():
+        groups.setdefault(idx.size, []).append(rank)
+    for size, ranks in groups.items():
+        uniform = np.concatenate([close[:, members[r]].all(axis=1) & (size > 0) for r in ranks])
         stacked = _poisson_binomial_pmf(np.concatenate([hit[:, members[r]] for r in ranks], axis=0), uniform)
         for i, rank in enumerate(ranks):
             pmfs[rank] = stacked[i * m : (i + 1) * m]
@@ -263,6 +278,89 @@ def _sampled_rank_experts(
     return rank_experts_from_loads(loads, expert_to_rank(n_experts, ep, placement), ep, top_k)
 
 
+# Per-shape results of `prepare_rank_experts`, keyed by (what the figures depend on, batch, tokens per sequence).
+_PREPARED: dict[tuple[object, ...], RankExperts] = {}
+_MAX_PREPARED = 1 << 16
+
+
+def _closed_form_key(
+    routing: RoutingModel, n_experts: int, top_k: int, layer: int | None
+) -> tuple[object, ...] | None:
+    """What the closed-form per-rank figures of one layer depend on besides the shape and the ranks (None:
+    the routing model has no closed form here and is sampled)."""
+    if isinstance(routing, IndependentRouting):
+        return ("independent", routing.popularity_alpha, routing.seed, n_experts, top_k)
+    if isinstance(routing, CorrelatedRouting):
+        params = routing.layer_params(layer)
+        if params.n_experts == n_experts and params.top_k == top_k:
+            return ("correlated", params, routing.seed, routing.distinct_layers)
+    return None
+
+
+def prepare_rank_experts(
+    routing: RoutingModel,
+    n_experts: int,
+    top_k: int,
+    shapes: Iterable[tuple[int, int]],
+    ep: int,
+    placement: Placement = "contiguous",
+    layers: Iterable[int | None] = (None,),
+) -> None:
+    """Work out `rank_experts` for many (batch, tokens per sequence) shapes at once, so that later calls for
+    any one of them are look-ups: one vectorised pass per distinct layer parameter set instead of one per
+    shape (a sweep knows every step shape it will time). The figures are those of the per-shape calls, up to
+    rounding. Routing models without a closed form are left to `rank_experts` (sampled per shape)."""
+    grid = sorted(set(shapes))
+    if not grid:
+        return
+    batches, tokens = (np.array(column, dtype=int) for column in zip(*grid, strict=True))
+    first_layer: dict[tuple[object, ...], int | None] = {}
+    for layer in layers:
+        key = _closed_form_key(routing, n_experts, top_k, layer)
+        if key is not None:
+            first_layer.setdefault(key, layer)
+    for key, layer in first_layer.items():
+        missing = [i for i, (b, t) in enumerate(grid) if (key, b, t, ep, placement) not in _PREPARED]
+        if not missing:
+            continue
+        work = _closed_form(
+            routing, n_experts, top_k, batches[missing], tokens[missing], ep, placement, layer
+        )
+        if len(_PREPARED) + len(missing) > _MAX_PREPARED:
+            _PREPARED.clear()
+        for row, index in enumerate(missing):
+            b, t = grid[index]
+            _PREPARED[key, b, t, ep, placement] = _map_arrays(work, lambda v, r=row: v[r : r + 1])
+
+
+def _closed_form(
+    routing: RoutingModel,
+    n_experts: int,
+    top_k: int,
+    batch: np.ndarray,
+    tokens_per_seq: np.ndarray,
+    ep: int,
+    placement: Placement,
+    layer: int | None,
+) -> RankExperts:
+    """Per-rank work of flat shape arrays by the closed form of independent or correlated routing."""
+    if isinstance(routing, IndependentRouting):
+        inclusion = _independent_inclusion(routing.popularity_alpha, routing.seed, n_experts, top_k)
+        return rank_experts_from_inclusion(
+            inclusion, batch * tokens_per_seq, expert_to_rank(n_experts, ep, placement), ep
+        )
+    assert isinstance(routing, CorrelatedRouting)
+    return _correlated_rank_experts(
+        routing.layer_params(layer),
+        routing.seed,
+        tuple(batch.tolist()),
+        tuple(tokens_per_seq.tolist()),
+        ep,
+        placement,
+        routing.distinct_layers,
+    )
+
+
 def rank_experts(
     routing: RoutingModel,
     n_experts: int,
@@ -283,24 +381,14 @@ def rank_experts(
     b, t = np.broadcast_arrays(np.asarray(batch, dtype=int), np.asarray(tokens_per_seq, dtype=int))
     if np.any(b < 1) or np.any(t < 1):
         raise MoesimError("batch", "batch and tokens per sequence must be ≥ 1")
-    owner = expert_to_rank(n_experts, ep, placement)
-    if isinstance(routing, IndependentRouting):
-        inclusion = _independent_inclusion(routing.popularity_alpha, routing.seed, n_experts, top_k)
-        result = rank_experts_from_inclusion(inclusion, (b * t).ravel(), owner, ep)
+    key = _closed_form_key(routing, n_experts, top_k, layer)
+    if key is not None:
+        if b.size == 1:
+            prepared = _PREPARED.get((key, int(b.flat[0]), int(t.flat[0]), ep, placement))
+            if prepared is not None:
+                return _reshape(prepared, b.shape)
+        result = _closed_form(routing, n_experts, top_k, b.ravel(), t.ravel(), ep, placement, layer)
         return _reshape(result, b.shape)
-    if isinstance(routing, CorrelatedRouting):
-        params = routing.layer_params(layer)
-        if params.n_experts == n_experts and params.top_k == top_k:
-            result = _correlated_rank_experts(
-                params,
-                routing.seed,
-                tuple(b.ravel().tolist()),
-                tuple(t.ravel().tolist()),
-                ep,
-                placement,
-                routing.distinct_layers,
-            )
-            return _reshape(result, b.shape)
     sample: Callable[..., RankExperts] = _sampled_rank_experts
     try:
         hash(routing)
@@ -310,25 +398,17 @@ def rank_experts(
         sample(routing, n_experts, top_k, int(bi), int(ti), ep, placement, layer, n_samples)
         for bi, ti in zip(b.ravel(), t.ravel(), strict=True)
     ]
-    stacked = RankExperts(
-        ranks=ep,
-        mean_distinct=np.concatenate([p.mean_distinct for p in parts]),
-        max_distinct=np.concatenate([p.max_distinct for p in parts]),
-        mean_tokens=np.concatenate([p.mean_tokens for p in parts]),
-        max_tokens=np.concatenate([p.max_tokens for p in parts]),
-        total_distinct=np.concatenate([p.total_distinct for p in parts]),
+    stacked = dataclasses.replace(
+        _map_arrays(parts[0], lambda _: np.empty(0)),
+        **{name: np.concatenate([getattr(p, name) for p in parts]) for name in _ARRAY_FIELDS},
         ranks_per_token=float(np.mean([p.ranks_per_token for p in parts])),
     )
     return _reshape(stacked, b.shape)
 
 
+def _map_arrays(work: RankExperts, change: Callable[[np.ndarray], np.ndarray]) -> RankExperts:
+    return dataclasses.replace(work, **{name: change(getattr(work, name)) for name in _ARRAY_FIELDS})
+
+
 def _reshape(result: RankExperts, shape: tuple[int, ...]) -> RankExperts:
-    return RankExperts(
-        ranks=result.ranks,
-        mean_distinct=result.mean_distinct.reshape(shape),
-        max_distinct=result.max_distinct.reshape(shape),
-        mean_tokens=result.mean_tokens.reshape(shape),
-        max_tokens=result.max_tokens.reshape(shape),
-        total_distinct=result.total_distinct.reshape(shape),
-        ranks_per_token=result.ranks_per_token,
-    )
+    return _map_arrays(result, lambda values: values.reshape(shape))

@@ -19,7 +19,7 @@ means the same in both. A step on a multi-GPU layout is the slowest rank's, coll
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,8 @@ from moesim.simulator.engines import overheads as ov
 from moesim.simulator.engines.profile import ServingEngineProfile
 from moesim.simulator.execution.launch import LaunchParams
 from moesim.simulator.execution.timer import StepTimer, TimedStep, time_parallel
-from moesim.simulator.plan.parallel import ParallelStep, build_parallel_plan
+from moesim.simulator.plan.layout import ParallelLayout
+from moesim.simulator.plan.parallel import ParallelStep, build_parallel_plan, prepare_parallel_plans
 from moesim.simulator.plan.step import StepPlan
 from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.scenario import ResolvedScenario
@@ -276,6 +277,29 @@ def engine_point(
     )
 
 
+def step_shapes(
+    profile: ServingEngineProfile, batch: int, draft_lens: Iterable[int], requested_launch: str
+) -> set[tuple[int, int]]:
+    """The (rows, tokens per row) of every kernel-stream step `engine_point` times at `batch` over
+    `draft_lens`: the steps asked for and the padded ones the engine runs."""
+    asked = {(batch, 1)} | {ov.verify_shape(profile.drafter, batch, k) for k in draft_lens}
+    return asked | {
+        (ov.padded_sequences(profile, rows, tokens, requested_launch), tokens) for rows, tokens in asked
+    }
+
+
+def prepare_points(resolved: Sequence[ResolvedScenario], draft_lens: Sequence[int]) -> None:
+    """Before a sweep times the points of one model at several batches × `draft_lens`: work out what their
+    steps share (the per-rank expert work of multi-GPU steps) in one vectorised pass per layout."""
+    by_layout: dict[ParallelLayout, tuple[ResolvedScenario, set[tuple[int, int]]]] = {}
+    for r in resolved:
+        first, shapes = by_layout.setdefault(r.layout, (r, set()))
+        assert first.model is r.model, "prepare_points takes one model's scenarios"
+        shapes.update(step_shapes(r.serving_engine, r.batch, draft_lens, r.launch))
+    for layout, (r, shapes) in by_layout.items():
+        prepare_parallel_plans(r.model, layout, r.routing, shapes)
+
+
 def speculative_point(
     resolved: ResolvedScenario,
     timer: StepTimer,
@@ -299,7 +323,9 @@ __all__ = [
     "TimedPlan",
     "engine_point",
     "engine_step",
+    "prepare_points",
     "scenario_timers",
     "speculative_point",
+    "step_shapes",
     "time_step",
 ]

@@ -25,7 +25,7 @@ from moesim.simulator.plan.styles import engine_style
 from moesim.simulator.scenario import Scenario, resolve_hardware, resolve_routing
 from moesim.simulator.speculative.acceptance import peak_batch
 from moesim.simulator.speculative.drafters import parse_drafter
-from moesim.simulator.speculative.point import scenario_timers, speculative_point
+from moesim.simulator.speculative.point import prepare_points, scenario_timers, speculative_point
 
 ROW_FIELDS = (
     "model",
@@ -162,18 +162,21 @@ def run_sweep(
         routing = resolve_routing(model, base.routing, base.overlap, base.baseline_overlap)
         check_memory(routing, max_k + 1, base.max_memory_gb, f"{model.name} with draft length {max_k}")
         descriptions[model.name] = routing.description
+        resolved_batches = []
         for batch in batches:
             check_step_inputs(model, batch, max_k + 1, base.context_len)
             scenario = base.replace(model=model, batch=batch, routing=routing)
             try:
-                resolved = scenario.resolve(check_fit=check_fit)
+                resolved_batches.append(scenario.resolve(check_fit=check_fit))
             except MoesimError as error:
                 if not check_fit:
                     raise
                 skipped.append({"model": model.name, "batch": batch, "reason": error.problem})
                 if progress:
                     progress(len(draft_lens))
-                continue
+        prepare_points(resolved_batches, draft_lens)
+        for resolved in resolved_batches:
+            batch = resolved.batch
             timers = scenario_timers(resolved, timer)
             layout = resolved.layout
             for k in draft_lens:
