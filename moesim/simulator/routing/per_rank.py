@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -330,7 +332,7 @@ def prepare_rank_experts(
             _PREPARED.clear()
         for row, index in enumerate(missing):
             b, t = grid[index]
-            _PREPARED[key, b, t, ep, placement] = _map_arrays(work, lambda v, r=row: v[r : r + 1])
+            _PREPARED[key, b, t, ep, placement] = _map_arrays(work, operator.itemgetter(slice(row, row + 1)))
 
 
 def _closed_form(
@@ -398,16 +400,18 @@ def rank_experts(
         sample(routing, n_experts, top_k, int(bi), int(ti), ep, placement, layer, n_samples)
         for bi, ti in zip(b.ravel(), t.ravel(), strict=True)
     ]
-    stacked = dataclasses.replace(
-        _map_arrays(parts[0], lambda _: np.empty(0)),
-        **{name: np.concatenate([getattr(p, name) for p in parts]) for name in _ARRAY_FIELDS},
-        ranks_per_token=float(np.mean([p.ranks_per_token for p in parts])),
+    arrays: dict[str, Any] = {
+        name: np.concatenate([getattr(p, name) for p in parts]) for name in _ARRAY_FIELDS
+    }
+    stacked = RankExperts(
+        ranks=ep, ranks_per_token=float(np.mean([p.ranks_per_token for p in parts])), **arrays
     )
     return _reshape(stacked, b.shape)
 
 
 def _map_arrays(work: RankExperts, change: Callable[[np.ndarray], np.ndarray]) -> RankExperts:
-    return dataclasses.replace(work, **{name: change(getattr(work, name)) for name in _ARRAY_FIELDS})
+    arrays: dict[str, Any] = {name: change(getattr(work, name)) for name in _ARRAY_FIELDS}
+    return dataclasses.replace(work, **arrays)
 
 
 def _reshape(result: RankExperts, shape: tuple[int, ...]) -> RankExperts:
