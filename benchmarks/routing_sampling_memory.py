@@ -52,7 +52,7 @@ def banks() -> None:
         sample_sequences(layer, bank_parents(tokens), BANK_SEQUENCES, np.random.default_rng(0))
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-        estimate = bank_bytes(n, tokens)
+        estimate = bank_bytes(n, tokens, 8)
         print(f"{n:12d} {tokens:6d} {peak / 1e6:9.1f} {estimate / 1e6:12.1f} {peak / estimate:5.2f}")
 
 

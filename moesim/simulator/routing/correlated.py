@@ -195,7 +195,8 @@ class _LayerSampler:
         sigma, share = layer.sigma, layer.sequence_share
         self.sequence_part = 0.0 if sequence_noise is None else sigma * np.sqrt(share) * sequence_noise
         self.token_scale = sigma * np.sqrt(1.0 - share)
-        self.needed = set(parents)
+        # A token's latent state is kept until its last child is drawn (a chain keeps one at a time).
+        self.last_child = {parent: child for child, parent in enumerate(parents) if parent >= 0}
         self.states: dict[int, np.ndarray] = {}
         self.out = np.empty((n_sequences, len(parents), layer.top_k), dtype=np.int32)
 
@@ -208,8 +209,10 @@ class _LayerSampler:
             state = (
                 noise if parent < 0 or rho == 0 else rho * self.states[parent] + np.sqrt(1 - rho**2) * noise
             )
-            if t in self.needed:
+            if t in self.last_child:
                 self.states[t] = state
+            if self.last_child.get(parent) == t:
+                del self.states[parent]
             logits += self.token_scale * state
         if layer.group_limited:
             group_size = layer.n_experts // layer.n_groups
@@ -291,18 +294,18 @@ def bank_parents(tokens: int) -> tuple[int, ...]:
     return chain_parents(bank_tokens(tokens))
 
 
-BANK_STATE_COPIES_PER_TOKEN = 2.1
-BANK_FIXED_COPIES = 10
-"""Peak memory of sampling a bank, in float32 [BANK_SEQUENCES, n_experts] arrays: about 2.1 per token (the
-latent state kept for every parent, and its temporaries) plus 10 (logits, noise, partitions); measured with
-tracemalloc by benchmarks/routing_sampling_memory.py (peak ÷ estimate 0.90–0.98 over 17–1024 tokens,
+BANK_FIXED_COPIES = 13
+"""Peak memory of sampling a bank beyond its expert ids, in float32 [BANK_SEQUENCES, n_experts] arrays:
+logits, noise, partitions and the latent states still awaited by a child (one at a time along a chain);
+measured with tracemalloc by benchmarks/routing_sampling_memory.py (12.0–13.0 over 4–1024 tokens and
 128–8192 experts)."""
 
 
-def bank_bytes(n_experts: int, tokens: int) -> int:
-    """Estimated peak memory of sampling the bank for chains of `tokens` tokens over `n_experts` experts."""
-    copies = BANK_STATE_COPIES_PER_TOKEN * bank_tokens(tokens) + BANK_FIXED_COPIES
-    return int(BANK_SEQUENCES * n_experts * 4 * copies)
+def bank_bytes(n_experts: int, tokens: int, top_k: int) -> int:
+    """Estimated peak memory of sampling the bank for chains of `tokens` tokens over `n_experts` experts:
+    the fixed working arrays plus the int32 expert ids [BANK_SEQUENCES, bank tokens, top_k] it keeps."""
+    ids = BANK_SEQUENCES * bank_tokens(tokens) * top_k * 4
+    return int(BANK_SEQUENCES * n_experts * 4 * BANK_FIXED_COPIES + ids)
 
 
 @dataclass(frozen=True)
@@ -336,7 +339,7 @@ class CorrelatedRouting:
 
     def sampling_bytes(self, tokens_per_seq: int) -> int:
         """Estimated peak memory of the sampling a step of `tokens_per_seq` tokens per sequence needs."""
-        return bank_bytes(self.n_experts, tokens_per_seq)
+        return bank_bytes(self.n_experts, tokens_per_seq, self.top_k)
 
     @property
     def top_k(self) -> int:

@@ -43,7 +43,7 @@ def typical_overlaps(layer: LayerRouting, distances: int = 16, n_sequences: int 
     )
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=1024)  # a screen meets every (N, k) of its space
 def typical_routing(n_experts: int, top_k: int, n_groups: int = 1, topk_groups: int = 1) -> CorrelatedRouting:
     """The documented default for models without traces (see the module docstring for its numbers)."""
     baseline = min(TYPICAL_BASELINE_PER_CHANCE * top_k / n_experts, 1.0)
