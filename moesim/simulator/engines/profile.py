@@ -13,6 +13,7 @@ simulator's kernel stream as it is).
 from __future__ import annotations
 
 import difflib
+import functools
 import itertools
 import math
 import os
@@ -151,7 +152,7 @@ class ServingEngineProfile:
     fitted: dict[str, float] = field(default_factory=dict)
     fit_quality: dict[str, dict[str, float]] = field(default_factory=dict)
 
-    @property
+    @functools.cached_property
     def effective_host(self) -> HostCosts:
         """The host costs in force: documented defaults with fitted values applied over them."""
         return replace(self.host, **self.fitted)

@@ -22,6 +22,7 @@ engine and the fast path alike. With one GPU the plan is exactly `plan.styles.bu
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -43,8 +44,10 @@ COMM_PREFIX = "comm."
 FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128  # FP8 values plus one fp32 scale per 128 (DeepEP's FP8 dispatch)
 
 
+@functools.lru_cache(maxsize=256)
 def rank_model(model: ModelSpec, layout: ParallelLayout) -> ModelSpec:
-    """The slice of `model` one rank holds: tensor-parallel dimensions divided, replicated parts whole."""
+    """The slice of `model` one rank holds: tensor-parallel dimensions divided, replicated parts whole
+    (cached: every step of a sweep on one layout asks for the same slice)."""
     if layout.is_single:
         return model
     tp = layout.tp
