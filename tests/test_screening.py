@@ -261,6 +261,24 @@ def test_cli_json_csv_and_plot(tmp_path: Path) -> None:
     assert (tmp_path / "s.csv").read_text().startswith("design,label,")
 
 
+def test_cli_serving_engine_and_step_flags_reach_the_screen() -> None:
+    """Every step and SD flag shared with sweep is the screen's too (--serving-engine was once ignored)."""
+    common = ["--model", BASE, "--experts", "64", "--batch", "1", "--draft-len", "1,3", "--workers", "1"]
+
+    def first(*extra: str) -> dict:
+        out = CliRunner().invoke(screen_command, [*common, *extra, "--json"])
+        assert out.exit_code == 0, out.output
+        data = json.loads(out.output)
+        return {**data["assumptions"], **data["designs"][0]["batches"][0]}
+
+    ideal, vllm = first(), first("--serving-engine", "vllm")
+    assert (ideal["serving_engine"], vllm["serving_engine"]) == ("ideal", "vllm")
+    assert vllm["speedup"] != ideal["speedup"]
+    assert first("--context-len", "8192")["decode_step_s"] > ideal["decode_step_s"]
+    out = CliRunner().invoke(screen_command, [*common, "--max-memory-gb", "0.0001"])
+    assert out.exit_code == 2 and "max-memory-gb" in out.output
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

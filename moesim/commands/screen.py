@@ -16,7 +16,7 @@ from moesim.commands.common import (
     parse_int_list,
 )
 from moesim.commands.parallel_options import layout_from_kwargs, parallel_options
-from moesim.commands.simulate import sd_options, step_options
+from moesim.commands.simulate import scenario_from_flags, sd_options, step_options
 from moesim.errors import MoesimError
 from moesim.simulator.models.spec import OVERRIDE_OPTIONS
 from moesim.simulator.screening.backends import BACKENDS
@@ -194,7 +194,6 @@ def screen_command(**options: Any) -> None:
 def _scenario(options: dict[str, Any]) -> tuple[Any, list[Any], list[Any], Any]:
     """Flags → base model, designs, constraints and settings (the library owns every default)."""
     from moesim.simulator.models.catalogue import load_model
-    from moesim.simulator.scenario import Scenario
     from moesim.simulator.screening.constraints import Constraint
     from moesim.simulator.screening.evaluate import ScreenSettings
     from moesim.simulator.screening.space import grid, parse_values, read_designs, sample
@@ -234,20 +233,7 @@ def _scenario(options: dict[str, Any]) -> tuple[Any, list[Any], list[Any], Any]:
     if options["address"] and options["backend"] != "ray":
         raise MoesimError("--address", "is for --backend ray")
     settings = ScreenSettings(
-        Scenario(
-            base,
-            options["hardware"],
-            context_len=options["context_len"],
-            engine=options["engine"],
-            launch=options["launch"],
-            routing=options["routing_spec"],
-            overlap=options["overlap"],
-            baseline_overlap=options["baseline_overlap"],
-            layout=layout_from_kwargs(options),
-            drafter=options["drafter"],
-            acceptance=options["acceptance"],
-            acceptance_length=options["acceptance_length"],
-        ),
+        scenario_from_flags(base, options["hardware"], options, layout=layout_from_kwargs(options)),
         batches=tuple(sorted(set(parse_int_list("--batch", options["batches"])))),
         draft_lens=tuple(sorted(set(parse_int_list("--draft-len", options["draft_lens"])))),
     )
@@ -274,7 +260,11 @@ def _print(result: Any, top: int) -> None:
     )
     for statement in result.constraints:
         console.print(f"  constraint: {statement}")
-    console.print(f"  routing: {result.assumptions['routing']}; drafter {result.assumptions['drafter']}")
+    a = result.assumptions
+    console.print(
+        f"  routing: {a['routing']}; drafter {a['drafter']}; serving engine {a['serving_engine']} "
+        f"({a['serving_engine_provenance']})"
+    )
     by_index = result.by_index()
     small, large = min(settings.batches), max(settings.batches)
 

@@ -143,6 +143,30 @@ def sd_options(func: F) -> F:
     return apply_options(func, options)
 
 
+# What the flags of `step_options` and `sd_options` name in a Scenario (flag keyword → Scenario field).
+SCENARIO_FLAGS = {
+    "context_len": "context_len",
+    "engine": "engine",
+    "launch": "launch",
+    "routing_spec": "routing",
+    "overlap": "overlap",
+    "baseline_overlap": "baseline_overlap",
+    "drafter": "drafter",
+    "acceptance": "acceptance",
+    "acceptance_length": "acceptance_length",
+    "serving_engine": "serving_engine",
+    "max_memory_gb": "max_memory_gb",
+}
+
+
+def scenario_from_flags(spec: Any, hardware: Any, flags: dict[str, Any], **fields: Any) -> Any:
+    """The Scenario the step and SD flags in `flags` describe, for `spec` on `hardware`, with `fields`
+    (batch, draft length, layout) as the command gives them: one place for every command."""
+    from moesim.simulator.scenario import Scenario
+
+    return Scenario(spec, hardware, **{name: flags[key] for key, name in SCENARIO_FLAGS.items()}, **fields)
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3f}"
 
@@ -180,52 +204,24 @@ def simulate_command(
     hardware: str,
     batch: int,
     draft_len: int,
-    context_len: int,
-    launch: str | None,
-    max_memory_gb: float,
-    engine: str,
-    serving_engine: str,
-    routing_spec: str | None,
-    overlap: str | None,
-    baseline_overlap: float | None,
-    drafter: str,
-    acceptance: float | None,
-    acceptance_length: float | None,
     timeline: bool,
     as_json: bool,
-    **overrides: Any,
+    **flags: Any,
 ) -> None:
     """Simulate a decode step and a verification step of K draft tokens, and the SD speedup they imply.
 
     Example: moesim simulate --model qwen3-30b-a3b --hardware h200 --batch 1 --draft-len 3
     """
     from moesim.simulator.hardware.profile import load_profile
-    from moesim.simulator.scenario import Scenario
     from moesim.simulator.simulate import simulate
 
-    request = layout_from_kwargs(overrides)
-    spec = resolve_model(model_name, model_config, overrides)
+    request = layout_from_kwargs(flags)
+    spec = resolve_model(model_name, model_config, flags)
     profile = load_profile(hardware)
     result = simulate(
-        Scenario(
-            spec,
-            profile,
-            batch,
-            draft_len,
-            context_len=context_len,
-            engine=engine,
-            launch=launch,
-            routing=routing_spec,
-            overlap=overlap,
-            baseline_overlap=baseline_overlap,
-            layout=request,
-            drafter=drafter,
-            acceptance=acceptance,
-            acceptance_length=acceptance_length,
-            serving_engine=serving_engine,
-            max_memory_gb=max_memory_gb,
-        )
+        scenario_from_flags(spec, profile, flags, batch=batch, draft_len=draft_len, layout=request)
     )
+    engine, launch, context_len = flags["engine"], flags["launch"], flags["context_len"]
     data = result.to_json(timeline)
     if as_json:
         emit_json(data)
@@ -363,23 +359,12 @@ def sweep_command(
     hardware: str,
     batches: str,
     draft_lens: str,
-    context_len: int,
-    launch: str | None,
-    max_memory_gb: float,
-    engine: str,
-    serving_engine: str,
-    routing_spec: str | None,
-    overlap: str | None,
-    baseline_overlap: float | None,
-    drafter: str,
-    acceptance: float | None,
-    acceptance_length: float | None,
     max_configs: int,
     csv_path: str | None,
     plot_path: str | None,
     as_json: bool,
     workers: int,
-    **parallel_flags: Any,
+    **flags: Any,
 ) -> None:
     """SD speedup over models × batch sizes × draft lengths (closed-form fast path), with peaks and a plot.
 
@@ -393,7 +378,6 @@ def sweep_command(
     from moesim.simulator.bounds import check_configs
     from moesim.simulator.hardware.profile import load_profile
     from moesim.simulator.models.catalogue import load_model
-    from moesim.simulator.scenario import Scenario
     from moesim.simulator.simulate import model_list
     from moesim.simulator.speculative.plots import plot_sweep
     from moesim.simulator.speculative.sweep import run_sweep
@@ -407,30 +391,16 @@ def sweep_command(
         check_output_path("--csv", csv_path)
     if plot_path:
         check_plot_path("--plot", plot_path)
-    request = layout_from_kwargs(parallel_flags)
+    request = layout_from_kwargs(flags)
     batch_list = parse_int_list("--batch", batches)
     k_list = parse_int_list("--draft-len", draft_lens)
     names = model_list(model_names) + model_list(model_configs)
     if not names:
         raise MoesimError("--model", "needs at least one model name (or all), or --model-config PATH")
-    specs = [with_override_flags(load_model(str(name)), parallel_flags) for name in names]
+    specs = [with_override_flags(load_model(str(name)), flags) for name in names]
     profile = load_profile(hardware)
-    base = Scenario(
-        specs[0],
-        profile,
-        context_len=context_len,
-        engine=engine,
-        launch=launch,
-        routing=routing_spec,
-        overlap=overlap,
-        baseline_overlap=baseline_overlap,
-        layout=request,
-        drafter=drafter,
-        acceptance=acceptance,
-        acceptance_length=acceptance_length,
-        serving_engine=serving_engine,
-        max_memory_gb=max_memory_gb,
-    )
+    base = scenario_from_flags(specs[0], profile, flags, layout=request)
+    engine, context_len = flags["engine"], flags["context_len"]
     total = len(specs) * len(batch_list) * len(k_list)
     check_configs(total, max_configs)
     with progress("sweep", total) as advance:
