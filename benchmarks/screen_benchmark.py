@@ -3,13 +3,16 @@
 Usage: python3 benchmarks/screen_benchmark.py [--designs 100,1000,10000] [--backends local,ray] [--workers 2]
 The designs: qwen3-30b-a3b with experts, top-k, shared experts, layers, KV heads and weight format varied
 (12,960 combinations, sampled with seed 0), expert width solved so active parameters equal the base
-model's. Each size is a fresh run (new worker processes, so routing banks are rebuilt): the figure includes
-the pool's or Ray's start-up, which is what a user pays. Ray runs a local cluster with `--workers` CPUs.
+model's. Each size is a fresh run with new worker processes (a new pool, or a new local Ray with `--workers`
+CPUs), so routing banks are rebuilt: the figure includes the workers' start-up, which is what a user pays.
+Ray's own start-up (`ray.init`) is timed apart. The steady rate between two sizes (extra designs ÷ extra
+seconds) is what each further design costs once the fixed part is paid.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -43,24 +46,35 @@ def main() -> None:
     axes = {field: parse_values(field, text) for field, text in AXES.items()}
     settings = ScreenSettings(Scenario(base, "h200"), batches=(1, 4, 16, 64), draft_lens=(1, 2, 3, 4))
     constraint = Constraint("active-params", free_field="expert_width", multiple=16)
+    sizes = [int(part) for part in args.designs.split(",")]
     print(f"base {base.name}, H200, batches 1,4,16,64 × draft lengths 1-4, {args.workers} workers")
     for backend in args.backends.split(","):
-        if backend == "ray":
-            import ray
-
-            ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
-        for n in (int(part) for part in args.designs.split(",")):
+        runs: list[tuple[int, float]] = []
+        for n in sizes:
             designs = sample(axes, n, seed=0)
-            start = time.perf_counter()
-            result = screen(base, designs, settings, [constraint], backend=backend, workers=args.workers)
-            wall = time.perf_counter() - start
+            startup = ""
+            if backend == "ray":
+                import ray
+
+                start = time.perf_counter()
+                ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
+                startup = f" (+ {time.perf_counter() - start:.1f} s ray.init)"
+            try:
+                start = time.perf_counter()
+                result = screen(base, designs, settings, [constraint], backend=backend, workers=args.workers)
+                wall = time.perf_counter() - start
+            finally:
+                if backend == "ray":
+                    ray.shutdown()
             evaluated = len(result.results)
+            runs.append((evaluated, wall))
             print(
                 f"{backend:5s} {n:6d} designs ({evaluated} evaluated, {len(result.dropped)} dropped): "
-                f"{wall:7.1f} s, {evaluated / wall:6.1f} designs/s, {evaluated * 16 / wall:7.0f} SD points/s"
+                f"{wall:7.1f} s{startup}, {evaluated / wall:6.1f} designs/s, "
+                f"{evaluated * 16 / wall:7.0f} SD points/s"
             )
-        if backend == "ray":
-            ray.shutdown()
+        for (n0, wall0), (n1, wall1) in itertools.pairwise(runs):
+            print(f"{backend:5s} steady {n0}→{n1}: {(n1 - n0) / (wall1 - wall0):6.1f} designs/s")
 
 
 if __name__ == "__main__":

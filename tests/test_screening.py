@@ -4,6 +4,7 @@ designs, the base design reproducing `simulate`, identical tables from every bac
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from moesim.commands.screen import screen_command
 from moesim.errors import MoesimError
 from moesim.simulator.models.spec import param_counts
 from moesim.simulator.scenario import Scenario
-from moesim.simulator.screening.backends import run_local
+from moesim.simulator.screening.backends import chunked, run_local, run_ray
 from moesim.simulator.screening.constraints import Constraint, apply_constraints
 from moesim.simulator.screening.evaluate import ScreenSettings, make_tasks
 from moesim.simulator.screening.pareto import pareto_front, ranking
@@ -26,6 +27,7 @@ from moesim.simulator.screening.screen import screen
 from moesim.simulator.screening.space import Design, grid, parse_values, read_designs, sample
 from tests.core_fixtures import h200, model
 
+ROOT = Path(__file__).resolve().parents[1]
 BASE = "qwen3-30b-a3b"
 BATCHES = (1, 8)
 KS = (1, 3)
@@ -204,6 +206,38 @@ def test_a_process_pool_gives_the_same_table_as_one_process(small_screen) -> Non
     assert pooled == small_screen.results
 
 
+@pytest.fixture
+def local_ray():  # type: ignore[no-untyped-def]
+    """A local Ray with two CPUs in this process (skips without Ray), shut down after the test."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_gives_the_same_results_as_a_process_pool_for_many_chunks(local_ray) -> None:  # type: ignore[no-untyped-def]
+    # Many chunks and no progress callback: each chunk must be fetched once (it once looped on a done one).
+    base = model(BASE)
+    designs = grid(
+        {
+            "n_experts": [16, 32, 64, 128, 256],
+            "top_k": [1, 2, 4, 8],
+            "num_kv_heads": [2, 4, 8],
+            "n_shared_experts": [0, 1],
+        }
+    )
+    kept = apply_constraints(base, designs, [Constraint("active-params", "expert-width", multiple=16)]).kept
+    tasks = make_tasks(base, kept)
+    assert len(tasks) >= 100 and len(chunked(tasks, 2)) > 2
+    on_ray = run_ray(quick_settings(), tasks, workers=2)
+    assert on_ray == run_local(quick_settings(), tasks, workers=2)
+    assert [r.index for r in on_ray] == [task.design.index for task in tasks]
+    moved: list[int] = []
+    run_ray(quick_settings(), tasks[:20], progress=moved.append, workers=2)
+    assert sum(moved) == 20
+    assert local_ray.is_initialized()  # a Ray it did not start is left running
+
+
 def test_ray_gives_the_same_table_as_the_local_backend(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     args = [
@@ -213,14 +247,17 @@ def test_ray_gives_the_same_table_as_the_local_backend(tmp_path: Path) -> None:
     ]  # fmt: skip
     local = CliRunner().invoke(screen_command, args)
     assert local.exit_code == 0, local.output
-    # Ray in its own process (a local Ray with two CPUs, started by --backend ray --workers 2), as a user
-    # runs it; inside pytest's process Ray's result fetching can stall.
+    # The CLI in its own process, as a user runs it: it starts a local Ray with two CPUs and shuts it down.
     ray_run = subprocess.run(
         [sys.executable, "-c", "from moesim.cli import main; main()", "screen", *args, "--backend", "ray"],
         capture_output=True,
         text=True,
         timeout=600,
         cwd=tmp_path,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        },
     )
     assert ray_run.returncode == 0, ray_run.stderr[-2000:]
     assert json.loads(ray_run.stdout) == json.loads(local.output)

@@ -83,26 +83,30 @@ def run_ray(
     workers: int | None = None,
 ) -> list[DesignResult]:
     """Ray tasks, one per chunk, on the cluster at `address` (None: the running Ray, or a new local one
-    with `workers` CPUs)."""
+    with `workers` CPUs). A Ray this call starts (or joins) it shuts down (or leaves) when done."""
     from moesim.simulator.screening.evaluate import evaluate_chunk
 
     ray = _ray()
-    if not ray.is_initialized():
+    started = not ray.is_initialized()
+    if started:
         local_cpus = workers if address is None else None
         ray.init(address=address, num_cpus=local_cpus, include_dashboard=False, log_to_driver=False)
-    cpus = int(ray.cluster_resources().get("CPU", 1))
-    remote = ray.remote(num_cpus=1)(evaluate_chunk)
-    shared = ray.put(settings)
-    pending = {}
-    for chunk in chunked(tasks, workers or cpus):
-        pending[remote.remote(shared, chunk)] = len(chunk)
-    results: list[DesignResult] = []
-    while pending:
-        done, _ = ray.wait(list(pending), num_returns=1)
-        for ref in done:
-            results.extend(ray.get(ref))
-            if progress:
-                progress(pending.pop(ref))
+    try:
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        remote = ray.remote(num_cpus=1)(evaluate_chunk)
+        shared = ray.put(settings)
+        sizes = {remote.remote(shared, chunk): len(chunk) for chunk in chunked(tasks, workers or cpus)}
+        results: list[DesignResult] = []
+        pending = list(sizes)
+        while pending:  # ray.wait hands back the refs not yet done: each chunk is fetched exactly once
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                results.extend(ray.get(ref))
+                if progress:
+                    progress(sizes[ref])
+    finally:
+        if started:
+            ray.shutdown()
     return sorted(results, key=lambda r: r.index)
 
 
