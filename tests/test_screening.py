@@ -112,6 +112,20 @@ def test_filter_constraint_drops_off_target_designs_with_a_reason() -> None:
     assert all("active-params" in str(entry["reason"]) for entry in out.dropped)
 
 
+def test_progress_counts_every_design_dropped_ones_included() -> None:
+    moved: list[int] = []
+    designs = grid({"top_k": [4, 8, 16]})  # two of three dropped by the constraint
+    result = screen(
+        model(BASE),
+        designs,
+        quick_settings(),
+        [Constraint("active-params")],
+        workers=1,
+        progress=moved.append,
+    )
+    assert len(result.results) == 1 and sum(moved) == len(designs)
+
+
 def test_invalid_designs_are_dropped_not_fatal() -> None:
     out = apply_constraints(model(BASE), grid({"n_experts": [4, 64], "top_k": [8]}), [])
     assert [d.as_dict()["n_experts"] for d, _, _ in out.kept] == [64]

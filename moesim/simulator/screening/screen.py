@@ -131,7 +131,8 @@ def screen(
     address: str | None = None,
     progress: Progress | None = None,
 ) -> ScreenResult:
-    """Evaluate `designs` around `base` under `settings`, keeping only those meeting `constraints`."""
+    """Evaluate `designs` around `base` under `settings`, keeping only those meeting `constraints`.
+    `progress(n)` is called as designs are done, dropped ones included, so the calls sum to len(designs)."""
     objective = check_objective(objective or f"speedup@{min(settings.batches)}", settings.batches)
     constrained = apply_constraints(base, designs, constraints)
     dropped: list[dict[str, Any]] = list(constrained.dropped)
@@ -143,6 +144,8 @@ def screen(
             dropped.append({"design": design.index, "label": design.label(), "reason": str(problem)})
             continue
         kept.append((design, spec, solved))
+    if progress and dropped:  # designs dropped before evaluation are done too: the bar reaches its total
+        progress(len(dropped))
     results = run_backend(
         backend,
         settings,
