@@ -9,6 +9,7 @@ during evaluation, by the same check `sweep` applies). Every dropped design keep
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -96,19 +97,32 @@ def _solve(
     def build(units: int) -> ModelSpec:
         return apply_overrides(base, {**overrides, free: units * constraint.multiple})
 
+    counts: dict[int, int] = {}
+
+    def counted(units: int) -> int:
+        if units not in counts:
+            counts[units] = count(build(units))
+        return counts[units]
+
     base_value = int(getattr(base, free, 0) or 0)
     high = max(1, (SEARCH_FACTOR * max(base_value, 1)) // constraint.multiple)
     low = 1
-    if count(build(high)) < target:
+    if counted(high) < target:
         raise MoesimError(free, f"no value up to {high * constraint.multiple} reaches the target")
+    # Counts are affine in most free fields (widths, counts): try the secant's answer first and keep it
+    # if it is the smallest value reaching the target; otherwise bisect for that value.
+    if high > 1 and counted(high) > counted(1):
+        guess = math.ceil(1 + (target - counted(1)) * (high - 1) / (counted(high) - counted(1)))
+        if 1 <= guess <= high and counted(guess) >= target and (guess == 1 or counted(guess - 1) < target):
+            low = high = guess
     while low < high:  # smallest units with count ≥ target
         mid = (low + high) // 2
-        if count(build(mid)) >= target:
+        if counted(mid) >= target:
             high = mid
         else:
             low = mid + 1
     candidates = [low] if low == 1 else [low - 1, low]
-    best = min(candidates, key=lambda units: abs(count(build(units)) - target))
+    best = min(candidates, key=lambda units: abs(counted(units) - target))
     return best * constraint.multiple, build(best)
 
 
