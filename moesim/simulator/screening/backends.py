@@ -83,14 +83,19 @@ def run_ray(
     workers: int | None = None,
 ) -> list[DesignResult]:
     """Ray tasks, one per chunk, on the cluster at `address` (None: the running Ray, or a new local one
-    with `workers` CPUs). A Ray this call starts (or joins) it shuts down (or leaves) when done."""
+    with `workers` CPUs). A Ray this call starts (or joins) it shuts down (or leaves) when done. Joining a
+    cluster ships this moesim package to its workers (Ray's `py_modules`); its dependencies (numpy, scipy,
+    simpy) must be installed there."""
     from moesim.simulator.screening.evaluate import evaluate_chunk
 
     ray = _ray()
     started = not ray.is_initialized()
-    if started:
-        local_cpus = workers if address is None else None
-        ray.init(address=address, num_cpus=local_cpus, include_dashboard=False, log_to_driver=False)
+    if started and address is None:
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    elif started:  # a cluster's workers run this driver's moesim, shipped with the job (same figures)
+        import moesim
+
+        ray.init(address=address, runtime_env={"py_modules": [moesim]}, log_to_driver=False)
     try:
         cpus = int(ray.cluster_resources().get("CPU", 1))
         remote = ray.remote(num_cpus=1)(evaluate_chunk)
