@@ -289,15 +289,15 @@ def step_shapes(
 
 
 def prepare_points(resolved: Sequence[ResolvedScenario], draft_lens: Sequence[int]) -> None:
-    """Before a sweep times the points of one model at several batches × `draft_lens`: work out what their
-    steps share (the per-rank expert work of multi-GPU steps) in one vectorised pass per layout."""
-    by_layout: dict[ParallelLayout, tuple[ResolvedScenario, set[tuple[int, int]]]] = {}
+    """Before a sweep times the points of these scenarios (a model at several batches) × `draft_lens`: work
+    out what their steps share (the per-rank expert work of multi-GPU steps) in one vectorised pass per
+    model, routing and layout."""
+    groups: dict[tuple[int, int, ParallelLayout], tuple[ResolvedScenario, set[tuple[int, int]]]] = {}
     for r in resolved:
-        first, shapes = by_layout.setdefault(r.layout, (r, set()))
-        assert first.model is r.model, "prepare_points takes one model's scenarios"
+        _, shapes = groups.setdefault((id(r.model), id(r.routing), r.layout), (r, set()))
         shapes.update(step_shapes(r.serving_engine, r.batch, draft_lens, r.launch))
-    for layout, (r, shapes) in by_layout.items():
-        prepare_parallel_plans(r.model, layout, r.routing, shapes)
+    for r, shapes in groups.values():
+        prepare_parallel_plans(r.model, r.layout, r.routing, shapes)
 
 
 def speculative_point(
