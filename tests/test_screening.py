@@ -338,6 +338,8 @@ def test_cli_serving_engine_and_step_flags_reach_the_screen() -> None:
         (["--objective", "speedup@3"], "not screened"),
         (["--address", "x:1"], "--address"),
         (["--plot", "front.bmp"], "--plot"),
+        (["--experts", "64", "--workers", "0"], "--workers"),
+        (["--designs", str(Path(__file__).parent.parent / "docs" / "screen-front-h200.png")], "PNG image"),
     ],
 )
 def test_cli_errors_are_one_line(args: list[str], message: str) -> None:

@@ -124,6 +124,8 @@ def run_backend(
     address: str | None = None,
     progress: Progress | None = None,
 ) -> list[DesignResult]:
+    if workers is not None and workers < 1:
+        raise MoesimError("--workers", f"must be ≥ 1, got {workers}")
     if backend == "local":
         return run_local(settings, tasks, workers or default_workers(), progress)
     if backend == "ray":

@@ -10,6 +10,7 @@ CSV has one design per row, one override field per column (an empty cell keeps t
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.reading import read_text
 from moesim.simulator.models.spec import OVERRIDE_OPTIONS
 
 # A grid is enumerated (and each design evaluated) before anything is printed: refuse spaces larger than
@@ -80,7 +82,9 @@ def _coerce(field: str, text: str) -> Value:
         if kind is float:
             return float(text)
     except ValueError:
-        raise MoesimError(field, f"expects a {kind.__name__}, got {text!r}") from None
+        raise MoesimError(
+            field, f"expects {'an integer' if kind is int else 'a number'}, got {text!r}"
+        ) from None
     if kind is bool:
         lowered = text.strip().lower()
         if lowered not in ("true", "false", "1", "0", "yes", "no"):
@@ -175,21 +179,21 @@ def sample(axes: Mapping[str, Sequence[Value]], n: int, seed: int) -> list[Desig
 
 def read_designs(path: str | Path) -> list[Design]:
     """Designs from a CSV file: a header of field names (or flag spellings), one design per row."""
-    with open(path, newline="") as handle:
-        reader = csv.DictReader(handle)
-        if not reader.fieldnames:
-            raise MoesimError(str(path), "has no header row", "write field names such as experts,top-k")
-        fields = {column: field_name(column) for column in reader.fieldnames}
-        designs: list[Design] = []
-        for row in reader:
-            values = {
-                fields[column]: _coerce(fields[column], text)
-                for column, text in row.items()
-                if column is not None and text not in (None, "")
-            }
-            designs.append(Design.of(len(designs), values))
-            if len(designs) > MAX_DESIGNS:
-                raise MoesimError(str(path), f"holds more than {MAX_DESIGNS} designs")
+    text = read_text("--designs", path, "CSV of designs")  # binary, non-UTF-8 and empty files refused
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    if not reader.fieldnames:
+        raise MoesimError(str(path), "has no header row", "write field names such as experts,top-k")
+    fields = {column: field_name(column) for column in reader.fieldnames}
+    designs: list[Design] = []
+    for row in reader:
+        values = {
+            fields[column]: _coerce(fields[column], cell)
+            for column, cell in row.items()
+            if column is not None and cell not in (None, "")
+        }
+        designs.append(Design.of(len(designs), values))
+        if len(designs) > MAX_DESIGNS:
+            raise MoesimError(str(path), f"holds more than {MAX_DESIGNS} designs")
     if not designs:
         raise MoesimError(str(path), "holds no designs", "add one row per design below the header")
     return designs
