@@ -80,6 +80,8 @@ def check_output_path(field: str, path: str | os.PathLike[str], suffixes: Sequen
         if text in STDOUT_NAMES or text in STDERR_NAMES or os.access(text, os.W_OK):
             return
         raise MoesimError(field, f"{text}: cannot be opened for writing", "choose a writable target")
+    if text.endswith((os.sep, "/")):
+        raise MoesimError(field, f"{text} names a directory", "give a file name inside it")
     target = Path(os.path.realpath(text))
     if suffixes and target.suffix.lower() not in suffixes:
         raise MoesimError(

@@ -97,6 +97,31 @@ def test_two_outputs_on_standard_output_are_refused() -> None:
     assert code == 2 and out == "" and "standard output" in err
 
 
+SMALL_SCREEN = (
+    "screen",
+    "--model",
+    "olmoe-1b-7b",
+    "--experts",
+    "32,64",
+    "--batch",
+    "1",
+    "--draft-len",
+    "1",
+    "--workers",
+    "1",
+)
+SMALL_SERVE = ("serve", "--model", "olmoe-1b-7b", "--num-prompts", "2", "--random-output-len", "8")
+
+
+@pytest.mark.parametrize("command", [SMALL_SCREEN, SMALL_SERVE])
+def test_screen_and_serve_csv_to_standard_output_print_only_the_csv(command: tuple[str, ...]) -> None:
+    code, out, err = invoke(*command, "--csv", "-")
+    assert code == 0, err
+    assert "," in out.splitlines()[0] and "┃" not in out  # the CSV alone, no table after it
+    code, out, err = invoke(*command, "--csv", "-", "--json")
+    assert code == 2 and out == "" and "standard output" in err
+
+
 def test_fifo_is_written_directly_and_stays_a_fifo(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
@@ -159,5 +184,7 @@ def test_output_checks_name_the_problem(tmp_path: Path) -> None:
         check_output_dir("--report", tmp_path / "file")
     with pytest.raises(MoesimError, match="empty path"):
         check_output_path("--csv", " ")
+    with pytest.raises(MoesimError, match="names a directory"):
+        check_output_path("--csv", f"{tmp_path / 'new'}/")  # a trailing slash: not a file to create
     check_output_path("--csv", tmp_path / "new" / "deeper" / "out.csv")  # parents are created on write
     assert not (tmp_path / "new").exists()  # ... but not by the check

@@ -174,3 +174,26 @@ def make_console() -> Any:
     from rich.console import Console
 
     return Console(width=None if sys.stdout.isatty() else 140)
+
+
+def check_outputs(
+    *, csv: str | None = None, parquet: str | None = None, plot: str | None = None, as_json: bool = False
+) -> bool:
+    """Refuse, before any work, output targets that cannot be written and two outputs to standard output.
+    True when one output goes to standard output: the command then prints nothing else."""
+    from moesim.atomic import check_output_path, stdout_targets
+    from moesim.figures import check_plot_path
+
+    to_stdout = stdout_targets(
+        **{"--csv": csv, "--parquet": parquet, "--plot": plot, "--json": "-" if as_json else None}
+    )
+    if len(to_stdout) > 1:
+        raise MoesimError(
+            to_stdout[1], f"{' and '.join(to_stdout)} both write to standard output", "send one to a file"
+        )
+    for flag, path in (("--csv", csv), ("--parquet", parquet)):
+        if path:
+            check_output_path(flag, path)
+    if plot:
+        check_plot_path("--plot", plot)
+    return bool(to_stdout)

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from moesim.commands.common import (
+    check_outputs,
     emit_json,
     handle_errors,
     hardware_option,
@@ -152,6 +153,12 @@ def screen_command(**options: Any) -> None:
     """
     from moesim.simulator.screening.screen import screen
 
+    to_stdout = check_outputs(  # bad outputs refused before any work
+        csv=options["csv_path"],
+        parquet=options["parquet_path"],
+        plot=options["plot_path"],
+        as_json=options["as_json"],
+    )
     base, designs, constraints, settings = _scenario(options)
     err = Console(stderr=True)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -188,7 +195,8 @@ def screen_command(**options: Any) -> None:
     if options["as_json"]:
         emit_json(result.to_json())
         return
-    _print(result, options["top"])
+    if not to_stdout:  # standard output carries the CSV, the table or the plot
+        _print(result, options["top"])
 
 
 def _scenario(options: dict[str, Any]) -> tuple[Any, list[Any], list[Any], Any]:
@@ -239,10 +247,6 @@ def _scenario(options: dict[str, Any]) -> tuple[Any, list[Any], list[Any], Any]:
     )
     if options["top"] < 1:
         raise MoesimError("--top", f"must be ≥ 1, got {options['top']}")
-    if options["plot_path"]:  # refuse bad outputs before any work
-        from moesim.figures import check_plot_path
-
-        check_plot_path("--plot", options["plot_path"])
     if options["parquet_path"]:
         from moesim.simulator.screening.screen import parquet_modules
 

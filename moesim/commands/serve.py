@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from moesim.commands.common import (
+    check_outputs,
     emit_json,
     handle_errors,
     hardware_option,
@@ -240,14 +241,12 @@ def serve_command(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from moesim.figures import check_plot_path
     from moesim.simulator.scenario import Scenario
     from moesim.simulator.serving.plots import plot_serving
     from moesim.simulator.serving.run import serve
     from moesim.simulator.serving.workload import build_workload
 
-    if plot_path:
-        check_plot_path("--plot", plot_path)
+    to_stdout = check_outputs(csv=csv_path, plot=plot_path, as_json=as_json)
     scenario = Scenario(
         resolve_model(model_name, model_config, flags),
         hardware,
@@ -302,6 +301,8 @@ def serve_command(
         plot_serving(result, plot_path)
     if as_json:
         emit_json(result.to_json())
+        return
+    if to_stdout:  # standard output carries the CSV or the plot
         return
     console = make_console()
     render_result(result, console)

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from moesim.commands.common import (
     apply_options,
+    check_outputs,
     emit_json,
     handle_errors,
     hardware_option,
@@ -372,9 +373,7 @@ def sweep_command(
 
     Example: moesim sweep --model qwen3-30b-a3b,olmoe-1b-7b --hardware h200 --plot speedup.png
     """
-    from moesim.atomic import check_output_path, stdout_targets
     from moesim.commands.progress import progress
-    from moesim.figures import check_plot_path
     from moesim.simulator.bounds import check_configs
     from moesim.simulator.hardware.profile import load_profile
     from moesim.simulator.models.catalogue import load_model
@@ -382,15 +381,7 @@ def sweep_command(
     from moesim.simulator.speculative.plots import plot_sweep
     from moesim.simulator.speculative.sweep import run_sweep
 
-    to_stdout = stdout_targets(**{"--csv": csv_path, "--plot": plot_path, "--json": "-" if as_json else None})
-    if len(to_stdout) > 1:
-        raise MoesimError(
-            to_stdout[1], f"{' and '.join(to_stdout)} both write to standard output", "send one to a file"
-        )
-    if csv_path:
-        check_output_path("--csv", csv_path)
-    if plot_path:
-        check_plot_path("--plot", plot_path)
+    to_stdout = check_outputs(csv=csv_path, plot=plot_path, as_json=as_json)
     request = layout_from_kwargs(flags)
     batch_list = parse_int_list("--batch", batches)
     k_list = parse_int_list("--draft-len", draft_lens)
