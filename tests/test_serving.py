@@ -17,7 +17,7 @@ from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.scenario import Scenario
 from moesim.simulator.serving.draws import AcceptanceDraws, rate_for_length
 from moesim.simulator.serving.kv import KvBlocks, kv_capacity
-from moesim.simulator.serving.loop import SchedulerLimits
+from moesim.simulator.serving.options import SchedulerLimits
 from moesim.simulator.serving.run import (
     ServeOptions,
     capacity_for,

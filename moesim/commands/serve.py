@@ -30,8 +30,7 @@ from moesim.simulator.scenario import (
     DEFAULT_LAUNCH,
     DEFAULT_SERVING_ENGINE,
 )
-from moesim.simulator.serving.loop import SchedulerLimits
-from moesim.simulator.serving.run import ServeOptions
+from moesim.simulator.serving.options import SchedulerLimits, ServeOptions
 from moesim.simulator.serving.workload import DATASETS
 
 LIMITS = SchedulerLimits()

@@ -282,7 +282,7 @@ def validate_command(
     if bench_path or baseline_path:
         from moesim.commands.serve import tensor_parallel
         from moesim.simulator.scenario import DEFAULT_DRAFT_LEN, Scenario
-        from moesim.simulator.serving.run import ServeOptions
+        from moesim.simulator.serving.options import ServeOptions
         from moesim.validation.bench_compare import validate_bench
 
         if not (bench_path and baseline_path and bench_model):

@@ -16,7 +16,8 @@ import numpy as np
 from moesim.errors import MoesimError
 from moesim.simulator.scenario import Scenario
 from moesim.simulator.serving.metrics import speedups
-from moesim.simulator.serving.run import ServeOptions, serve
+from moesim.simulator.serving.options import ServeOptions
+from moesim.simulator.serving.run import serve
 from moesim.validation.bench_results import BenchRecord, read_bench_results, workload_of
 
 

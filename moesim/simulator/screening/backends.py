@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import TYPE_CHECKING, Any
 
 from moesim.errors import MoesimError
@@ -56,6 +55,8 @@ def run_local(
             if progress:
                 progress(len(chunk))
         return results
+    from concurrent.futures import ProcessPoolExecutor, as_completed  # lazily: the CLI reads BACKENDS
+
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(evaluate_chunk, settings, chunk): len(chunk) for chunk in chunks}
         for future in as_completed(futures):

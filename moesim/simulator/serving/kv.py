@@ -20,9 +20,7 @@ from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.plan.memory import kv_cache_bytes_per_rank, weight_bytes_per_rank
-
-DEFAULT_BLOCK_TOKENS = 16  # vLLM's default block_size on CUDA
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of device memory for weights + KV cache
+from moesim.simulator.serving.options import DEFAULT_BLOCK_TOKENS, DEFAULT_GPU_MEMORY_UTILIZATION
 
 
 @dataclass(frozen=True)

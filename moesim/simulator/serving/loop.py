@@ -32,30 +32,13 @@ from moesim.errors import MoesimError
 from moesim.simulator.plan.mixed import PrefillChunks
 from moesim.simulator.serving.draws import AcceptanceDraws
 from moesim.simulator.serving.kv import KvBlocks
+from moesim.simulator.serving.options import SchedulerLimits
 from moesim.simulator.serving.step_cost import StepCost, StepShape
 from moesim.simulator.serving.workload import RequestSpec
 
 # A run stops with an error rather than loop: no workload needs more steps than tokens it generates plus
 # prefill chunks, times this margin for preemptions.
 STEP_LIMIT_FACTOR = 20
-
-
-@dataclass(frozen=True)
-class SchedulerLimits:
-    """The engine's batching limits (vLLM 0.11's defaults for its API server on GPUs of ≥ 70 GB)."""
-
-    max_num_batched_tokens: int = 8192
-    max_num_seqs: int = 1024
-
-    def check(self, tokens_per_seq: int) -> None:
-        if self.max_num_seqs < 1:
-            raise MoesimError("max_num_seqs", f"must be ≥ 1, got {self.max_num_seqs}")
-        if self.max_num_batched_tokens < tokens_per_seq:
-            raise MoesimError(
-                "max_num_batched_tokens",
-                f"{self.max_num_batched_tokens} cannot hold one sequence's {tokens_per_seq} tokens per step",
-                "raise --max-num-batched-tokens",
-            )
 
 
 @dataclass

@@ -4,7 +4,7 @@
 
 The scenario says what runs (model, hardware, kernel style, launch, routing, layout, drafter, draft length,
 acceptance, serving engine: its defaults are the simulator's); `ServeOptions` holds the scheduler's knobs
-(defaults: vLLM's, `SchedulerLimits` and `kv.DEFAULT_*`). Every point simulates the same workload with the same seed
+(`serving.options`: vLLM's defaults). Every point simulates the same workload with the same seed
 twice — with speculative decoding (K draft tokens, drafter passes and verification in each step, seeded
 acceptance draws) and without — and reports each metric's SD speedup.
 """
@@ -15,7 +15,7 @@ import csv
 import io
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from moesim.atomic import atomic_write_text
@@ -23,30 +23,15 @@ from moesim.errors import MoesimError
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.scenario import ResolvedScenario, Scenario
 from moesim.simulator.serving.draws import AcceptanceDraws
-from moesim.simulator.serving.kv import (
-    DEFAULT_BLOCK_TOKENS,
-    DEFAULT_GPU_MEMORY_UTILIZATION,
-    KvBlocks,
-    KvCapacity,
-    kv_capacity,
-)
-from moesim.simulator.serving.loop import SchedulerLimits, run_serving_loop
+from moesim.simulator.serving.kv import KvBlocks, KvCapacity, kv_capacity
+from moesim.simulator.serving.loop import run_serving_loop
 from moesim.simulator.serving.metrics import METRIC_NAMES, ServingMetrics, serving_metrics, speedups
+from moesim.simulator.serving.options import ServeOptions
 from moesim.simulator.serving.step_cost import ScenarioStepCost, StepCost, check_serving_layout
 from moesim.simulator.serving.workload import Workload, send_times_s
 from moesim.simulator.speculative.drafters import drafter_bytes
 
 MAX_SWEEP_POINTS = 64
-
-
-@dataclass(frozen=True)
-class ServeOptions:
-    """The serving engine's knobs."""
-
-    limits: SchedulerLimits = field(default_factory=SchedulerLimits)
-    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
-    block_size: int = DEFAULT_BLOCK_TOKENS
-    kv_cache_tokens: int | None = None  # the engine's KV capacity when known (vLLM logs it); else derived
 
 
 def simulate_serving(
