@@ -110,6 +110,19 @@ def test_validate_round_trip_on_the_shipped_example_pair() -> None:
         assert row["predicted_speedup"] == pytest.approx(row["measured_speedup"], rel=1e-9)
 
 
+def test_validate_bench_takes_an_acceptance_length() -> None:
+    """--acceptance-length alone is accepted (--acceptance once defaulted to 0.8, so both were always set)."""
+    common = [
+        "--profile", "h200", "--model", "qwen3-30b-a3b",
+        "--bench-result", str(DATA / "vllm_bench_example_sd.json"),
+        "--baseline", str(DATA / "vllm_bench_example_baseline.json"),
+        "--json",
+    ]  # fmt: skip
+    result = CliRunner().invoke(validate_command, [*common, "--acceptance-length", "2.0"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["summary"]["mape"] > 1e-3  # not the α the files were written with
+
+
 def test_validate_bench_needs_all_three_flags() -> None:
     result = CliRunner().invoke(
         validate_command, ["--profile", "h200", "--bench-result", str(DATA / "vllm_bench_example_sd.json")]

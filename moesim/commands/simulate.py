@@ -222,7 +222,7 @@ def simulate_command(
     result = simulate(
         scenario_from_flags(spec, profile, flags, batch=batch, draft_len=draft_len, layout=request)
     )
-    engine, launch, context_len = flags["engine"], flags["launch"], flags["context_len"]
+    engine, context_len = flags["engine"], flags["context_len"]
     data = result.to_json(timeline)
     if as_json:
         emit_json(data)
@@ -268,7 +268,7 @@ def simulate_command(
     sync = f" + {_ms(serving['accept_sync_s'])}" if serving["accept_sync_s"] else ""
     for name in ("decode", "verify"):
         step = serving[name]
-        if step["rows_run"] != step["rows"] or step["launch"] != launch or step["host_s"]:
+        if step["rows_run"] != step["rows"] or step["launch"] != a["launch"] or step["host_s"]:
             console.print(
                 f"{serving['name']} {name}: {step['rows']} rows run as {step['rows_run']} ({step['launch']} launch), "
                 f"host {step['host_s'] * 1e6:.1f} µs of which {step['engine_host_s'] * 1e6:.1f} µs not hidden"

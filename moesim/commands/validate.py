@@ -10,7 +10,7 @@ import click
 from moesim.atomic import check_output_dir
 from moesim.commands.common import emit_json, handle_errors, parse_int_list
 from moesim.errors import MoesimError
-from moesim.simulator.scenario import DEFAULT_ACCEPTANCE, DEFAULT_DRAFTER
+from moesim.simulator.scenario import DEFAULT_ACCEPTANCE, DEFAULT_DRAFTER, DEFAULT_SERVING_ENGINE
 from moesim.validation.report import MEASURED_SCHEMA
 
 _EXAMPLES = """
@@ -175,7 +175,13 @@ Examples:
     default=None,
     help="With --bench-result: mean tokens per round (default: the file's accept_length, else --acceptance).",
 )
-@click.option("--acceptance", "bench_acceptance", type=float, default=DEFAULT_ACCEPTANCE, show_default=True)
+@click.option(
+    "--acceptance",
+    "bench_acceptance",
+    type=float,
+    default=None,
+    help=f"With --bench-result: per-token acceptance rate α [default: {DEFAULT_ACCEPTANCE}].",
+)
 @click.option("--kv-cache-tokens", "bench_kv_tokens", type=int, default=None, help="With --bench-result.")
 @click.option(
     "--tp",
@@ -215,7 +221,7 @@ Examples:
 @click.option(
     "--serving-engine",
     "serving_engine",
-    default="ideal",
+    default=DEFAULT_SERVING_ENGINE,
     show_default=True,
     help="With --runs (and --bench-result, one profile): serving-engine profiles (names or .toml paths, comma-separated; per-run = each "
     "row's own engine preset).",
@@ -250,7 +256,7 @@ def validate_command(
     bench_model: str | None,
     bench_drafter: str,
     bench_acceptance_length: float | None,
-    bench_acceptance: float,
+    bench_acceptance: float | None,
     bench_kv_tokens: int | None,
     bench_tp: int,
     bench_input_len: int | None,
