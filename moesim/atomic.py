@@ -161,19 +161,12 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
         handle.write(text)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write `data` to `path` (atomically where the target is a regular file)."""
-    with open_output(path, binary=True) as handle:
-        handle.write(data)
-
-
 def stdout_targets(**paths: str | None) -> list[str]:
     """The flags (of `flag=path`) whose output goes to standard output; a command prints nothing else then."""
     return [flag for flag, path in paths.items() if path is not None and os.fspath(path) in STDOUT_NAMES]
 
 
 __all__ = [
-    "atomic_write_bytes",
     "atomic_write_text",
     "check_output_dir",
     "check_output_path",

@@ -124,12 +124,9 @@ def print_runs_validation(data: dict[str, Any]) -> None:
 
 def plot_runs_validation(data: dict[str, Any], path: str) -> None:
     """Predicted against measured speedup, one marker per profile, the diagonal for reference."""
-    import matplotlib
+    from moesim.figures import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from moesim.figures import save_figure
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(5.5, 5))
     top = 0.0

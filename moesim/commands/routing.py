@@ -13,10 +13,8 @@ from moesim.commands.common import emit_json, handle_errors, parse_float_list
 from moesim.commands.progress import progress
 from moesim.errors import MoesimError
 from moesim.figures import check_plot_path
+from moesim.simulator.bounds import DEFAULT_MAX_MEMORY_GB
 from moesim.simulator.routing.placement import PLACEMENT_SPELLINGS
-
-DEFAULT_SAMPLING_MEMORY_GB = 4.0
-"""Memory `routing predict` may use to sample quantiles: a quarter of a 16 GB laptop."""
 
 
 @click.group("routing")
@@ -206,7 +204,7 @@ def _plot(path: str, trace: str, stats: list[dict[str, Any]], independent: np.nd
 @click.option(
     "--max-memory-gb",
     type=float,
-    default=DEFAULT_SAMPLING_MEMORY_GB,
+    default=DEFAULT_MAX_MEMORY_GB,
     show_default=True,
     help="Refuse to sample the quantiles when that would need more memory than this.",
 )

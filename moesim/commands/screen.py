@@ -15,6 +15,7 @@ from moesim.commands.common import (
     hardware_option,
     make_console,
     parse_int_list,
+    resolve_model,
 )
 from moesim.commands.parallel_options import layout_from_kwargs, parallel_options
 from moesim.commands.simulate import scenario_from_flags, sd_options, step_options
@@ -201,14 +202,11 @@ def screen_command(**options: Any) -> None:
 
 def _scenario(options: dict[str, Any]) -> tuple[Any, list[Any], list[Any], Any]:
     """Flags → base model, designs, constraints and settings (the library owns every default)."""
-    from moesim.simulator.models.catalogue import load_model
     from moesim.simulator.screening.constraints import Constraint
     from moesim.simulator.screening.evaluate import ScreenSettings
     from moesim.simulator.screening.space import grid, parse_values, read_designs, sample
 
-    if (options["model_name"] is None) == (options["model_config"] is None):
-        raise MoesimError("--model", "give exactly one of --model NAME or --model-config PATH")
-    base = load_model(options["model_name"] or options["model_config"])
+    base = resolve_model(options["model_name"], options["model_config"], {})  # the axes are the overrides
     axes = {
         field: parse_values(field, options[f"axis_{field}"])
         for _, field, _, _ in OVERRIDE_OPTIONS

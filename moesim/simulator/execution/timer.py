@@ -134,6 +134,4 @@ def time_parallel(
     )
 
 
-TIMERS: dict[str, type[EngineTimer] | type[FastTimer]] = {"engine": EngineTimer, "fast": FastTimer}
-
-__all__ = ["TIMERS", "EngineTimer", "FastTimer", "StepTimer", "TimedStep", "time_parallel"]
+__all__ = ["EngineTimer", "FastTimer", "StepTimer", "TimedStep", "time_parallel"]

@@ -840,7 +840,7 @@ def kv_cache_bytes_per_token(spec: ModelSpec, kind: AttentionLayerKind, dtype_by
 
 def index_key_bytes_per_token(spec: ModelSpec, kind: AttentionLayerKind) -> float:
     """Bytes of the indexer key one cached entry adds to a sparse-attention layer (0 without an indexer)."""
-    att = attention_for(spec, kind) if kind != "linear" else spec.attention
+    att = attention_for(spec, kind)
     if kind != "full" or att.index_topk is None:
         return 0.0
     return att.index_head_dim + INDEX_KEY_SCALE_BYTES
@@ -864,7 +864,7 @@ def attended_tokens(spec: ModelSpec, kind: AttentionLayerKind, context_len: int)
     """Cached entries one query attends to in a layer of `kind`: the window caps sliding layers, the
     indexer's top-k caps sparse layers (plus their local window), compression divides the context."""
     cached = cached_tokens(spec, kind, context_len)
-    att = attention_for(spec, kind) if kind != "linear" else spec.attention
+    att = attention_for(spec, kind)
     if kind != "full" or att.index_topk is None:
         return cached
     local = min(context_len, att.sliding_window or 0) if att.kv_compress_ratio > 1 else 0

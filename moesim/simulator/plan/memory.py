@@ -120,7 +120,7 @@ def _attention_rank_bytes(spec: ModelSpec, kind: str, tp: int) -> float:
     """One attention layer's weight bytes on one tensor-parallel rank."""
     fmt = spec.dense_format
     total = 0.0
-    att = attention_for(spec, kind) if kind != "linear" else spec.attention  # type: ignore[arg-type]
+    att = attention_for(spec, kind)  # type: ignore[arg-type]
     for name, rows, cols in attention_projections(spec, kind):  # type: ignore[arg-type]
         if att.is_mla and kind != "linear" and name in _REPLICATED_MLA:
             total += fmt.matrix_bytes(rows, cols)

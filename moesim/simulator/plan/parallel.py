@@ -248,10 +248,16 @@ def prepare_parallel_plans(
     vectorised pass, so that `build_parallel_plan` of any of them only looks it up (same figures)."""
     if layout.is_single or not model.is_moe:
         return
-    routing = routing or IndependentRouting()
     moe_layers = [layer for layer, ffn in enumerate(model.layer_ffn) if ffn == "moe"]
-    layers = [None] if isinstance(routing, IndependentRouting) else moe_layers
-    prepare_rank_experts(routing, model.n_experts, model.top_k, shapes, layout.ep, layout.placement, layers)
+    prepare_rank_experts(
+        routing or IndependentRouting(),
+        model.n_experts,
+        model.top_k,
+        shapes,
+        layout.ep,
+        layout.placement,
+        moe_layers,
+    )
 
 
 def build_parallel_plan(

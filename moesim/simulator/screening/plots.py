@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from typing import TYPE_CHECKING
 
-from moesim.figures import save_figure
+from moesim.figures import pyplot, save_figure
 from moesim.simulator.screening.pareto import front_axes, objective_value
 
 if TYPE_CHECKING:
@@ -17,10 +17,7 @@ MAX_FRONT_LABELS = 12
 
 def plot_front(result: ScreenResult, path: str) -> None:
     """Every design as a point, the Pareto front as a line with its designs labelled; written atomically."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     x_name, y_name = front_axes(result.settings.batches)
     points = {}

@@ -6,7 +6,7 @@ import math
 import textwrap
 from typing import TYPE_CHECKING
 
-from moesim.figures import save_figure
+from moesim.figures import pyplot, save_figure
 
 if TYPE_CHECKING:
     from moesim.simulator.serving.run import ServeResult
@@ -28,10 +28,7 @@ def _label(point_concurrency: int | None, rate: float) -> str:
 def plot_serving(result: ServeResult, path: str) -> None:
     """Two panels, written atomically: throughput vs mean TPOT (SD and no SD, each point labelled with its
     concurrency or rate), and each metric's SD speedup across the points."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     points = result.points
     labels = [_label(p.max_concurrency, p.request_rate) for p in points]

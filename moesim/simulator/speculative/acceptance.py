@@ -1,11 +1,11 @@
-"""Acceptance and speedup: expected tokens per verification step, the SD speedup, best draft length, peak batch.
+"""Acceptance: expected tokens per verification step, the best draft length and the peak batch.
 
     speedup(B, K) = E[tokens per step] × T_decode(B) ÷ (T_draft(B, K) + T_verify(B, K))
 
 E[tokens per step] = (1 − α^(K+1)) ÷ (1 − α) for a per-token acceptance rate α (accepted draft tokens plus
 the one the target always adds), or a given mean acceptance length L, capped at K + 1. The acceptance
 kernel (comparing draft and target tokens) is part of the verification plan, so T_verify includes it.
-This module is the one place the speedup formula lives.
+The speedup itself is `speculative.point.SpeculativePoint.speedup` (with the serving engine's terms).
 """
 
 from __future__ import annotations
@@ -47,20 +47,6 @@ def expected_tokens(
 def check_acceptance(acceptance: float) -> None:
     if not 0.0 <= acceptance <= 1.0:
         raise MoesimError("acceptance", f"must be a probability in [0, 1], got {acceptance}")
-
-
-def speedup(
-    tokens: np.ndarray | float,
-    t_decode: np.ndarray | float,
-    t_draft: np.ndarray | float,
-    t_verify: np.ndarray | float,
-) -> np.ndarray:
-    """Tokens per second with SD over tokens per second without it."""
-    return (
-        np.asarray(tokens, dtype=float)
-        * np.asarray(t_decode, dtype=float)
-        / (np.asarray(t_draft, dtype=float) + np.asarray(t_verify, dtype=float))
-    )
 
 
 def _first_best(values: list[int], speedups: list[float]) -> tuple[int, float]:

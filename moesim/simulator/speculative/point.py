@@ -126,7 +126,6 @@ class SpeculativePoint:
     draft_host_s: float
     accept_sync_s: float
     tokens_per_step: float
-    serving_engine: str
 
     @property
     def round_s(self) -> float:
@@ -273,7 +272,6 @@ def engine_point(
         draft_host_s=draft_host_s,
         accept_sync_s=ov.accept_sync_s(profile),
         tokens_per_step=tokens_per_step,
-        serving_engine=profile.name,
     )
 
 
