@@ -226,7 +226,7 @@ def _gemm_part(
     meas = asm.meas
     peaks = dict(peaks)
     gemm_curve: GemmEfficiency | None = None
-    for i, dtype in enumerate(meas.dtypes if meas.gemm else []):
+    for dtype in meas.dtypes if meas.gemm else []:
         assert meas.gemm is not None
         if not len(fit.column(meas.gemm, "m", dtype=dtype)):
             continue
@@ -237,7 +237,7 @@ def _gemm_part(
             asm.notes.append(
                 f"datasheet.peak_dense_tflops.{dtype}: best measured GEMM rate (no datasheet figure)"
             )
-        if i == 0 or gemm_curve is None:
+        if gemm_curve is None:  # the first dtype measured: the primary calibration dtype
             gemm_curve = g.efficiency
             asm.notes.append(
                 f"empirical.gemm_efficiency: fitted on {dtype} GEMMs (the primary calibration dtype)"

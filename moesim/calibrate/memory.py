@@ -48,7 +48,9 @@ def run_memory(
     llc = device.last_level_cache_bytes or 50 * 2**20
 
     def passes_for(size: int) -> int:
-        return max(1, min(MAX_PASSES, round(PASS_TARGET_LLCS * llc / size))) if multi_pass else 1
+        if size == TINY_BYTES or not multi_pass:  # the tiny read times the fixed cost: one pass
+            return 1
+        return max(1, min(MAX_PASSES, round(PASS_TARGET_LLCS * llc / size)))
 
     def read(view: Any, passes: int = 1) -> Callable[[], Any]:
         if passes > 1:
@@ -60,7 +62,7 @@ def run_memory(
     inner: dict[int, int] = {}
     cap = GPU_MAX_INNER if device.is_gpu else 2000
     for size in [TINY_BYTES, *sizes]:
-        fn = read(buffer[: size // 4], passes_for(size) if size != TINY_BYTES else 1)
+        fn = read(buffer[: size // 4], passes_for(size))
         fn()
         timer.sync()
         # The fastest of three: one preempted call must not shrink the batch to a single read.
@@ -75,7 +77,7 @@ def run_memory(
         order = [TINY_BYTES, *sizes]
         rng.shuffle(order)
         for size in order:
-            fn = read(buffer[: size // 4], passes_for(size) if size != TINY_BYTES else 1)
+            fn = read(buffer[: size // 4], passes_for(size))
             times[size].append(timer.time_once(fn, inner[size], before=fn))
             done += 1
             progress(done / total)

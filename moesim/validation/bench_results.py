@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from moesim.errors import MoesimError
+from moesim.reading import read_text
 from moesim.simulator.serving.metrics import METRIC_NAMES
 from moesim.simulator.serving.workload import RequestSpec, Workload, sglang_random_workload
 
@@ -125,7 +126,7 @@ def parse_record(record: dict[str, Any], source: str) -> BenchRecord:
 
 def read_bench_results(path: str | Path) -> list[BenchRecord]:
     """Every run saved in a vLLM result JSON (one object, or one per line) or an SGLang JSONL."""
-    text = Path(path).read_text(encoding="utf-8")
+    text = read_text("bench_result", path, "benchmark result file")
     try:
         whole = json.loads(text)
         objects = whole if isinstance(whole, list) else [whole]

@@ -132,6 +132,13 @@ def predict_reference_step(
     """The simulator's prediction for the reference step with these exact per-layer expert loads, starting
     warm from the previous identical step or (`warm_cache=False`) with an empty cache."""
     plan = REFERENCE_PLANS[style](model, batch, tokens_per_seq, context_len, expert_loads)
+    return predict_plan(plan, hardware, launch, warm_cache)
+
+
+def predict_plan(
+    plan: StepPlan, hardware: HardwareProfile, launch: str, warm_cache: bool = True
+) -> Prediction:
+    """The prediction for a reference step's plan on `hardware`: its time, breakdown and cost terms."""
     params = CostParams.from_hardware(hardware)
     step_s, breakdown, hbm_bytes, cache_bytes = simulate_plan(plan, hardware, launch, params, warm_cache)
     return Prediction(
@@ -173,10 +180,13 @@ def predict_rows(
         if old.get("distinct_experts") is not None and abs(distinct - float(old["distinct_experts"])) > 1e-9:
             mismatched.append(f"{spec.name} B={old['batch']} K={old['draft_len']}")
         launch = old.get("launch") or meta.get("launch", "eager")
-        args = (old["batch"], old["draft_len"] + 1, old["context_len"], routing.loads, launch, warm, style)
-        pred = predict_reference_step(spec, hardware, *args)
+        # The plan depends on the row, not the hardware: built once, timed on every profile.
+        plan = REFERENCE_PLANS[style](
+            spec, old["batch"], old["draft_len"] + 1, old["context_len"], routing.loads
+        )
+        pred = predict_plan(plan, hardware, launch, warm)
         cross = {
-            name: predict_reference_step(spec, other, *args).step_s
+            name: simulate_plan(plan, other, launch, CostParams.from_hardware(other), warm)[0]
             for name, other in (cross_hardware or {}).items()
         }
         rows.append(
@@ -206,6 +216,7 @@ __all__ = [
     "TERMS",
     "Prediction",
     "cost_terms",
+    "predict_plan",
     "predict_reference_step",
     "predict_rows",
     "simulate_plan",

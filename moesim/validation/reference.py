@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from moesim.errors import MoesimError
 from moesim.simulator.models.spec import ModelSpec
+from moesim.validation.configs import moe_layers
 from moesim.validation.routing_replay import StepRouting
 
 RMS_EPS = 1e-6
@@ -175,16 +176,7 @@ class ReferenceModel:
 
     @property
     def moe_layers(self) -> tuple[int, ...]:
-        return tuple(i for i, kind in enumerate(self.spec.layer_ffn) if kind == "moe")
-
-    def weight_bytes(self) -> int:
-        """Bytes of weight storage (the per-expert lists are views of stacked tensors, counted once)."""
-        tensors: list[torch.Tensor] = [self.embedding, self.final_norm, self.lm_head]
-        for lw in self.layers:
-            tensors += [t for t in vars(lw).values() if isinstance(t, torch.Tensor)]
-            tensors += lw.w13 + lw.w2
-        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
-        return sum(storages.values())
+        return moe_layers(self.spec)
 
     # ------------------------------------------------------------------ preparation (not timed)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from moesim.errors import MoesimError
+from moesim.reading import read_text
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class Column:
     choices: tuple[str, ...] = ()
 
 
+# Every metric the step model predicts: a ratio of per-step token rates at one batch, or its peak over batch.
 METRICS = ("speedup_per_user", "speedup_throughput", "speedup_tpot", "peak_speedup")
 SCHEMA: tuple[Column, ...] = (
     Column("run_id", "text", True, "unique name of the measured point"),
@@ -73,8 +75,6 @@ SCHEMA: tuple[Column, ...] = (
 )
 COLUMN_NAMES = tuple(c.name for c in SCHEMA)
 BUNDLED_RUNS = "measured_runs.csv"
-# Metrics the step model predicts: a ratio of per-step token rates at one batch, or its peak over batch.
-STEP_METRICS = ("speedup_per_user", "speedup_throughput", "speedup_tpot", "peak_speedup")
 
 
 @dataclass(frozen=True)
@@ -166,20 +166,11 @@ def read_runs(path: str | None = None) -> list[MeasuredRun]:
     if path is None:
         text = resources.files("moesim").joinpath("data", BUNDLED_RUNS).read_text(encoding="utf-8")
         return parse_runs(text, BUNDLED_RUNS)
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise MoesimError("runs", f"{path} does not exist", "give a CSV of measured runs (see --runs-schema)")
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MoesimError("runs", f"cannot read {path}: {exc}") from exc
-    return parse_runs(text, path)
+    return parse_runs(read_text("runs", Path(path).expanduser(), "CSV of measured runs"), path)
 
 
 def unrepresentable_reason(run: MeasuredRun) -> str | None:
     """Why the step model cannot predict this row, or None when it can."""
-    if run.metric not in STEP_METRICS:
-        return f"metric {run.metric} is not a per-step speedup"
     if run.draft_len is None or run.draft_len < 1:
         return "draft length K not published"
     if run.acceptance_length is None:
