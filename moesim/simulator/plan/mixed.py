@@ -79,7 +79,7 @@ class MixedContext(PlanContext):
 
 def prefill_attention_kernel(model: ModelSpec, kind: AttentionLayerKind, chunks: PrefillChunks) -> Kernel:
     """Causal (flash) attention of the prefill chunks' queries over their prefixes and themselves."""
-    a = model.attention
+    a = ms.attention_for(model, kind)  # full layers may have their own heads (as in the decode kernel)
     mean_keys = chunks.query_key_pairs / max(1, chunks.tokens)
     pairs = chunks.tokens * ms.attended_tokens(model, kind, round(mean_keys))
     if a.is_mla:
@@ -89,8 +89,9 @@ def prefill_attention_kernel(model: ModelSpec, kind: AttentionLayerKind, chunks:
         out_elems = chunks.tokens * a.num_heads * (a.v_head_dim or 0)
         q_tensor, out_tensor = "q_latent", "attn_latent"
     else:
-        flops = 4.0 * pairs * a.num_heads * a.head_dim
-        q_elems = out_elems = chunks.tokens * a.num_heads * a.head_dim
+        flops = 2.0 * pairs * a.num_heads * (a.head_dim + a.value_head_dim)
+        q_elems = chunks.tokens * a.num_heads * a.head_dim
+        out_elems = chunks.tokens * a.num_heads * a.value_head_dim
         q_tensor, out_tensor = "qkv", "attn_out"
     return Kernel(
         name="prefill_attention",
