@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from moesim.commands.common import (
@@ -18,6 +17,7 @@ from moesim.commands.common import (
     resolve_model,
 )
 from moesim.commands.parallel_options import layout_from_kwargs, parallel_options
+from moesim.commands.progress import progress
 from moesim.commands.simulate import scenario_from_flags, sd_options, step_options
 from moesim.errors import MoesimError
 from moesim.simulator.models.spec import OVERRIDE_OPTIONS
@@ -161,19 +161,7 @@ def screen_command(**options: Any) -> None:
         as_json=options["as_json"],
     )
     base, designs, constraints, settings = _scenario(options)
-    err = Console(stderr=True)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(
-        TextColumn(f"screen ({options['backend']})"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=len(designs) < 8,
-    ) as bar:
-        task = bar.add_task("screen", total=len(designs))
+    with progress(f"screen ({options['backend']})", len(designs)) as advance:
         result = screen(
             base,
             designs,
@@ -183,7 +171,7 @@ def screen_command(**options: Any) -> None:
             backend=options["backend"],
             workers=options["workers"],
             address=options["address"],
-            progress=lambda n: bar.advance(task, n),
+            progress=advance,
         )
     if options["csv_path"]:
         result.write_csv(options["csv_path"])

@@ -20,6 +20,7 @@ from moesim.commands.common import (
     parse_int_list,
     resolve_model,
 )
+from moesim.commands.progress import progress
 from moesim.commands.simulate import sd_options
 from moesim.errors import MoesimError
 from moesim.simulator.execution.launch import LAUNCH_MODES
@@ -238,8 +239,6 @@ def serve_command(
 
     Example: moesim serve --model qwen3-30b-a3b --num-prompts 200 --max-concurrency 1,8,64
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from moesim.simulator.scenario import Scenario
     from moesim.simulator.serving.plots import plot_serving
     from moesim.simulator.serving.run import serve
@@ -275,15 +274,7 @@ def serve_command(
         dataset_path=flags["dataset_path"],
     )
     total = 2 * len(workload.requests) * len(concurrencies) * len(rates)
-    with Progress(
-        TextColumn("serve"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
-        task = bar.add_task("serve", total=total)
+    with progress("serve", total) as advance:
         result = serve(
             scenario,
             workload,
@@ -292,7 +283,7 @@ def serve_command(
             burstiness=flags["burstiness"],
             seed=flags["seed"],
             options=options_from_flags(flags),
-            progress=lambda n: bar.advance(task, n),
+            progress=advance,
         )
     if csv_path:
         result.write_csv(csv_path)
