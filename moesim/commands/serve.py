@@ -21,7 +21,7 @@ from moesim.commands.common import (
     resolve_model,
 )
 from moesim.commands.progress import progress
-from moesim.commands.simulate import sd_options
+from moesim.commands.simulate import scenario_from_flags, sd_options
 from moesim.errors import MoesimError
 from moesim.simulator.execution.launch import LAUNCH_MODES
 from moesim.simulator.plan.layout import ParallelLayout
@@ -239,24 +239,17 @@ def serve_command(
 
     Example: moesim serve --model qwen3-30b-a3b --num-prompts 200 --max-concurrency 1,8,64
     """
-    from moesim.simulator.scenario import Scenario
     from moesim.simulator.serving.plots import plot_serving
     from moesim.simulator.serving.run import serve
     from moesim.simulator.serving.workload import build_workload
 
     to_stdout = check_outputs(csv=csv_path, plot=plot_path, as_json=as_json)
-    scenario = Scenario(
+    scenario = scenario_from_flags(
         resolve_model(model_name, model_config, flags),
         hardware,
+        flags,
         draft_len=flags["draft_len"],
-        engine=flags["engine"],
-        launch=flags["launch"],
-        routing=flags["routing_spec"],
         layout=tensor_parallel(flags["tp"]),
-        drafter=flags["drafter"],
-        acceptance=flags["acceptance"],
-        acceptance_length=flags["acceptance_length"],
-        serving_engine=flags["serving_engine"],
     )
     concurrencies: list[int | None] = (
         list(parse_int_list("--max-concurrency", flags["max_concurrency"]))

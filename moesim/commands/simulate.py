@@ -162,10 +162,12 @@ SCENARIO_FLAGS = {
 
 def scenario_from_flags(spec: Any, hardware: Any, flags: dict[str, Any], **fields: Any) -> Any:
     """The Scenario the step and SD flags in `flags` describe, for `spec` on `hardware`, with `fields`
-    (batch, draft length, layout) as the command gives them: one place for every command."""
+    (batch, draft length, layout) as the command gives them: one place for every command. A flag the
+    command does not offer keeps the Scenario's default."""
     from moesim.simulator.scenario import Scenario
 
-    return Scenario(spec, hardware, **{name: flags[key] for key, name in SCENARIO_FLAGS.items()}, **fields)
+    given = {name: flags[key] for key, name in SCENARIO_FLAGS.items() if key in flags}
+    return Scenario(spec, hardware, **given, **fields)
 
 
 def _ms(seconds: float) -> str:
