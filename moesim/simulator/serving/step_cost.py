@@ -46,6 +46,7 @@ from moesim.simulator.speculative.point import (
     DraftTimes,
     PiecewiseCosts,
     StepTimes,
+    draft_cost_s,
     engine_point,
     engine_step,
     scenario_timers,
@@ -157,12 +158,8 @@ class ScenarioStepCost:
         """What an SD round adds beside its verification: drafter passes and host, acceptance sync."""
         _, drafts, _ = self._timers_at(context_len)
         r = self.resolved
-        profile = r.serving_engine
-        if r.drafter.kind == "ngram":
-            return ov.ngram_draft_s(profile, decode_seqs) + ov.accept_sync_s(profile)
-        rows = ov.draft_sequences(profile.drafter, decode_seqs)
-        passes = drafts(rows, draft_len, ov.drafter_launch(profile.drafter, launch))
-        return passes + ov.draft_host_s(profile, draft_len) + ov.accept_sync_s(profile)
+        draft_s, _ = draft_cost_s(r.serving_engine, r.drafter, decode_seqs, draft_len, launch, drafts)
+        return draft_s + ov.accept_sync_s(r.serving_engine)
 
     def _verify_tokens(self, shape: StepShape) -> int:
         """Tokens per sequence the step runs: 1, or what the engine verifies (a chain's K + 1, a tree's)."""

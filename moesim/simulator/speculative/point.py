@@ -243,6 +243,23 @@ def engine_step(
     )
 
 
+def draft_cost_s(
+    profile: ServingEngineProfile,
+    drafter: Drafter,
+    batch: int,
+    draft_len: int,
+    verify_launch: str,
+    drafts: DraftTimes,
+) -> tuple[float, float]:
+    """(drafting seconds, its host part) of one SD round of `batch` sequences: an n-gram lookup on the host,
+    or K drafter passes in the drafter's launch mode plus the engine's per-draft-step host work."""
+    if drafter.kind == "ngram":
+        return ov.ngram_draft_s(profile, batch), 0.0
+    draft_host_s = ov.draft_host_s(profile, draft_len)
+    launch = ov.drafter_launch(profile.drafter, verify_launch)
+    return drafts(ov.draft_sequences(profile.drafter, batch), draft_len, launch) + draft_host_s, draft_host_s
+
+
 def engine_point(
     profile: ServingEngineProfile,
     drafter: Drafter,
@@ -258,12 +275,7 @@ def engine_point(
     decode = engine_step(profile, batch, 1, requested_launch, steps, piecewise)
     rows, tokens_per_row = ov.verify_shape(profile.drafter, batch, draft_len)
     verify = engine_step(profile, rows, tokens_per_row, requested_launch, steps, piecewise)
-    if drafter.kind == "ngram":
-        draft_s, draft_host_s = ov.ngram_draft_s(profile, batch), 0.0
-    else:
-        draft_host_s = ov.draft_host_s(profile, draft_len)
-        launch = ov.drafter_launch(profile.drafter, verify.launch)
-        draft_s = drafts(ov.draft_sequences(profile.drafter, batch), draft_len, launch) + draft_host_s
+    draft_s, draft_host_s = draft_cost_s(profile, drafter, batch, draft_len, verify.launch, drafts)
     return SpeculativePoint(
         draft_len=draft_len,
         decode=decode,
@@ -319,6 +331,7 @@ __all__ = [
     "PiecewiseCosts",
     "SpeculativePoint",
     "TimedPlan",
+    "draft_cost_s",
     "engine_point",
     "engine_step",
     "prepare_points",
