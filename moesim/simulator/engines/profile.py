@@ -391,6 +391,13 @@ def list_serving_engines() -> list[str]:
     return sorted(names, key=lambda n: (n != IDEAL, n))
 
 
+@functools.cache
+def _bundled(name: str) -> ServingEngineProfile:
+    """A bundled profile, parsed once per process (profiles are frozen; every scenario resolves one)."""
+    entry = _bundled_dir().joinpath(name + SUFFIX)
+    return _parse(entry.read_text(encoding="utf-8"), f"engines/{name}{SUFFIX}")
+
+
 def load_serving_engine(name_or_path: str | ServingEngineProfile) -> ServingEngineProfile:
     """A bundled profile by name (`ideal`, `vllm`, `sglang`, `trtllm`) or any profile file by path."""
     if isinstance(name_or_path, ServingEngineProfile):
@@ -398,8 +405,7 @@ def load_serving_engine(name_or_path: str | ServingEngineProfile) -> ServingEngi
     known = list_serving_engines()
     name = name_or_path.strip().lower()
     if name in known:
-        entry = _bundled_dir().joinpath(name + SUFFIX)
-        return _parse(entry.read_text(encoding="utf-8"), f"engines/{name}{SUFFIX}")
+        return _bundled(name)
     if name_or_path.endswith(SUFFIX) or os.sep in name_or_path or "/" in name_or_path:
         path = Path(name_or_path).expanduser()
         if not path.is_file():

@@ -163,6 +163,7 @@ def screen(
                 fitting.append(r)
         results = fitting
     dropped.sort(key=lambda entry: int(entry["design"]))
+    base_resolved = settings.scenario.replace(model=base).resolve(check_fit=False)
     return ScreenResult(
         base=base.name,
         settings=settings,
@@ -173,8 +174,8 @@ def screen(
         ranking=ranking(results, objective),
         front=design_front(results, settings.batches),
         assumptions={
-            **settings.scenario.replace(model=base).resolve(check_fit=False).assumptions(),
-            "routing": settings.routing_for(base).description + " (each design: its own N, k)",
+            **base_resolved.assumptions(),
+            "routing": base_resolved.routing.description + " (each design: its own N, k)",
             "evaluation": "closed-form fast path (as moesim sweep), best draft length per batch",
         },
     )
