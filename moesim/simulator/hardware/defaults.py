@@ -14,6 +14,7 @@ import math
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -224,16 +225,20 @@ def gemm_panel_rows(datasheet: Datasheet) -> int:
     return int(2 ** round(math.log2(rows)))
 
 
-def execution_facts(datasheet: Datasheet, empirical: Empirical) -> dict[str, float | int]:
-    """The device's execution facts (`profile.EXECUTION_FACTS`) from its documented defaults."""
-    d = defaults_for_datasheet(datasheet)
+def _facts(d: Defaults, datasheet: Datasheet, eager_gap_us: float) -> dict[str, Any]:
     return {
         "vector_flops_fraction": d.vector_flops_fraction,
-        "launch_eager_gap_us": d.eager_gap_over_graph_gap * empirical.launch_graph_gap_us,
+        "launch_eager_gap_us": eager_gap_us,
         "gemm_panel_rows": gemm_panel_rows(datasheet),
         "gemm_tile_m_expert": d.gemm_tile_m_expert,
         "gemm_tile_m_dense": d.gemm_tile_m_dense,
     }
+
+
+def execution_facts(datasheet: Datasheet, empirical: Empirical) -> dict[str, Any]:
+    """The device's execution facts (`profile.EXECUTION_FACTS`) from its documented defaults."""
+    d = defaults_for_datasheet(datasheet)
+    return _facts(d, datasheet, d.eager_gap_over_graph_gap * empirical.launch_graph_gap_us)
 
 
 def default_gemm_efficiency(defaults: Defaults = NVIDIA) -> GemmEfficiency:
@@ -269,11 +274,7 @@ def default_empirical(datasheet: Datasheet, vendor: str | None = None) -> Empiri
         sync_us=round(d.sync_us, 3),
         gemm_efficiency=default_gemm_efficiency(d),
         elementwise_bandwidth_fraction=d.elementwise_bandwidth_fraction,
-        vector_flops_fraction=d.vector_flops_fraction,
-        launch_eager_gap_us=round(d.eager_gap_over_graph_gap * graph_gap_us, 3),
-        gemm_panel_rows=gemm_panel_rows(datasheet),
-        gemm_tile_m_expert=d.gemm_tile_m_expert,
-        gemm_tile_m_dense=d.gemm_tile_m_dense,
+        **_facts(d, datasheet, round(d.eager_gap_over_graph_gap * graph_gap_us, 3)),
     )
 
 
