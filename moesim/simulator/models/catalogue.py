@@ -222,9 +222,9 @@ def spec_to_dict(spec: ModelSpec) -> dict[str, Any]:
 
 def spec_to_toml(spec: ModelSpec) -> str:
     """`spec` as catalogue-style TOML text."""
-    import tomli_w
+    from moesim.toml_files import dump_toml
 
-    return tomli_w.dumps(spec_to_dict(spec))
+    return dump_toml(spec_to_dict(spec))
 
 
 def _catalogue_files() -> dict[str, Any]:
@@ -255,10 +255,9 @@ def load_model_file(path: str | Path) -> ModelSpec:
     origin = str(path)
     table, form = read_table(origin, path, "model file (a config.json or a catalogue .toml)")
     if form == "json":
-        from moesim.simulator.models.hf import spec_from_hf_config
+        from moesim.simulator.models.hf import config_model_name, spec_from_hf_config
 
-        name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
-        return spec_from_hf_config(table, name=name, origin=origin)
+        return spec_from_hf_config(table, name=config_model_name(path), origin=origin)
     return spec_from_dict(table, origin)
 
 

@@ -159,9 +159,21 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     if path.is_dir():
         path = path / "config.json"
     config = read_json_table(str(path), path, "Hugging Face config.json")
-    if name is None:
-        name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
-    return spec_from_hf_config(config, name=name, origin=str(path))
+    return spec_from_hf_config(
+        config, name=config_model_name(path) if name is None else name, origin=str(path)
+    )
 
 
-__all__ = ["FAMILIES", "SUPPORTED_MODEL_TYPES", "WRAPPERS", "load_hf_config", "spec_from_hf_config"]
+def config_model_name(path: Path) -> str:
+    """The model's name from its config file's path: the folder of a config.json, else the file's stem."""
+    return path.parent.name if path.stem == "config" and path.parent.name else path.stem
+
+
+__all__ = [
+    "FAMILIES",
+    "SUPPORTED_MODEL_TYPES",
+    "WRAPPERS",
+    "config_model_name",
+    "load_hf_config",
+    "spec_from_hf_config",
+]
