@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from moesim.errors import MoesimError
-from moesim.simulator.bounds import DEFAULT_MAX_MEMORY_GB, check_memory
+from moesim.simulator.bounds import DEFAULT_MAX_MEMORY_GB, check_memory, check_routing_bytes
 
 if TYPE_CHECKING:  # the module stays light: the CLI reads its defaults at start-up
     from moesim.simulator.engines.profile import ServingEngineProfile
@@ -125,8 +125,12 @@ class Scenario:
         # tokens per sequence the largest verification reserves in the KV cache (a tree's draft tokens)
         k = verify_tokens(serving.drafter, self.draft_len if fit_draft_len is None else fit_draft_len) - 1
         check_step_inputs(spec, self.batch, k + 1, self.context_len)
+        what = f"{spec.name} with draft length {k}"
+        check_routing_size(
+            spec, self.routing, self.overlap, self.baseline_overlap, k + 1, self.max_memory_gb, what
+        )
         routing = resolve_routing(spec, self.routing, self.overlap, self.baseline_overlap)
-        check_memory(routing, k + 1, self.max_memory_gb, f"{spec.name} with draft length {k}")
+        check_memory(routing, k + 1, self.max_memory_gb, what)
         request = LayoutRequest() if self.layout is None else self.layout
         memory = None
         if check_fit:
@@ -242,6 +246,29 @@ def resolve_routing(
     )
 
 
+def check_routing_size(
+    spec: ModelSpec,
+    routing: RoutingModel | str | None,
+    overlap: tuple[float, ...] | str | None,
+    baseline_overlap: float | None,
+    tokens_per_seq: int,
+    max_memory_gb: float,
+    what: str,
+) -> None:
+    """Refuse, before any routing model is built (the typical preset samples sequences to describe itself), a
+    correlated routing whose sampling would need more than `max_memory_gb`: its bank is sized by the model's
+    expert count, top-k and the tokens per sequence alone."""
+    from moesim.simulator.routing.base import RoutingModel
+
+    independent = routing == "independent" and overlap is None and baseline_overlap is None
+    if not spec.is_moe or isinstance(routing, RoutingModel) or independent:
+        return
+    from moesim.simulator.routing.correlated import bank_bytes
+
+    need = bank_bytes(spec.n_experts, tokens_per_seq, spec.top_k)
+    check_routing_bytes(need, spec.n_experts, tokens_per_seq, max_memory_gb, what)
+
+
 def chosen_layout(
     request: ParallelLayout | LayoutRequest | None,
     model: ModelSpec,
@@ -277,6 +304,7 @@ __all__ = [
     "DEFAULT_SWEEP_DRAFT_LENS",
     "ResolvedScenario",
     "Scenario",
+    "check_routing_size",
     "chosen_layout",
     "resolve_hardware",
     "resolve_model",

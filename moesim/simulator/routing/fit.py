@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.simulator.bounds import check_seed
 from moesim.simulator.routing.correlated import (
     LayerRouting,
     _expert_masks,
@@ -61,7 +62,9 @@ def weights_from_inclusion(frequency: np.ndarray, top_k: int) -> np.ndarray:
 
 
 def _simulate(layer: LayerRouting, tokens: int, n_sequences: int, seed: int) -> np.ndarray:
-    return sample_sequences(layer, chain_parents(tokens), n_sequences, np.random.default_rng(seed))
+    return sample_sequences(
+        layer, chain_parents(tokens), n_sequences, np.random.default_rng(check_seed(seed))
+    )
 
 
 def _sim_curve(sets: np.ndarray, n_experts: int, max_distance: int) -> np.ndarray:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.simulator.bounds import check_seed
 from moesim.simulator.routing.correlated import CorrelatedRouting, chain_parents, sample_sequences
 from moesim.simulator.routing.trace import RoutingTrace
 
@@ -29,7 +30,7 @@ def generate_trace(
         raise MoesimError(
             "sequences", f"need at least one sequence and one token, got {n_sequences} × {tokens}"
         )
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     indices = layers if layers is not None else ([i for i, _ in model.layers] or [0])
     per_layer = [
         sample_sequences(model.layer_params(i), chain_parents(tokens), n_sequences, rng).reshape(
@@ -63,7 +64,7 @@ def gating_trace(
     `drift` is the AR(1) coefficient of the token part (short range); `sequence_weight` the share of the
     hidden state's variance that is the sequence's own constant mean (long range).
     """
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     layers = []
     for _ in range(n_layers):
         gate = rng.standard_normal((hidden, n_experts)) / np.sqrt(hidden)
@@ -94,7 +95,7 @@ def topic_trace(
 ) -> RoutingTrace:
     """A hidden-Markov topic router: stay in the current topic with probability `stay`, else hop to another
     of the sequence's own topics; k experts drawn without repeats from softmax(sharpness · topic vector)."""
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     layers = []
     for _ in range(n_layers):
         topic_logits = sharpness * rng.standard_normal((n_topics, n_experts)) + 0.5 * rng.standard_normal(
