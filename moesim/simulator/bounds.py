@@ -31,6 +31,12 @@ MAX_COUNT = 2**31 - 1
 """The largest count (layers, widths, experts, tokens, requests) any reader passes on: every array is sized in
 int32-addressable steps; a model or a run beyond it is refused before any arithmetic overflows."""
 
+MAX_LAYOUT_GPUS = 1 << 16
+"""GPUs one layout may span (65,536: beyond the largest scale-up and scale-out domains built)."""
+
+MAX_MEMORY_GB_LIMIT = 1e6
+"""The highest `--max-memory-gb` taken (a petabyte): a limit above any machine's memory turns the bound off."""
+
 MAX_EXPERTS = 1 << 20
 """Routed experts per layer the routing models can describe (1,048,576; the largest released model has 384)."""
 
@@ -66,10 +72,10 @@ def check_count(
         number = int(value)
     if isinstance(number, bool) or not isinstance(number, numbers.Integral):
         raise MoesimError(_field(field, where), f"must be a whole number, got {value!r}", fix)
-    if not low <= int(number) <= high:
-        raise MoesimError(
-            _field(field, where), f"must be an integer in [{low:,}, {high:,}], got {int(number):,}", fix
-        )
+    if int(number) < low:
+        raise MoesimError(_field(field, where), f"must be ≥ {low:,}, got {int(number):,}", fix)
+    if int(number) > high:
+        raise MoesimError(_field(field, where), f"must be ≤ {high:,}, got {int(number):,}", fix)
     return int(number)
 
 
@@ -161,6 +167,8 @@ __all__ = [
     "DEFAULT_MAX_MEMORY_GB",
     "MAX_COUNT",
     "MAX_EXPERTS",
+    "MAX_LAYOUT_GPUS",
+    "MAX_MEMORY_GB_LIMIT",
     "SEED_LIMIT",
     "check_bytes",
     "check_configs",

@@ -22,7 +22,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from moesim.errors import MoesimError
-from moesim.simulator.bounds import DEFAULT_MAX_MEMORY_GB, check_memory, check_routing_bytes
+from moesim.simulator.bounds import (
+    DEFAULT_MAX_MEMORY_GB,
+    check_max_memory_gb,
+    check_memory,
+    check_routing_bytes,
+)
 
 if TYPE_CHECKING:  # the module stays light: the CLI reads its defaults at start-up
     from moesim.simulator.engines.profile import ServingEngineProfile
@@ -125,6 +130,15 @@ class Scenario:
         # tokens per sequence the largest verification reserves in the KV cache (a tree's draft tokens)
         k = verify_tokens(serving.drafter, self.draft_len if fit_draft_len is None else fit_draft_len) - 1
         check_step_inputs(spec, self.batch, k + 1, self.context_len)
+        check_max_memory_gb(self.max_memory_gb)
+        verified = verify_tokens(serving.drafter, self.draft_len)
+        if self.acceptance_length is not None and self.acceptance_length > verified:
+            raise MoesimError(
+                "acceptance_length",
+                f"is {self.acceptance_length:g} tokens per round, above the {verified} a round of draft length "
+                f"{self.draft_len} verifies (K + 1{' for a tree: its draft tokens + 1' if verified != self.draft_len + 1 else ''})",
+                "give --acceptance-length ≤ K + 1, or a longer --draft-len",
+            )
         what = f"{spec.name} with draft length {k}"
         check_routing_size(
             spec, self.routing, self.overlap, self.baseline_overlap, k + 1, self.max_memory_gb, what
