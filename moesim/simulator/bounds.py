@@ -24,6 +24,20 @@ DEFAULT_MAX_CONFIGS = 20_000
 """Configurations (model × batch × draft length) one sweep may run: about 2.5 minutes on two cores;
 `--max-configs`."""
 
+DEFAULT_MAX_MINUTES = 10.0
+"""Wall time a serving simulation or a screen may be estimated to take before it is refused (minutes, on two
+cores); `--max-minutes`."""
+
+SERVE_SECONDS_PER_STEP = 27e-6
+SERVE_SECONDS_PER_TOKEN = 6e-6
+"""The serving loop's cost on two cores: 27 µs per scheduler step and 6 µs per generated token
+(`moesim serve --model olmoe-1b-7b`: 200 requests × 128 tokens at concurrency 1 in 1.4 s, 1000 at 64 in 1.6 s;
+both runs, SD and no SD)."""
+
+SCREEN_SECONDS_PER_POINT = 0.0035
+"""Fast-path time of one (design, batch, draft length) point of a screen on two cores (55 ms per design of
+4 batches × 4 draft lengths)."""
+
 SEED_LIMIT = 2**32
 """Seeds are integers in [0, 2³²): what numpy's and torch's generators take on every platform."""
 
@@ -123,6 +137,56 @@ def check_bytes(need_bytes: float, max_memory_gb: float, what: str, fix: str) ->
         )
 
 
+def check_max_minutes(max_minutes: Any) -> float:
+    return check_finite(
+        max_minutes, "max_minutes", low=0.0, low_open=True, high=1e6, fix="give --max-minutes in minutes"
+    )
+
+
+def check_minutes(estimate_s: float, max_minutes: float, what: str, fix: str) -> None:
+    """Refuse work estimated at `estimate_s` seconds when that is above `max_minutes`."""
+    limit = check_max_minutes(max_minutes)
+    if estimate_s > 60.0 * limit:
+        raise MoesimError(
+            "max_minutes",
+            f"{what} is estimated at about {estimate_s / 60:,.0f} minutes on two cores, above the limit of "
+            f"{limit:g} minutes",
+            f"{fix}, or raise --max-minutes",
+        )
+
+
+def serving_seconds(generated_tokens: float, concurrency: float, runs: int) -> float:
+    """Estimated time of `runs` serving simulations that each generate `generated_tokens` tokens with up to
+    `concurrency` requests in flight (SD shortens the steps; ignored, so this is an upper estimate)."""
+    steps = generated_tokens / max(1.0, concurrency)
+    return runs * (steps * SERVE_SECONDS_PER_STEP + generated_tokens * SERVE_SECONDS_PER_TOKEN)
+
+
+def check_serving(
+    n_requests: int, output_len: float, concurrencies: Any, runs: int, max_minutes: float
+) -> None:
+    """Refuse a serving simulation of `n_requests` × `output_len` generated tokens (each of `runs` runs; a run
+    per concurrency limit in `concurrencies`, None: unbounded) estimated above `max_minutes`."""
+    slowest = min(n_requests if c is None else min(c, n_requests) for c in concurrencies)
+    estimate = serving_seconds(n_requests * output_len, slowest, 1) * runs
+    check_minutes(
+        estimate,
+        max_minutes,
+        f"serving {n_requests:,} requests × {output_len:,.0f} output tokens ({runs} runs)",
+        "send fewer --num-prompts or shorter outputs",
+    )
+
+
+def check_screen(n_designs: int, points_per_design: int, max_minutes: float) -> None:
+    """Refuse a screen of `n_designs` × `points_per_design` fast-path points estimated above `max_minutes`."""
+    check_minutes(
+        n_designs * points_per_design * SCREEN_SECONDS_PER_POINT,
+        max_minutes,
+        f"screening {n_designs:,} designs × {points_per_design} points (batches × draft lengths)",
+        "sample fewer designs (--sample N) or screen fewer batches and draft lengths",
+    )
+
+
 def sampling_bytes(routing: Any, tokens_per_seq: int) -> int:
     """Estimated peak memory a routing model needs for steps of `tokens_per_seq` tokens per sequence (0 for
     models in closed form)."""
@@ -132,9 +196,8 @@ def sampling_bytes(routing: Any, tokens_per_seq: int) -> int:
 
 def check_memory(routing: Any, tokens_per_seq: int, max_memory_gb: float, what: str) -> None:
     """Refuse a run whose routing sampling would need more than `max_memory_gb`."""
-    check_routing_bytes(
-        sampling_bytes(routing, tokens_per_seq), routing.n_experts, tokens_per_seq, max_memory_gb, what
-    )
+    need = sampling_bytes(routing, tokens_per_seq)
+    check_routing_bytes(need, getattr(routing, "n_experts", 0), tokens_per_seq, max_memory_gb, what)
 
 
 def check_routing_bytes(
@@ -165,6 +228,7 @@ def check_configs(n_configs: int, max_configs: int) -> None:
 __all__ = [
     "DEFAULT_MAX_CONFIGS",
     "DEFAULT_MAX_MEMORY_GB",
+    "DEFAULT_MAX_MINUTES",
     "MAX_COUNT",
     "MAX_EXPERTS",
     "MAX_LAYOUT_GPUS",
@@ -175,8 +239,12 @@ __all__ = [
     "check_count",
     "check_finite",
     "check_max_memory_gb",
+    "check_max_minutes",
     "check_memory",
+    "check_minutes",
     "check_routing_bytes",
+    "check_screen",
     "check_seed",
+    "check_serving",
     "sampling_bytes",
 ]

@@ -249,8 +249,8 @@ def resolve_routing(
 
     if isinstance(routing, RoutingModel):
         return routing
-    if not spec.is_moe:
-        return IndependentRouting()
+    if not spec.is_moe or (spec.top_k >= spec.n_experts and isinstance(routing, str | None)):
+        return IndependentRouting()  # dense, or every token uses every expert: no routing to describe
     from moesim.simulator.routing.presets import routing_from_cli
 
     if routing is None:

@@ -48,7 +48,10 @@ def successive_inclusion(weights: np.ndarray, top_k: int) -> np.ndarray:
 
     from scipy.optimize import brentq  # lazily: scipy.optimize slows every start
 
-    log_lam = brentq(excess, -30.0, 60.0, xtol=1e-12)
+    # λ·w_min ≈ e^40 includes even the rarest expert surely: the root lies below (a steep Zipf skew over
+    # thousands of experts has w_min far under e^-60)
+    high = 60.0 if excess(60.0) >= 0 else 40.0 - float(np.log(w[positive].min()))
+    log_lam = brentq(excess, -30.0, high, xtol=1e-12)
     return -np.expm1(-np.exp(log_lam) * w)
 
 

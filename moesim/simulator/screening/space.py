@@ -19,7 +19,7 @@ import numpy as np
 
 from moesim.errors import MoesimError
 from moesim.reading import csv_rows, read_text
-from moesim.simulator.bounds import check_seed
+from moesim.simulator.bounds import SCREEN_SECONDS_PER_POINT, check_count, check_finite, check_seed
 from moesim.simulator.models.spec import OVERRIDE_OPTIONS
 
 # A grid is enumerated (and each design evaluated) before anything is printed: refuse spaces larger than
@@ -77,10 +77,10 @@ def _coerce(field: str, text: str) -> Value:
             as_float = float(text)
             if not as_float.is_integer():
                 raise ValueError
-            return int(as_float)
+            return check_count(int(as_float), field, low=0, fix=f"give {field} as a whole number")
         if kind is float:
-            return float(text)
-    except ValueError:
+            return check_finite(float(text), field, fix=f"give {field} as a number")
+    except (ValueError, OverflowError):
         raise MoesimError(
             field, f"expects {'an integer' if kind is int else 'a number'}, got {text!r}"
         ) from None
@@ -141,7 +141,10 @@ def grid(axes: Mapping[str, Sequence[Value]]) -> list[Design]:
     size = space_size(axes)
     if size > MAX_DESIGNS:
         raise MoesimError(
-            "design space", f"{size} designs is more than {MAX_DESIGNS}", "sample it with --sample N"
+            "design space",
+            f"{size:,} designs (about {size * 16 * SCREEN_SECONDS_PER_POINT / 3600:,.0f} hours at 16 points each "
+            f"on two cores) is more than the {MAX_DESIGNS:,} a screen enumerates",
+            "sample it with --sample N",
         )
     fields = list(axes)
     return [
