@@ -46,6 +46,7 @@ CATEGORY_LABELS = {
     "launch_idle": "launch / idle",
     "padding": "padding to the captured graph size",
     "engine_host": "serving-engine host work (not hidden)",
+    "sd_bookkeeping": "SD host bookkeeping (not hidden)",
 }
 
 
@@ -275,6 +276,12 @@ def simulate_command(
                 f"{serving['name']} {name}: {step['rows']} rows run as {step['rows_run']} ({step['launch']} launch), "
                 f"host {step['host_s'] * 1e6:.1f} µs of which {step['engine_host_s'] * 1e6:.1f} µs not hidden"
             )
+    if serving["overlap_fraction"] != serving["sd_overlap_fraction"] or serving["verify"]["sd_host_s"]:
+        console.print(
+            f"{serving['name']} scheduler under SD: hides {serving['sd_overlap_fraction']:.0%} of host work "
+            f"(decode steps: {serving['overlap_fraction']:.0%}); SD bookkeeping "
+            f"{serving['verify']['sd_host_s'] * 1e6:.1f} µs for {batch} sequences"
+        )
     console.print(
         f"[bold]speedup = {data['speedup']:.3f}×[/bold]  "
         f"(= {data['tokens_per_step']:.3f} × {_ms(decode['step_s'])} ms ÷ ({_ms(data['draft_s'])} + {_ms(verify['step_s'])}{sync}) ms)"
