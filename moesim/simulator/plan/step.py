@@ -325,6 +325,7 @@ def _k(
     dtype: str = "bf16",
     stream: int = 0,
     join: bool = False,
+    experts: float = 0.0,
 ) -> Kernel:
     return Kernel(
         name=name,
@@ -337,6 +338,7 @@ def _k(
         dtype=dtype,
         stream=stream,
         join=join,
+        experts=float(experts),
     )
 
 
@@ -763,6 +765,7 @@ def fused_expert_kernels(
             write=("experts_in", assignments * 2 * w * ACT_BYTES),
             m=per_expert,
             dtype=dtype,
+            experts=distinct,
         ),
         elementwise_kernel(
             "experts_act",
@@ -781,6 +784,7 @@ def fused_expert_kernels(
             write=("experts_out", assignments * h * ACT_BYTES),
             m=per_expert,
             dtype=dtype,
+            experts=distinct,
         ),
     ]
 
