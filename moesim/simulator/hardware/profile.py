@@ -470,8 +470,10 @@ def _read_expert_gemm(r: _Reader) -> dict[str, ExpertGemmTerms] | None:
     raw = r.data.get("expert_gemm")
     if raw is None:
         return None
-    if not isinstance(raw, dict) or not raw:
+    if not isinstance(raw, dict):
         raise r.error(dotted, "must be a table of [empirical.expert_gemm.<dtype>] tables", "e.g. bf16")
+    # An empty table is a profile that prices grouped expert GEMMs by the roofline alone (as moesim did before
+    # the term existed); leaving the table out gives the documented defaults.
     out: dict[str, ExpertGemmTerms] = {}
     for dtype, table in raw.items():
         g = _Reader(r.source, f"{dotted}.{dtype}", table, tuple(f.name for f in fields(ExpertGemmTerms)))
