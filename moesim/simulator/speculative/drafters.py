@@ -37,10 +37,12 @@ from moesim.simulator.execution.collectives import node_link
 from moesim.simulator.execution.timer import StepTimer, time_parallel
 from moesim.simulator.models import spec as ms
 from moesim.simulator.models.spec import AttentionSpec, ModelSpec
+from moesim.simulator.plan.blocks import PlanContext, PlanDevice, gemm_kernel
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.plan.memory import drafter_memory_bytes
 from moesim.simulator.plan.parallel import build_parallel_plan, rank_model
-from moesim.simulator.plan.step import Matrix, PlanContext, PlanDevice, Segment, StepPlan, gemm_kernel
+from moesim.simulator.plan.shapes import Matrix
+from moesim.simulator.plan.step import Segment, StepPlan
 from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.routing.base import RoutingModel
 
