@@ -201,10 +201,11 @@ def kernel_parts_s(
     cache_bytes: np.ndarray,
     params: CostParams,
     grouped: GroupedTerms | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(serial, compute, memory-side) seconds of many kernels; each takes serial + max(compute, memory-side).
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(total, fixed, compute, memory-side) seconds of many kernels: total = fixed + max(compute,
+    memory-side).
 
-    Serial is the fixed latency, plus for a grouped expert GEMM its expert fixed and per-expert parts. The
+    The fixed part is the fixed latency, plus for a grouped expert GEMM its expert fixed and per-expert parts. The
     memory side is the bytes' time; for a grouped expert GEMM it is the memory bytes' time plus the larger
     of the cache-served re-reads and the (token, expert) rows' work: both run on the SMs' load path per
     output tile, beside each other, but in series with the weights streaming from memory
@@ -212,13 +213,13 @@ def kernel_parts_s(
     compute = compute_time_s(flops, m_tokens, peak_flops, params)
     is_gemm = np.asarray(m_tokens) > 0
     memory = memory_time_s(hbm_bytes, cache_bytes, is_gemm, params)
-    serial = np.full(compute.shape, params.fixed_s)
-    if grouped is None:
-        return serial, compute, memory
-    from_memory = memory_time_s(hbm_bytes, 0.0, is_gemm, params)
-    pair_s = np.asarray(flops, dtype=float) / grouped.pair_flops_per_s
-    grouped_memory = from_memory + np.maximum(memory - from_memory, pair_s)
-    return serial + grouped.extra_s, compute, np.where(grouped.is_grouped, grouped_memory, memory)
+    fixed = np.full(compute.shape, params.fixed_s)
+    if grouped is not None:
+        from_memory = memory_time_s(hbm_bytes, 0.0, is_gemm, params)
+        pair_s = np.asarray(flops, dtype=float) / grouped.pair_flops_per_s
+        memory = np.where(grouped.is_grouped, from_memory + np.maximum(memory - from_memory, pair_s), memory)
+        fixed = fixed + grouped.extra_s
+    return fixed + np.maximum(compute, memory), fixed, compute, memory
 
 
 def kernel_times_s(
@@ -233,10 +234,10 @@ def kernel_times_s(
     """(total, compute, memory-side) seconds of many kernels at once: total = serial + max(compute,
     memory-side), which is fixed + max(compute, memory) for every kernel but a grouped expert GEMM
     (`kernel_parts_s`)."""
-    serial, compute, memory = kernel_parts_s(
+    total, _, compute, memory = kernel_parts_s(
         flops, m_tokens, peak_flops, hbm_bytes, cache_bytes, params, grouped
     )
-    return serial + np.maximum(compute, memory), compute, memory
+    return total, compute, memory
 
 
 def kernel_time_s(

@@ -215,8 +215,7 @@ def run_engine(
     flops = np.array([k.flops for k in kernels])
     m = np.array([k.m_tokens for k in kernels], dtype=float)
     grouped = params.grouped_terms(np.array([k.experts for k in kernels]), [k.dtype for k in kernels])
-    fixed, compute, memory = kernel_parts_s(flops, m, peaks, hbm, cache, params, grouped)
-    total = fixed + np.maximum(compute, memory)
+    total, fixed, compute, memory = kernel_parts_s(flops, m, peaks, hbm, cache, params, grouped)
     if external_time_s is not None:
         for i, kernel in enumerate(kernels):
             given = external_time_s(kernel)
