@@ -135,6 +135,12 @@ def test_mla_attention_maths_run_in_whole_query_tiles() -> None:
     timer = FastTimer(hw)
     seconds = {t: timer.step(build_plan(spec, 64, t, 8192, "fused", None, hw), "graph") for t in (1, 3)}
     assert seconds[3].breakdown_s["attention"] > 2 * seconds[1].breakdown_s["attention"]
+    # a profile that predates the term (mla_query_tile_rows = 0) prices the useful rows only
+    from dataclasses import replace
+
+    untiled = replace(hw, empirical=replace(hw.empirical, mla_query_tile_rows=0))
+    plain = core(build_parallel_plan(spec, 64, 1, layout, untiled, 8192).plan)
+    assert plain.flops == pytest.approx(ranked[1].flops / 4)  # 16 of the tile's 64 rows
 
 
 def test_sliding_window_caps_the_kv_read() -> None:

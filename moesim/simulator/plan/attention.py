@@ -27,13 +27,12 @@ from moesim.simulator.plan.shapes import KV_BYTES, Matrix, attention_matrices, k
 
 # Query rows one attention-kernel tile holds for one KV head: the engines pack a sequence's q new tokens ×
 # the query heads sharing a KV head into the tile's M dimension, and each tile streams its sequence's cache.
-# MLA (one latent KV head): FlashMLA's 64-row tiles (vLLM 0.33.0 v1/attention/backends/mla/flashmla.py packs
-# num_q_tokens_per_head_k = max_query_len × num_q_heads rows per KV head, query_len_support UNIFORM: a
-# verification runs as a decode with q_len > 1; SGLang 0.5.23 picks FlashAttention-3 for MLA on Hopper
-# (arg_groups/model_override_base.py get_default_attn_backend), whose 512-wide latent runs 64-row tiles too).
-# Grouped-query attention: FlashAttention-3's 128-row tiles for head dim 128 with pack_gqa (SGLang's and
-# vLLM's FA3 backends run a chain verification as varlen attention, q_len = K + 1 per sequence).
-MLA_QUERY_TILE_ROWS = 64
+# MLA (one latent KV head): the device's `mla_query_tile_rows` (64: FlashMLA, FA3; see hardware.defaults);
+# a verification runs as a decode with q_len > 1 (vLLM 0.33.0 v1/attention/backends/mla/flashmla.py:
+# query_len_support UNIFORM). Grouped-query attention: FlashAttention-3's 128-row tiles for head dim 128 with
+# pack_gqa (SGLang's default on Hopper unless a tree is verified, then FlashInfer's prefill with a custom
+# mask, whose largest query tile is 128 rows too; vLLM's FA3 backend runs a chain verification as varlen
+# attention, q_len = K + 1 per sequence).
 GQA_QUERY_TILE_ROWS = 128
 
 
@@ -52,7 +51,7 @@ def attention_core_kernel(
     times, the repeats from L2 while a sequence's cache fits there).
 
     MLA's absorbed attention costs 2·(2·kv_lora_rank + rope) FLOPs per key per query row, computed in whole
-    64-row tiles: with 16 heads per rank (TP 8) a decode already pays a full tile, so a verification of up
+    tiles of the device's `mla_query_tile_rows` (64): with 16 heads per rank (TP 8) a decode already pays a full tile, so a verification of up
     to 4 tokens costs the same maths; with 128 heads it is 2T tiles, compute-bound on long contexts from a
     few tokens on. Whole tiles carry their own waste, so the kernel's GEMM dimension for the efficiency
     curve is the keys it streams per sequence, not its few query rows. Grouped-query attention keeps its
@@ -65,9 +64,14 @@ def attention_core_kernel(
     cache = b * per_sequence
     if a.is_mla:
         latent, rope = a.kv_lora_rank or 0, a.qk_rope_head_dim or 0
-        tiles = query_tiles(t * a.num_heads, MLA_QUERY_TILE_ROWS)
-        flops = 2.0 * b * tiles * MLA_QUERY_TILE_ROWS * length * (2 * latent + rope)
-        m_rows = max(1, length)
+        tile_rows = ctx.device.mla_query_tile_rows
+        if tile_rows:
+            tiles = query_tiles(t * a.num_heads, tile_rows)
+            flops = 2.0 * b * tiles * tile_rows * length * (2 * latent + rope)
+            m_rows = max(1, length)
+        else:  # not modelled (profiles that predate the term): the useful rows at their GEMM efficiency
+            tiles, m_rows = 1, t * a.num_heads
+            flops = 2.0 * b * t * a.num_heads * length * (2 * latent + rope)
     else:
         flops = 2.0 * b * t * a.num_heads * (a.head_dim + a.value_head_dim) * length
         m_rows = t * max(1, a.num_heads // max(1, a.num_kv_heads))
