@@ -24,13 +24,29 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from moesim.errors import MoesimError
-from moesim.simulator.models import spec as ms
+from moesim.simulator.models.sequence_state import (
+    attended_tokens,
+    index_key_bytes_per_token,
+    indexed_tokens,
+    kv_cache_bytes_per_token,
+    linear_state_bytes,
+)
 from moesim.simulator.models.spec import (
     AttentionLayerKind,
     FfnLayerKind,
     ModelSpec,
     WeightFormat,
+    attention_for,
+    high_precision_format,
     weight_format,
+)
+from moesim.simulator.models.weights import (
+    attention_projections,
+    dense_ffn_matrices,
+    expert_matrices,
+    lm_head_read_bytes,
+    router_weight_bytes,
+    shared_expert_matrices,
 )
 from moesim.simulator.plan.kernels import Category, Kernel, TensorRead
 from moesim.simulator.routing.base import RoutingModel
@@ -85,14 +101,14 @@ def attention_matrices(model: ModelSpec, kind: AttentionLayerKind) -> dict[str, 
     and weight projections from the hidden state; "index_q" from the query latent) get their own GEMMs.
     """
     fmt = model.dense_format
-    mats = ms.attention_projections(model, kind)
+    mats = attention_projections(model, kind)
     if kind == "linear":
         return {
             "in_proj": _combined(fmt, mats, ("in_proj_qkvz", "in_proj_ba")),
             "conv": _combined(BF16, mats, ("conv1d",)),
             "out_proj": _combined(fmt, mats, ("out_proj",)),
         }
-    a = ms.attention_for(model, kind)
+    a = attention_for(model, kind)
     extra = {
         group: _combined(fmt, mats, names)
         for group, names in (
@@ -118,7 +134,7 @@ def attention_matrices(model: ModelSpec, kind: AttentionLayerKind) -> dict[str, 
 
 def kv_bytes_per_token(model: ModelSpec, kind: AttentionLayerKind) -> float:
     """KV-cache bytes one token adds to one layer of `kind` (0 for linear attention: it keeps a fixed state)."""
-    return ms.kv_cache_bytes_per_token(model, kind, KV_BYTES)
+    return kv_cache_bytes_per_token(model, kind, KV_BYTES)
 
 
 def shared_width(model: ModelSpec) -> int:
@@ -134,13 +150,13 @@ def ffn_matrices(model: ModelSpec) -> dict[str, Matrix]:
     h = model.hidden
     ws = shared_width(model)
     n_shared = max(1, model.n_shared_experts)
-    shared = ms.shared_expert_matrices(model)
-    expert = ms.expert_matrices(model)
-    dense_ffn = ms.dense_ffn_matrices(model)
+    shared = shared_expert_matrices(model)
+    expert = expert_matrices(model)
+    dense_ffn = dense_ffn_matrices(model)
     w13 = _combined(experts, expert, ("gate", "up"))
     w2 = _combined(experts, expert, ("down",))
     if model.expert_bias:  # biases ride along with their matrices, 16-bit
-        vector_bytes = ms.high_precision_format(model).value_bits / 8
+        vector_bytes = high_precision_format(model).value_bits / 8
         w13 = replace(w13, exact_bytes=w13.bytes + math.ceil(2 * model.expert_width * vector_bytes))
         w2 = replace(w2, exact_bytes=w2.bytes + math.ceil(h * vector_bytes))
     return {
@@ -152,7 +168,7 @@ def ffn_matrices(model: ModelSpec) -> dict[str, Matrix]:
             2 * ws, h, dense, n_shared * _combined(dense, shared, ("gate", "up")).bytes if ws else 0
         ),
         "shared_w2": Matrix(h, ws, dense, n_shared * _combined(dense, shared, ("down",)).bytes if ws else 0),
-        "router": Matrix(model.n_experts, h, BF16, ms.router_weight_bytes(model)),
+        "router": Matrix(model.n_experts, h, BF16, router_weight_bytes(model)),
     }
 
 
@@ -422,8 +438,8 @@ def attention_core_kernel(
 ) -> Kernel:
     """Paged / flash decoding attention: every sequence's T new queries against its cached context."""
     model, b, t = ctx.model, ctx.batch, ctx.tokens_per_seq
-    a = ms.attention_for(model, kind)
-    length = ms.attended_tokens(model, kind, ctx.context_len + t)
+    a = attention_for(model, kind)
+    length = attended_tokens(model, kind, ctx.context_len + t)
     cache = b * length * kv_bytes_per_token(model, kind)
     if a.is_mla:
         latent, rope = a.kv_lora_rank or 0, a.qk_rope_head_dim or 0
@@ -452,9 +468,9 @@ def indexer_kernels(
     if "index" not in mats:
         return []
     model, m, P = ctx.model, ctx.m_tokens, LAYER_PREFIX
-    a = ms.attention_for(model, kind)
-    entries = ms.indexed_tokens(model, kind, ctx.context_len + ctx.tokens_per_seq)
-    keys = ctx.batch * entries * ms.index_key_bytes_per_token(model, kind)
+    a = attention_for(model, kind)
+    entries = indexed_tokens(model, kind, ctx.context_len + ctx.tokens_per_seq)
+    keys = ctx.batch * entries * index_key_bytes_per_token(model, kind)
     flops = 2.0 * m * a.index_heads * a.index_head_dim * entries
     category: Category = (
         "attention" if flops / max(keys, 1.0) > ctx.device.ridge_flops_per_byte else "kv_cache"
@@ -501,7 +517,7 @@ def attention_kernels(ctx: PlanContext, kind: AttentionLayerKind) -> list[Kernel
         v = la.num_value_heads * la.value_head_dim
         conv_dim = 2 * qk + v
         conv_state = ctx.batch * conv_dim * (la.conv_kernel - 1) * KV_BYTES
-        state = ctx.batch * ms.linear_state_bytes(model, KV_BYTES) - conv_state
+        state = ctx.batch * linear_state_bytes(model, KV_BYTES) - conv_state
         out += [
             gemm_kernel(ctx, "in_proj", "dense_weights", P + "attn.in_proj", mats["in_proj"], m, "h", "qkvz"),
             _k(
@@ -537,7 +553,7 @@ def attention_kernels(ctx: PlanContext, kind: AttentionLayerKind) -> list[Kernel
             ),
         ]
         return out
-    a = ms.attention_for(model, kind)
+    a = attention_for(model, kind)
     kv_token = kv_bytes_per_token(model, kind)
     if a.is_mla:
         nope, rope, v_dim = a.qk_nope_head_dim or 0, a.qk_rope_head_dim or 0, a.v_head_dim or 0
@@ -864,7 +880,7 @@ def epilogue_kernels(ctx: PlanContext) -> list[Kernel]:
     """Final norm, LM head, sampling; a verification step also compares draft and target tokens."""
     model, m = ctx.model, ctx.m_tokens
     h, v = model.hidden, model.vocab
-    head = Matrix(v, h, BF16, ms.lm_head_read_bytes(model))
+    head = Matrix(v, h, BF16, lm_head_read_bytes(model))
     out = [
         norm_kernel(ctx, "final_norm", "final_norm"),
         _k(
