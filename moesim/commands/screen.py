@@ -20,7 +20,7 @@ from moesim.commands.parallel_options import layout_from_kwargs, parallel_option
 from moesim.commands.progress import progress
 from moesim.commands.simulate import scenario_from_flags, sd_options, step_options
 from moesim.errors import MoesimError
-from moesim.simulator.models.spec import OVERRIDE_OPTIONS
+from moesim.simulator.models.overrides import OVERRIDE_OPTIONS
 from moesim.simulator.screening.backends import BACKENDS
 from moesim.simulator.screening.constraints import CONSTRAINT_KINDS, DEFAULT_TOLERANCE
 
@@ -153,7 +153,7 @@ def screen_command(**options: Any) -> None:
     --free expert-width --free-multiple 64 --plot front.png
     """
     from moesim.simulator.screening.screen import screen
-    from moesim.validation.nearby_runs import engine_of, nearby_errors
+    from moesim.validation.runs.nearby import engine_of, nearby_errors
 
     to_stdout = check_outputs(  # bad outputs refused before any work
         csv=options["csv_path"],

@@ -242,7 +242,7 @@ def serve_command(
     from moesim.simulator.serving.plots import plot_serving
     from moesim.simulator.serving.run import serve
     from moesim.simulator.serving.workload import build_workload
-    from moesim.validation.nearby_runs import engine_of, nearby_errors
+    from moesim.validation.runs.nearby import engine_of, nearby_errors
 
     to_stdout = check_outputs(csv=csv_path, plot=plot_path, as_json=as_json)
     scenario = scenario_from_flags(

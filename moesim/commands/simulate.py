@@ -218,7 +218,7 @@ def simulate_command(
     """
     from moesim.simulator.hardware.profile import load_profile
     from moesim.simulator.simulate import simulate
-    from moesim.validation.nearby_runs import engine_of, nearby_error
+    from moesim.validation.runs.nearby import engine_of, nearby_error
 
     request = layout_from_kwargs(flags)
     spec = resolve_model(model_name, model_config, flags)
@@ -399,7 +399,7 @@ def sweep_command(
     from moesim.simulator.simulate import model_list
     from moesim.simulator.speculative.plots import plot_sweep
     from moesim.simulator.speculative.sweep import run_sweep
-    from moesim.validation.nearby_runs import engine_of, nearby_errors
+    from moesim.validation.runs.nearby import engine_of, nearby_errors
 
     to_stdout = check_outputs(csv=csv_path, plot=plot_path, as_json=as_json)
     request = layout_from_kwargs(flags)

@@ -10,7 +10,7 @@ leave-one-source-out would give (a profile fitted with `calibrate --from-runs` r
 error in its `[fit_quality]`).
 
 Predicting the rows takes seconds, so the errors are precomputed into a small shipped table
-(`moesim/data/measured_runs_errors.csv`, written by `python -m moesim.validation.nearby_runs`; a test
+(`moesim/data/measured_runs_errors.csv`, written by `python -m moesim.validation.runs.nearby`; a test
 checks it is current) and a projection only reads it.
 """
 
@@ -182,8 +182,8 @@ def engine_of(serving_engine: Any) -> str:
 def compute_errors() -> list[RowError]:
     """Every representable shipped row predicted under `ideal` and under its own engine preset."""
     from moesim.simulator.models.catalogue import load_model
-    from moesim.validation.runs import read_runs
-    from moesim.validation.runs_predict import PER_RUN, prepare, validate_runs
+    from moesim.validation.runs.predict import PER_RUN, prepare, validate_runs
+    from moesim.validation.runs.schema import read_runs
 
     runs = read_runs()
     prepared = prepare(runs)
@@ -225,7 +225,7 @@ def shipped_table_path() -> Path:
     return Path(str(resources.files("moesim").joinpath("data", ERRORS_TABLE)))
 
 
-if __name__ == "__main__":  # python -m moesim.validation.nearby_runs: rewrite the shipped table
+if __name__ == "__main__":  # python -m moesim.validation.runs.nearby: rewrite the shipped table
     from moesim.atomic import atomic_write_text
 
     atomic_write_text(shipped_table_path(), render_errors(compute_errors()))

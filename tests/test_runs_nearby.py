@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from moesim.cli import cli
-from moesim.validation.nearby_runs import (
+from moesim.validation.runs.nearby import (
     RowError,
     batch_band,
     compute_errors,
@@ -22,7 +22,7 @@ from moesim.validation.nearby_runs import (
 
 
 def test_the_shipped_table_is_what_moesim_predicts_now() -> None:
-    """Regenerate with `python -m moesim.validation.nearby_runs` when a change moves a prediction."""
+    """Regenerate with `python -m moesim.validation.runs.nearby` when a change moves a prediction."""
     assert shipped_table_path().read_text(encoding="utf-8") == render_errors(compute_errors())
 
 
