@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
 from moesim.reading import parse_toml, read_toml
-from moesim.simulator.hardware.defaults import execution_facts
+from moesim.simulator.hardware.defaults import MLA_QUERY_TILE_ROWS, execution_facts
 from moesim.simulator.hardware.sections import (
     EXECUTION_FACTS,
     Datasheet,
@@ -83,6 +83,12 @@ class HardwareProfile:
     @property
     def gemm_tile_m_dense(self) -> int:
         return int(self.empirical.gemm_tile_m_dense or 0)
+
+    @property
+    def mla_query_tile_rows(self) -> int:
+        """Rows of one MLA attention tile (`hardware.defaults.MLA_QUERY_TILE_ROWS` unless the profile says)."""
+        rows = self.empirical.mla_query_tile_rows
+        return MLA_QUERY_TILE_ROWS if rows is None else int(rows)
 
     def compute_dtype(self, dtype: str) -> str:
         """The dtype whose peak times arithmetic in `dtype`: its own where the profile has one; otherwise, on a
@@ -398,6 +404,9 @@ def _read_empirical(source: str, data: Any) -> Empirical:
             name: r.integer(name, minimum=1) if name in r.data else None
             for name in ("gemm_panel_rows", "gemm_tile_m_expert", "gemm_tile_m_dense")
         },
+        mla_query_tile_rows=r.integer("mla_query_tile_rows", minimum=0)
+        if "mla_query_tile_rows" in r.data
+        else None,
         expert_gemm=_read_expert_gemm(r),
     )
 

@@ -107,6 +107,8 @@ class Empirical:
     gemm_panel_rows: int | None = None  # weight rows a tiled GEMM's M-tiles re-read close together
     gemm_tile_m_expert: int | None = None  # rows of one M-tile in grouped expert GEMMs
     gemm_tile_m_dense: int | None = None  # rows of one M-tile in dense GEMMs
+    # MLA attention's query tile rows; None = hardware.defaults.MLA_QUERY_TILE_ROWS, 0 = not modelled.
+    mla_query_tile_rows: int | None = None
     # Grouped expert GEMM terms per compute dtype (see ExpertGemmTerms); None = the documented defaults.
     expert_gemm: dict[str, ExpertGemmTerms] | None = None
 
