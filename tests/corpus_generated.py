@@ -17,6 +17,7 @@ Every case must stay under the time and memory limits (`CPU_LIMIT_S`, `PEAK_LIMI
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import json
@@ -220,7 +221,13 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf") if math.isinf(value) else repr(value)
+        return (
+            "nan"
+            if math.isnan(value)
+            else ("inf" if value > 0 else "-inf")
+            if math.isinf(value)
+            else repr(value)
+        )
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
@@ -339,7 +346,7 @@ def _csv_cases(
     rng.shuffle(candidates)
     chosen = candidates[:budget]
     duplicate = [*header, header[numeric[0]]]
-    ragged_long = [list(body[0]) + ["1"]]
+    ragged_long = [[*list(body[0]), "1"]]
     ragged_short = [list(body[0])[:-2]]
     for tag, data in (
         ("duplicate-header", _csv([duplicate, *[[*row, row[numeric[0]]] for row in body]])),
@@ -347,7 +354,9 @@ def _csv_cases(
         ("ragged-short-row", _csv([header, *ragged_short])),
     ):
         fields = (header[numeric[0]],) if tag == "duplicate-header" else ("row", file)
-        chosen.append(Case(f"{kind}:{tag}", kind, argv(file), files={file: comments.encode() + data}, fields=fields))
+        chosen.append(
+            Case(f"{kind}:{tag}", kind, argv(file), files={file: comments.encode() + data}, fields=fields)
+        )
     return chosen
 
 
@@ -374,7 +383,9 @@ def _trace_arrays(tokens: int = 32, layers: int = 2, k: int = 4, n: int = 16) ->
     import numpy as np
 
     rng = np.random.default_rng(0)
-    experts = np.stack([np.stack([rng.choice(n, k, replace=False) for _ in range(layers)]) for _ in range(tokens)])
+    experts = np.stack(
+        [np.stack([rng.choice(n, k, replace=False) for _ in range(layers)]) for _ in range(tokens)]
+    )
     return {
         "experts": experts.astype(np.int64),
         "sequence_ids": np.repeat(np.arange(tokens // 8), 8).astype(np.int64),
@@ -409,7 +420,9 @@ def _trace_cases(rng: random.Random, budget: int) -> list[Case]:
     candidates: list[Case] = []
     mutations: list[tuple[str, dict[str, Any], tuple[str, ...]]] = []
     for value in (-1, 2**62, 10**12, 0):
-        mutations.append((f"n_experts={value}", {**base, "n_experts": np.int64(value)}, ("n_experts", "expert")))
+        mutations.append(
+            (f"n_experts={value}", {**base, "n_experts": np.int64(value)}, ("n_experts", "expert"))
+        )
     for value in (-1, 2**40, 16):
         experts = base["experts"].copy()
         experts[3, 1, 0] = value
@@ -431,20 +444,35 @@ def _trace_cases(rng: random.Random, budget: int) -> list[Case]:
             )  # fmt: skip
     # JSON-lines traces
     lines = [
-        {"sequence": int(s), "experts": e.tolist()} for s, e in zip(base["sequence_ids"], base["experts"], strict=True)
+        {"sequence": int(s), "experts": e.tolist()}
+        for s, e in zip(base["sequence_ids"], base["experts"], strict=True)
     ]
     for tag, mutate, fields in (
-        ("jsonl-expert-huge", lambda r: {**r, "experts": [[2**63, *r["experts"][0][1:]], *r["experts"][1:]]}, ("expert",)),  # fmt: skip
-        ("jsonl-expert-nan", lambda r: {**r, "experts": [[math.nan, *r["experts"][0][1:]], *r["experts"][1:]]}, ("expert",)),  # fmt: skip
+        (
+            "jsonl-expert-huge",
+            lambda r: {**r, "experts": [[2**63, *r["experts"][0][1:]], *r["experts"][1:]]},
+            ("expert",),
+        ),
+        (
+            "jsonl-expert-nan",
+            lambda r: {**r, "experts": [[math.nan, *r["experts"][0][1:]], *r["experts"][1:]]},
+            ("expert",),
+        ),
         ("jsonl-sequence-inf", lambda r: {**r, "sequence": math.inf}, ("sequence",)),
         ("jsonl-sequence-negative", lambda r: {**r, "sequence": -5}, ("sequence",)),
-        ("jsonl-experts-deep", lambda r: {**r, "experts": json.loads("[" * 50000 + "]" * 50000)}, ("experts", "deep", "nest")),  # fmt: skip
+        (
+            "jsonl-experts-deep",
+            lambda r: {**r, "experts": json.loads("[" * 50000 + "]" * 50000)},
+            ("experts", "deep", "nest"),
+        ),
     ):
         if tag == "jsonl-experts-deep":
             body = json.dumps(lines[0])[:-1].rsplit('"experts":', 1)[0] + '"experts": ' + "[" * 50000 + "]" * 50000 + "}\n"  # fmt: skip
             data = (body + "\n".join(json.dumps(x) for x in lines[1:]) + "\n").encode()
         else:
-            data = ("\n".join(json.dumps(mutate(x) if i == 2 else x) for i, x in enumerate(lines)) + "\n").encode()
+            data = (
+                "\n".join(json.dumps(mutate(x) if i == 2 else x) for i, x in enumerate(lines)) + "\n"
+            ).encode()
         candidates.append(
             Case(f"trace:fit:{tag}", "trace", ["routing", "fit", "{f}", "-o", "{d}/out.json", "--experts", "16"],
                  files={"trace.jsonl": data}, fields=fields)
@@ -481,14 +509,18 @@ def corpus(d: str, budget_per_file: int = 14) -> list[Case]:
             "profile", source, _read_toml, _toml, ".toml",
             lambda f: ["simulate", "--model", "olmoe-1b-7b", "--hardware", f, "--launch", "eager"], 2 * budget_per_file, rng,
         )  # fmt: skip
-    cases += _nesting_cases("profile", lambda f: ["simulate", "--model", "olmoe-1b-7b", "--hardware", f], ".toml")
+    cases += _nesting_cases(
+        "profile", lambda f: ["simulate", "--model", "olmoe-1b-7b", "--hardware", f], ".toml"
+    )
     for name in ("vllm", "sglang"):
         cases += _structured_cases(
             "engine", profiles / "engines" / f"{name}.toml", _read_toml, _toml, ".toml",
             lambda f: ["simulate", "--model", "olmoe-1b-7b", "--serving-engine", f], budget_per_file, rng,
         )  # fmt: skip
     rows, comments = _read_csv(ROOT / "moesim" / "data" / "measured_runs.csv")
-    cases += _csv_cases("runs", rows[:2], lambda f: ["validate", "--runs", f], 2 * budget_per_file, rng, comments)
+    cases += _csv_cases(
+        "runs", rows[:2], lambda f: ["validate", "--runs", f], 2 * budget_per_file, rng, comments
+    )
     rows, comments = _read_csv(ROOT / "moesim" / "data" / "validation_example.csv")
     cases += _csv_cases(
         "measured", rows[:2], lambda f: ["validate", "--measured", f, "--profile", "docs/validation/cpu/cpu.toml"],
@@ -590,10 +622,8 @@ def _child(case: Case, write_fd: int) -> None:
 
     from moesim.cli import cli
 
-    try:  # the peak of this child alone, from here on
+    with contextlib.suppress(OSError):  # the peak of this child alone, from here on
         Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass
     result = CliRunner().invoke(cli, case.argv, catch_exceptions=True)
     output = result.output or ""
     traceback = result.exception is not None and not isinstance(result.exception, SystemExit)
@@ -688,7 +718,7 @@ def run_case(case: Case, d: str) -> Result:
 def run_corpus(cases_filter: Callable[[Case], bool] | None = None) -> list[Result]:
     """Run the corpus in this process (which must be a fresh interpreter: the children share its memory)."""
     # The library's modules are loaded once here, so each child measures its own work, not the imports.
-    import moesim.cli  # noqa: F401
+    import moesim.cli
     import moesim.simulator.simulate  # noqa: F401
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -716,7 +746,8 @@ def summary(results: list[Result]) -> dict[str, Any]:
         "over_300mb": sum(r.peak_mb > PEAK_LIMIT_MB for r in results),
         "accepted_must_refuse": sum(r.must_refuse and r.exit_code == 0 and not r.killed for r in results),
         "field_not_named": sum(
-            r.must_refuse and r.exit_code not in (0, None) and not r.field_named and not r.traceback for r in results
+            r.must_refuse and r.exit_code not in (0, None) and not r.field_named and not r.traceback
+            for r in results
         ),
         "failing": sum(bool(r.failures()) for r in results),
         "slowest": {"id": slowest.id, "cpu_s": round(slowest.cpu_s, 3)},

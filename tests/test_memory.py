@@ -10,15 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
-from moesim.simulator.hardware.profile import (
-    Datasheet,
-    Empirical,
-    GemmEfficiency,
-    HardwareProfile,
-    NodeSpec,
-    Provenance,
-)
-from moesim.simulator.models.spec import AttentionSpec, ModelSpec, kv_cache_bytes, total_weight_bytes
+from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.hardware.sections import Datasheet, Empirical, GemmEfficiency, NodeSpec, Provenance
+from moesim.simulator.models.sequence_state import kv_cache_bytes
+from moesim.simulator.models.spec import AttentionSpec, ModelSpec
+from moesim.simulator.models.weights import total_weight_bytes
 from moesim.simulator.plan.layout import ParallelLayout, default_layout
 from moesim.simulator.plan.memory import (
     RESERVE_FRACTION,

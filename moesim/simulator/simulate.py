@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.simulator.engines.overheads import overlap_fraction
 from moesim.simulator.engines.profile import load_serving_engine
 from moesim.simulator.execution.collectives import parallel_step_summary
 from moesim.simulator.execution.engine import StepResult, run_engine
@@ -92,6 +93,7 @@ class SpeculativeResult:
     accept_s: float
     tokens_per_step: float
     speedup: float
+    draft_first_pass_s: float = 0.0  # of draft_s: the drafter's pass over the verified positions
     assumptions: dict[str, Any] = field(default_factory=dict)
     # The layout simulated and its memory use; "decode"/"verify" hold the parallel steps' summaries.
     parallel: dict[str, Any] = field(default_factory=dict)
@@ -114,6 +116,7 @@ class SpeculativeResult:
             "decode": self.decode.to_json(timeline),
             "verify": self.verify.to_json(timeline),
             "draft_s": self.draft_s,
+            "draft_first_pass_s": self.draft_first_pass_s,
             "accept_s": self.accept_s,
             "tokens_per_step": self.tokens_per_step,
             "verify_over_decode": self.verify_over_decode,
@@ -191,6 +194,7 @@ def _result(resolved: ResolvedScenario, point: SpeculativePoint) -> SpeculativeR
         decode=decode,
         verify=verify,
         draft_s=point.draft_s,
+        draft_first_pass_s=point.draft_first_pass_s,
         accept_s=accept_s,
         tokens_per_step=point.tokens_per_step,
         speedup=point.speedup,
@@ -203,6 +207,8 @@ def _result(resolved: ResolvedScenario, point: SpeculativePoint) -> SpeculativeR
             "verify": point.verify.engine_json(),
             "draft_host_s": point.draft_host_s,
             "accept_sync_s": point.accept_sync_s,
+            "overlap_fraction": overlap_fraction(resolved.serving_engine),
+            "sd_overlap_fraction": overlap_fraction(resolved.serving_engine, speculative=True),
             "step_ratio": point.step_ratio,
         },
     )

@@ -14,106 +14,25 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
 from moesim.reading import parse_toml, read_toml
+from moesim.simulator.hardware.defaults import MLA_QUERY_TILE_ROWS, execution_facts
+from moesim.simulator.hardware.sections import (
+    EXECUTION_FACTS,
+    Datasheet,
+    Empirical,
+    ExpertGemmTerms,
+    GemmEfficiency,
+    NodeSpec,
+    Provenance,
+)
 from moesim.toml_files import dump_toml
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
-
-
-@dataclass(frozen=True)
-class Datasheet:
-    """Vendor facts for one accelerator (or, for a CPU, what calibration measured of it)."""
-
-    device_name: str
-    memory_bandwidth_gbps: float  # peak HBM/DRAM bandwidth
-    memory_capacity_bytes: float
-    last_level_cache_bytes: float  # L2 on GPUs (plus infinity cache on MI300X), LLC on CPUs
-    peak_dense_tflops: dict[str, float]  # dtype -> dense (non-sparse) peak, e.g. {"bf16": 989, "fp8": 1979}
-    compute_units: int = 0  # SMs / CUs / cores
-    scale_up_link_gbps: float = 0.0  # per GPU, one direction
-    vendor: str = ""  # "nvidia", "amd", "intel", ...: selects per-vendor defaults in assumptions.py
-    device_kind: Literal["gpu", "cpu"] = "gpu"  # a CPU profile comes from calibration, never a datasheet
-    cache_partitions: int = 1  # halves / dies the last-level cache is split into (A100/H100: 2)
-
-
-@dataclass(frozen=True)
-class GemmEfficiency:
-    """Achieved fraction of peak FLOP/s against the token count M of a GEMM.
-
-    Interpolated as a power law between points (log e linear in log M), so compute time M / e(M) never falls
-    between two points whose compute times do not.
-    """
-
-    m_tokens: tuple[float, ...]
-    efficiency: tuple[float, ...]
-
-    def at(self, m_tokens: np.ndarray | float) -> np.ndarray:
-        log_m = np.log(np.maximum(np.asarray(m_tokens, dtype=float), 1.0))
-        return np.exp(np.interp(log_m, np.log(self.m_tokens), np.log(self.efficiency)))
-
-
-EXECUTION_FACTS = (
-    "vector_flops_fraction",
-    "launch_eager_gap_us",
-    "gemm_panel_rows",
-    "gemm_tile_m_expert",
-    "gemm_tile_m_dense",
-)
-
-
-@dataclass(frozen=True)
-class Empirical:
-    """Parameters the cost model needs beyond the datasheet; measured, derived, or documented defaults."""
-
-    memory_bandwidth_fraction: float  # achieved streaming bandwidth / datasheet peak
-    cache_bandwidth_gbps: float  # bandwidth of reads that hit the last-level cache
-    cache_effective_bytes: float  # usable cache capacity for a streaming working set
-    half_bandwidth_transfer_bytes: float  # a single read of this size reaches half the streaming bandwidth
-    kernel_fixed_latency_us: float  # device time of an empty / tiny kernel
-    launch_eager_us: float  # host time to launch one kernel from an eager framework
-    launch_graph_gap_us: float  # per-kernel gap inside graph replay
-    graph_launch_us: float  # host time to launch one whole graph
-    sync_us: float  # host-device synchronisation at the end of a step
-    gemm_efficiency: GemmEfficiency
-    elementwise_bandwidth_fraction: float = 1.0  # small fused elementwise kernels vs streaming bandwidth
-    # Host time to launch one GEMM (cuBLAS/cuBLASLt path) from eager torch; None = same as launch_eager_us.
-    launch_eager_gemm_us: float | None = None
-    # Execution facts of the device (documented per device kind and vendor in hardware.defaults; a profile
-    # that leaves one out gets its device's default when the profile is built, see `HardwareProfile`).
-    vector_flops_fraction: float | None = None  # non-GEMM arithmetic rate / dense bf16 peak
-    launch_eager_gap_us: float | None = None  # device gap between back-to-back eager kernels
-    gemm_panel_rows: int | None = None  # weight rows a tiled GEMM's M-tiles re-read close together
-    gemm_tile_m_expert: int | None = None  # rows of one M-tile in grouped expert GEMMs
-    gemm_tile_m_dense: int | None = None  # rows of one M-tile in dense GEMMs
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    """How GPUs of this kind are joined in a node (used by the parallel model)."""
-
-    gpus_per_node: int = 8
-    scale_up_bandwidth_gbps: float = 0.0  # per GPU, one direction
-    scale_up_latency_us: float = 0.0
-    scale_out_bandwidth_gbps: float = 0.0  # per GPU, one direction
-    scale_out_latency_us: float = 0.0
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """Where the numbers came from: datasheet, measured on a device, or derived from another profile."""
-
-    kind: Literal["datasheet", "measured", "derived"]
-    source: str
-    date: str = ""
-    software: dict[str, str] = field(default_factory=dict)
-    assumptions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -130,8 +49,6 @@ class HardwareProfile:
     def __post_init__(self) -> None:
         missing = [name for name in EXECUTION_FACTS if getattr(self.empirical, name) is None]
         if missing:
-            from moesim.simulator.hardware.defaults import execution_facts
-
             facts = execution_facts(self.datasheet, self.empirical)
             filled = replace(self.empirical, **{name: facts[name] for name in missing})  # type: ignore[arg-type]
             object.__setattr__(self, "empirical", filled)
@@ -166,6 +83,12 @@ class HardwareProfile:
     @property
     def gemm_tile_m_dense(self) -> int:
         return int(self.empirical.gemm_tile_m_dense or 0)
+
+    @property
+    def mla_query_tile_rows(self) -> int:
+        """Rows of one MLA attention tile (`hardware.defaults.MLA_QUERY_TILE_ROWS` unless the profile says)."""
+        rows = self.empirical.mla_query_tile_rows
+        return MLA_QUERY_TILE_ROWS if rows is None else int(rows)
 
     def compute_dtype(self, dtype: str) -> str:
         """The dtype whose peak times arithmetic in `dtype`: its own where the profile has one; otherwise, on a
@@ -244,7 +167,7 @@ def profile_to_dict(p: HardwareProfile) -> dict[str, Any]:
     em = p.empirical
     empirical: dict[str, Any] = {}
     for f in fields(Empirical):
-        if f.name == "gemm_efficiency":
+        if f.name in ("gemm_efficiency", "expert_gemm"):
             continue
         value = getattr(em, f.name)
         if value is None:  # optional parameter not set: TOML has no null, so the key is left out
@@ -254,6 +177,11 @@ def profile_to_dict(p: HardwareProfile) -> dict[str, Any]:
         "m_tokens": [float(m) for m in em.gemm_efficiency.m_tokens],
         "efficiency": [float(e) for e in em.gemm_efficiency.efficiency],
     }
+    if em.expert_gemm is not None:
+        empirical["expert_gemm"] = {
+            dtype: {f.name: float(getattr(terms, f.name)) for f in fields(ExpertGemmTerms)}
+            for dtype, terms in em.expert_gemm.items()
+        }
     node = {
         "gpus_per_node": int(p.node.gpus_per_node),
         "scale_up_bandwidth_gbps": float(p.node.scale_up_bandwidth_gbps),
@@ -423,6 +351,32 @@ def _read_gemm_efficiency(r: _Reader) -> GemmEfficiency:
     return GemmEfficiency(m_tokens=tuple(m), efficiency=tuple(eff))
 
 
+# Bounds of the grouped expert GEMM terms: a fused-MoE launch floor above 1 ms or a per-expert overhead
+# above 100 us would be larger than any measured table row's whole time at those sizes.
+EXPERT_GEMM_MAX_FIXED_US = 1000.0
+EXPERT_GEMM_MAX_PER_EXPERT_US = 100.0
+
+
+def _read_expert_gemm(r: _Reader) -> dict[str, ExpertGemmTerms] | None:
+    dotted = "empirical.expert_gemm"
+    raw = r.data.get("expert_gemm")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise r.error(dotted, "must be a table of [empirical.expert_gemm.<dtype>] tables", "e.g. bf16")
+    # An empty table is a profile that prices grouped expert GEMMs by the roofline alone (as moesim did before
+    # the term existed); leaving the table out gives the documented defaults.
+    out: dict[str, ExpertGemmTerms] = {}
+    for dtype, table in raw.items():
+        g = _Reader(r.source, f"{dotted}.{dtype}", table, tuple(f.name for f in fields(ExpertGemmTerms)))
+        out[str(dtype)] = ExpertGemmTerms(
+            fixed_us=g.number("fixed_us", strict=False, maximum=EXPERT_GEMM_MAX_FIXED_US),
+            per_expert_us=g.number("per_expert_us", strict=False, maximum=EXPERT_GEMM_MAX_PER_EXPERT_US),
+            pair_flops_fraction=g.number("pair_flops_fraction", maximum=1.0),
+        )
+    return out
+
+
 def _read_empirical(source: str, data: Any) -> Empirical:
     r = _Reader(source, "empirical", data, tuple(f.name for f in fields(Empirical)))
     return Empirical(
@@ -450,6 +404,10 @@ def _read_empirical(source: str, data: Any) -> Empirical:
             name: r.integer(name, minimum=1) if name in r.data else None
             for name in ("gemm_panel_rows", "gemm_tile_m_expert", "gemm_tile_m_dense")
         },
+        mla_query_tile_rows=r.integer("mla_query_tile_rows", minimum=0)
+        if "mla_query_tile_rows" in r.data
+        else None,
+        expert_gemm=_read_expert_gemm(r),
     )
 
 

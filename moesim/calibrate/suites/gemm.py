@@ -1,0 +1,114 @@
+"""GEMM suite: achieved FLOP/s and bytes/s of y = x·W against the token count M, per (K, N) shape and dtype.
+
+Weights rotate through a pool larger than the last-level cache, so every call reads its W from memory as a
+decode-time GEMM does; x is small and stays resident.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from moesim.calibrate.suites.plan import Plan
+from moesim.calibrate.suites.timing import DeviceInfo, Timer, torch_dtype
+
+Row = dict[str, Any]
+BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+
+def weight_pool(
+    torch: Any, k: int, n: int, dtype: Any, device: str, rotate_bytes: int, budget: int
+) -> list[Any]:
+    """Enough distinct (K, N) weight matrices that cycling through them defeats the cache."""
+    bytes_each = k * n * torch.empty((), dtype=dtype).element_size()
+    count = max(2, math.ceil(rotate_bytes / bytes_each) + 1)
+    count = max(2, min(count, budget // max(bytes_each, 1)))
+    pool = []
+    for _ in range(count):
+        w = torch.empty((k, n), dtype=torch.float32, device=device).uniform_(-0.05, 0.05)
+        pool.append(w.to(dtype))
+    return pool
+
+
+def _matmul(torch: Any, x: Any, w: Any, dtype_name: str) -> Any:
+    if dtype_name == "fp8":
+        scale = torch.ones((), device=x.device, dtype=torch.float32)
+        return torch._scaled_mm(x, w, scale_a=scale, scale_b=scale, out_dtype=torch.bfloat16)
+    return x @ w
+
+
+def _rotating_gemm(
+    torch: Any, x: Any, pool: list[Any], cursor: Iterator[int], dtype_name: str
+) -> Callable[[], Any]:
+    """y = x·W with the next W of the pool on every call."""
+
+    def call() -> Any:
+        return _matmul(torch, x, pool[next(cursor) % len(pool)], dtype_name)
+
+    return call
+
+
+def run_gemm(
+    timer: Timer,
+    device: DeviceInfo,
+    plan: Plan,
+    dtypes: list[str],
+    progress: Callable[[float], None] = lambda f: None,
+) -> list[Row]:
+    """Rows: dtype, k, n, m, median_s, iqr_s, flops, bytes, tflops, gbps."""
+    torch = timer.torch
+    rows: list[Row] = []
+    total = len(dtypes) * len(plan.gemm_shapes) * len(plan.gemm_m)
+    done = 0
+    for dtype_name in dtypes:
+        dtype = torch_dtype(dtype_name)
+        bpe = BYTES_PER_ELEMENT[dtype_name]
+        for k, n in plan.gemm_shapes:
+            pool = weight_pool(
+                torch, k, n, dtype, device.torch_device, plan.rotate_bytes, plan.memory_budget_bytes // 2
+            )
+            if dtype_name == "fp8":
+                pool = [w.t().contiguous().t() for w in pool]  # _scaled_mm wants a column-major B
+            cursor = itertools.count()  # shared across M: keep rotating through the pool
+            for m in plan.gemm_m:
+                x = (
+                    torch.empty((m, k), dtype=torch.float32, device=device.torch_device)
+                    .uniform_(-1, 1)
+                    .to(dtype)
+                )
+
+                call = _rotating_gemm(torch, x, pool, cursor, dtype_name)
+
+                try:
+                    call()
+                    timer.sync()
+                except RuntimeError:
+                    if dtype_name != "fp8":
+                        raise
+                    continue  # fp8 GEMMs need M a multiple of 16 on some backends: skip that M
+                one = timer.time_once(call, 1)
+                inner = int(min(max(plan.min_timed_s / max(one, 1e-7), 1), len(pool), 200))
+                sample = timer.measure(call, inner=inner, repeats=plan.gemm_repeats, warmup=1)
+                flops = 2.0 * m * k * n
+                nbytes = float((m * k + k * n) * bpe + m * n * (2 if dtype_name == "fp8" else bpe))
+                rows.append(
+                    {
+                        "dtype": dtype_name,
+                        "k": k,
+                        "n": n,
+                        "m": m,
+                        "median_s": sample.median_s,
+                        "iqr_s": sample.iqr_s,
+                        "flops": flops,
+                        "bytes": nbytes,
+                        "tflops": flops / sample.median_s / 1e12,
+                        "gbps": nbytes / sample.median_s / 1e9,
+                    }
+                )
+                done += 1
+                progress(done / total)
+            del pool
+    progress(1.0)
+    return rows

@@ -1,0 +1,119 @@
+"""Memory suite: warm read bandwidth against working set (cache knee, plateaus) and cold single reads (ramp).
+
+The read kernel is a sum over a float32 buffer: one pass, negligible arithmetic, the same code path on CPU
+and GPU. The per-call fixed cost (dispatch, tiny-kernel latency) is measured on a tiny buffer in the same
+rounds and subtracted, so the bandwidths are of the bytes alone. On a GPU every interval is device time
+(`Timer.time_once`), so the fixed cost is the kernel's own latency, not the host's launch time. A GPU with
+triton reads each cache-sized working set several times in ONE launch (`triton_kernels.l2_read`): one
+`torch.sum` pass of an L2-sized buffer lasts about a kernel's fixed latency, which hides the L2 plateau.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+from moesim.calibrate.suites.plan import Plan
+from moesim.calibrate.suites.timing import DeviceInfo, Timer, summarise
+from moesim.calibrate.suites.triton_kernels import l2_read, triton_available
+
+Row = dict[str, Any]
+TINY_BYTES = 4096
+# A multi-pass read streams about this many LLCs' worth per launch (at most MAX_PASSES passes).
+PASS_TARGET_LLCS = 8
+MAX_PASSES = 64
+
+
+# A GPU batch must fit in the launch queue while the device spins ahead of it (see Timer.time_once).
+GPU_MAX_INNER = 200
+
+
+def _inner_for(seconds_per_call: float, min_timed_s: float, cap: int = 2000) -> int:
+    return int(min(max(min_timed_s / max(seconds_per_call, 1e-7), 1), cap))
+
+
+def run_memory(
+    timer: Timer, device: DeviceInfo, plan: Plan, progress: Callable[[float], None] = lambda f: None
+) -> list[Row]:
+    """Measure both sweeps; rows carry `kind` = working_set | transfer | fixed_warm | fixed_cold."""
+    torch = timer.torch
+    top = max(max(plan.working_set_bytes), max(plan.transfer_bytes))
+    buffer = torch.ones(top // 4, dtype=torch.float32, device=device.torch_device)
+    tiny = buffer[: TINY_BYTES // 4]
+    timer.sync()
+    rows: list[Row] = []
+
+    multi_pass = device.is_gpu and triton_available()
+    llc = device.last_level_cache_bytes or 50 * 2**20
+
+    def passes_for(size: int) -> int:
+        if size == TINY_BYTES or not multi_pass:  # the tiny read times the fixed cost: one pass
+            return 1
+        return max(1, min(MAX_PASSES, round(PASS_TARGET_LLCS * llc / size)))
+
+    def read(view: Any, passes: int = 1) -> Callable[[], Any]:
+        if passes > 1:
+            return lambda: l2_read(view, passes)
+        return lambda: torch.sum(view)
+
+    # Calibrate the batch length per size once, from a single untimed-then-timed read.
+    sizes = list(plan.working_set_bytes)
+    inner: dict[int, int] = {}
+    cap = GPU_MAX_INNER if device.is_gpu else 2000
+    for size in [TINY_BYTES, *sizes]:
+        fn = read(buffer[: size // 4], passes_for(size))
+        fn()
+        timer.sync()
+        # The fastest of three: one preempted call must not shrink the batch to a single read.
+        inner[size] = _inner_for(min(timer.time_once(fn, 1) for _ in range(3)), plan.min_timed_s, cap)
+
+    # Interleaved rounds: a burst of interference spreads over all sizes instead of bending one of them.
+    times: dict[int, list[float]] = {size: [] for size in [TINY_BYTES, *sizes]}
+    rng = random.Random(0)
+    total = plan.rounds * (len(sizes) + 1) + len(plan.transfer_bytes) + 1
+    done = 0
+    for _ in range(plan.rounds):
+        order = [TINY_BYTES, *sizes]
+        rng.shuffle(order)
+        for size in order:
+            fn = read(buffer[: size // 4], passes_for(size))
+            times[size].append(timer.time_once(fn, inner[size], before=fn))
+            done += 1
+            progress(done / total)
+    fixed = summarise(times[TINY_BYTES])
+    rows.append(_row("fixed_warm", TINY_BYTES, fixed, 0.0))
+    for size in sizes:
+        sample = summarise(times[size])
+        rows.append(_row("working_set", size, sample, fixed.median_s, passes_for(size)))
+
+    # Cold single reads: flush the caches before every timed read.
+    cold_repeats = max(3, plan.rounds)
+    tiny_fn = read(tiny)
+    cold_fixed = summarise([timer.time_once(tiny_fn, 1, before=timer.flush) for _ in range(cold_repeats)])
+    rows.append(_row("fixed_cold", TINY_BYTES, cold_fixed, 0.0))
+    for size in plan.transfer_bytes:
+        fn = read(buffer[: size // 4])
+        fn()
+        sample = summarise([timer.time_once(fn, 1, before=timer.flush) for _ in range(cold_repeats)])
+        rows.append(_row("transfer", size, sample, cold_fixed.median_s))
+        done += 1
+        progress(done / total)
+    del buffer
+    timer._flush_buffer = None
+    progress(1.0)
+    return rows
+
+
+def _row(kind: str, size: int, sample: Any, fixed_s: float, passes: int = 1) -> Row:
+    net = sample.median_s - fixed_s
+    return {
+        "kind": kind,
+        "size_bytes": size,
+        "passes": passes,
+        "median_s": sample.median_s,
+        "iqr_s": sample.iqr_s,
+        "n": sample.n,
+        "fixed_s": fixed_s,
+        "bandwidth_gbps": passes * size / net / 1e9 if net > 0 else float("nan"),
+    }

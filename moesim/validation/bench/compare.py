@@ -1,0 +1,120 @@
+"""Measured serving benchmarks (SD and its no-SD baseline) against `moesim serve` on the same workload.
+
+Runs of the two files are paired by (max concurrency, request rate); a single run each is paired as is.
+Each pair is simulated on the workload the SD run describes (`bench_results.workload_of`), with the SD run's
+acceptance length when the file records one (SGLang's accept_length) and no other is given. Every metric
+both the file and the simulator have is compared: measured, predicted, signed error; and SD speedups.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from moesim.errors import MoesimError
+from moesim.simulator.scenario import Scenario
+from moesim.simulator.serving.metrics import speedups
+from moesim.simulator.serving.options import ServeOptions
+from moesim.simulator.serving.run import serve
+from moesim.validation.bench.results import BenchRecord, read_bench_results, workload_of
+
+
+def pair_records(sd: list[BenchRecord], baseline: list[BenchRecord]) -> list[tuple[BenchRecord, BenchRecord]]:
+    """SD and baseline runs at the same (max concurrency, request rate)."""
+    if len(sd) == 1 and len(baseline) == 1:
+        return [(sd[0], baseline[0])]
+    by_key = {record.key: record for record in baseline}
+    pairs = [(record, by_key[record.key]) for record in sd if record.key in by_key]
+    if not pairs:
+        raise MoesimError(
+            "baseline",
+            "no baseline run has the max concurrency and request rate of an SD run",
+            "save both benchmarks with the same --max-concurrency / --request-rate",
+        )
+    return pairs
+
+
+def _error(predicted: float | None, measured: float | None) -> float | None:
+    if predicted is None or measured is None or measured == 0:
+        return None
+    return (predicted - measured) / measured
+
+
+def compare_pair(
+    sd: BenchRecord,
+    baseline: BenchRecord,
+    scenario: Scenario,
+    *,
+    options: ServeOptions | None = None,
+    input_len: int | None = None,
+    output_len: int | None = None,
+    seed: int = 0,
+    num_prompts: int | None = None,
+) -> dict[str, Any]:
+    """Measured against predicted for every metric of one SD / baseline pair, `scenario` saying what ran."""
+    notes = []
+    if scenario.acceptance_length is None and sd.accept_length:
+        scenario = scenario.replace(acceptance_length=sd.accept_length)
+        notes.append(f"acceptance length {sd.accept_length:g} from the SD file's accept_length")
+    workload = workload_of(sd, input_len, output_len, seed, num_prompts)
+    result = serve(
+        scenario,
+        workload,
+        concurrencies=[sd.max_concurrency],
+        request_rates=[sd.request_rate],
+        burstiness=sd.burstiness,
+        seed=seed,
+        options=options,
+    )
+    point = result.points[0]
+    measured_up = speedups(sd.metrics, baseline.metrics)
+    predicted_up = point.speedups
+    rows: list[dict[str, Any]] = []
+    for name in dict.fromkeys([*sd.metrics, *baseline.metrics]):
+        rows.append(
+            {
+                "metric": name,
+                "measured_sd": sd.metrics.get(name),
+                "predicted_sd": point.sd.values.get(name),
+                "error_sd": _error(point.sd.values.get(name), sd.metrics.get(name)),
+                "measured_baseline": baseline.metrics.get(name),
+                "predicted_baseline": point.baseline.values.get(name),
+                "error_baseline": _error(point.baseline.values.get(name), baseline.metrics.get(name)),
+                "measured_speedup": measured_up.get(name),
+                "predicted_speedup": predicted_up.get(name),
+                "error_speedup": _error(predicted_up.get(name), measured_up.get(name)),
+            }
+        )
+    errors = [abs(r[k]) for r in rows for k in ("error_sd", "error_baseline") if r[k] is not None]
+    speedup_errors = [abs(r["error_speedup"]) for r in rows if r["error_speedup"] is not None]
+    return {
+        "sd_source": sd.source,
+        "baseline_source": baseline.source,
+        "tool": sd.tool,
+        "max_concurrency": sd.max_concurrency,
+        "request_rate": "inf" if math.isinf(sd.request_rate) else sd.request_rate,
+        "workload": workload.description,
+        "rows": rows,
+        "summary": {
+            "metrics_compared": len(errors),
+            "mape": float(np.mean(errors)) if errors else None,
+            "speedup_mape": float(np.mean(speedup_errors)) if speedup_errors else None,
+        },
+        "notes": notes,
+        "assumptions": result.assumptions,
+    }
+
+
+def validate_bench(sd_path: str, baseline_path: str, scenario: Scenario, **kwargs: Any) -> dict[str, Any]:
+    """Every paired run of the two files, compared (keyword arguments as `compare_pair`)."""
+    pairs = pair_records(read_bench_results(sd_path), read_bench_results(baseline_path))
+    points = [compare_pair(sd, base, scenario, **kwargs) for sd, base in pairs]
+    errors = [p["summary"]["mape"] for p in points if p["summary"]["mape"] is not None]
+    a = points[0]["assumptions"]
+    return {
+        "points": points,
+        "summary": {"pairs": len(points), "mape": float(np.mean(errors)) if errors else None},
+        "meta": {"sd": sd_path, "baseline": baseline_path, "model": a["model"], "hardware": a["hardware"]},
+    }

@@ -1,0 +1,209 @@
+"""Predict measured runs with the step model under a serving engine, and score the predictions.
+
+Per representable row: the speedup and the step ratio (cost of one SD round in decode steps,
+AL ÷ speedup) at the row's batch (or, for a peak over batch, the highest predicted speedup over the row's
+batch sizes), with the row's model, hardware, layout, drafter (chain or tree), K and acceptance length,
+under one serving-engine profile or each row's own engine preset (`PER_RUN`). The device times of a row
+do not depend on the engine's host costs, so `RunPredictor` keeps them and re-prices a row for a new
+profile in microseconds (what fitting needs). Rows the simulator cannot represent are returned with the
+reason, never dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from moesim.errors import MoesimError
+from moesim.simulator.engines.profile import ServingEngineProfile, load_serving_engine
+from moesim.simulator.models.overrides import with_overrides
+from moesim.simulator.models.spec import ModelSpec
+from moesim.simulator.plan.layout import ParallelLayout
+from moesim.simulator.scenario import DEFAULT_CONTEXT_LEN
+from moesim.simulator.speculative.point import SpeculativePoint, engine_point, scenario_timers
+from moesim.validation.runs.schema import MeasuredRun, unrepresentable_reason
+
+PER_RUN = "per-run"  # each row under the preset of the engine it was measured with
+
+
+def row_context_len(run: MeasuredRun) -> int:
+    """Mean context over the generated tokens: prompt + half the output, when the row gives them (else
+    the scenario's default context)."""
+    if run.input_len and run.output_len:
+        return int(run.input_len + run.output_len // 2)
+    return DEFAULT_CONTEXT_LEN
+
+
+def profile_for_run(run: MeasuredRun, serving_engine: str | ServingEngineProfile) -> ServingEngineProfile:
+    """The profile a row is predicted under, with the row's own drafter shape (a tree's tokens and top-k)."""
+    if isinstance(serving_engine, str) and serving_engine == PER_RUN:
+        name = run.engine_preset or (run.serving_engine if run.serving_engine != "other" else "ideal")
+        profile = load_serving_engine(name)
+    else:
+        profile = load_serving_engine(serving_engine)
+    style = replace(profile.drafter, shape=run.draft_shape)
+    if run.draft_shape == "tree":
+        style = replace(style, tree_draft_tokens=run.draft_tokens, tree_topk=run.tree_topk)
+    else:
+        style = replace(style, tree_draft_tokens=0, tree_topk=1)
+    if run.drafter_launch:
+        style = replace(style, launch=run.drafter_launch)
+    return replace(profile, drafter=style)
+
+
+def version_profile(run: MeasuredRun, base: ServingEngineProfile) -> ServingEngineProfile:
+    """`base`'s engine at the version the row ran: the row's `engine_preset` when it is a preset of the
+    same engine (carrying `base`'s fitted values), else `base` itself."""
+    if not run.engine_preset or run.engine_preset == base.name:
+        return base
+    preset = load_serving_engine(run.engine_preset)
+    if preset.provenance.engine != base.provenance.engine:
+        return base
+    return replace(preset, fitted={**preset.fitted, **base.fitted})
+
+
+class RunPredictor:
+    """The step model set up for one measured row; `point(profile, batch)` prices it under a profile,
+    re-using the row's device times (they do not depend on the engine's host costs)."""
+
+    def __init__(
+        self, run: MeasuredRun, load_model: Callable[[str], ModelSpec], load_hardware: Callable[[str], Any]
+    ):
+        from moesim.simulator.execution.timer import FastTimer
+        from moesim.simulator.scenario import Scenario
+
+        self.run = run
+        model = load_model(run.model)
+        if run.expert_weight_format:
+            model = with_overrides(model, expert_weight_format=run.expert_weight_format)
+        hardware = load_hardware(run.hardware)
+        shape = profile_for_run(run, "ideal")  # the row's drafter shape: the KV the verification needs
+        scenario = Scenario(
+            model=model,
+            hardware=hardware,
+            draft_len=run.draft_len,
+            context_len=row_context_len(run),
+            launch="graph" if run.cuda_graphs == "yes" else "eager",
+            layout=ParallelLayout(gpus=run.gpus, tp=run.tp, ep=run.ep),
+            drafter=run.drafter,
+            acceptance_length=float(run.acceptance_length),
+            serving_engine=shape,
+        )
+        resolved = [scenario.replace(batch=b).resolve() for b in run.batches]  # each batch must fit
+        self.resolved = resolved[0]
+        self.timers = scenario_timers(self.resolved, FastTimer(hardware))
+
+    def point(self, profile: ServingEngineProfile, batch: int) -> SpeculativePoint:
+        r = self.resolved
+        tokens = float(self.run.acceptance_length)
+        return engine_point(profile, r.drafter, batch, self.run.draft_len, tokens, r.launch, *self.timers)
+
+    def predict(self, profile: ServingEngineProfile) -> tuple[float, float, int]:
+        """(speedup, step ratio, batch): at the row's batch, or at the predicted peak over its batches."""
+        points = [(self.point(profile, b), b) for b in self.run.batches]
+        best, batch = max(points, key=lambda pb: pb[0].speedup)
+        return best.speedup, best.step_ratio, batch
+
+
+@dataclass
+class RunsValidation:
+    """Predicted against measured, per row, with the rows that could not be represented."""
+
+    serving_engine: str
+    rows: list[dict[str, Any]]
+    skipped: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+
+    def errors(self) -> np.ndarray:
+        return np.array([r["speedup_error"] for r in self.rows])
+
+    def by_source(self) -> dict[str, dict[str, float]]:
+        """MAPE of the speedup and the step ratio, and the signed mean error, per source and overall."""
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for row in self.rows:
+            groups.setdefault(row["source"], []).append(row)
+        groups["all"] = list(self.rows)
+        return {name: summary(rows) for name, rows in groups.items() if rows}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "serving_engine": self.serving_engine,
+            "rows": self.rows,
+            "by_source": self.by_source(),
+            "not_represented": self.skipped,
+            "notes": self.notes,
+        }
+
+
+def summary(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    speed = np.array([r["speedup_error"] for r in rows])
+    ratio = np.array([r["step_ratio_error"] for r in rows])
+    return {
+        "rows": float(len(rows)),
+        "speedup_mape": float(np.mean(np.abs(speed))),
+        "speedup_mean_error": float(np.mean(speed)),
+        "step_ratio_mape": float(np.mean(np.abs(ratio))),
+    }
+
+
+def prepare(
+    runs: Sequence[MeasuredRun],
+    load_model: Callable[[str], ModelSpec] | None = None,
+    load_hardware: Callable[[str], Any] | None = None,
+) -> tuple[list[RunPredictor], list[dict[str, Any]]]:
+    """A predictor per representable row, and the others with their reason."""
+    from moesim.simulator.hardware.profile import load_profile
+    from moesim.simulator.models.catalogue import load_model as catalogue_model
+
+    models = load_model or catalogue_model
+    hardware = load_hardware or load_profile
+    predictors: list[RunPredictor] = []
+    skipped: list[dict[str, Any]] = []
+    for run in runs:
+        reason = unrepresentable_reason(run)
+        if reason is None:
+            try:
+                predictors.append(RunPredictor(run, models, hardware))
+            except MoesimError as error:
+                reason = f"{error.field}: {error.problem}"
+        if reason is not None:
+            skipped.append({"run_id": run.run_id, "source": run.source, "reason": reason})
+    return predictors, skipped
+
+
+def score_row(predictor: RunPredictor, profile: ServingEngineProfile) -> dict[str, Any]:
+    run = predictor.run
+    speedup, step_ratio, batch = predictor.predict(profile)
+    measured_ratio = run.acceptance_length / run.speedup
+    return {
+        "run_id": run.run_id,
+        "source": run.source,
+        "serving_engine": profile.name,
+        "batch": batch,
+        "measured_speedup": run.speedup,
+        "predicted_speedup": speedup,
+        "speedup_error": speedup / run.speedup - 1.0,
+        "measured_step_ratio": measured_ratio,
+        "predicted_step_ratio": step_ratio,
+        "step_ratio_error": step_ratio / measured_ratio - 1.0,
+    }
+
+
+def validate_runs(
+    runs: Sequence[MeasuredRun],
+    serving_engine: str | ServingEngineProfile = "ideal",
+    predictors: tuple[list[RunPredictor], list[dict[str, Any]]] | None = None,
+) -> RunsValidation:
+    """Predicted vs measured speedup and step ratio per representable row (see the module docstring)."""
+    ready, skipped = predictors if predictors is not None else prepare(runs)
+    rows = [score_row(p, profile_for_run(p.run, serving_engine)) for p in ready]
+    label = serving_engine if serving_engine == PER_RUN else load_serving_engine(serving_engine).name
+    notes = [
+        "step ratio = acceptance length / speedup: one SD round in decode steps (measured: derived from AL and the published speedup)",
+        "peak_speedup rows: the predicted peak over the row's batch sizes against the published peak",
+        "routing: the `typical` preset (no traces of these runs)",
+    ]
+    return RunsValidation(str(label), rows, list(skipped), notes)
