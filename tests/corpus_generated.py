@@ -60,6 +60,8 @@ class Case:
     files: dict[str, bytes] = field(default_factory=dict)
     fields: tuple[str, ...] = ()  # one of these must appear in the message of a refusal
     must_refuse: bool = True
+    cpu_limit_s: float = CPU_LIMIT_S
+    peak_limit_mb: float = PEAK_LIMIT_MB
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -482,13 +484,42 @@ def _trace_cases(rng: random.Random, budget: int) -> list[Case]:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# bounds before work: each command's worst case, refused with the estimate, the limit and the flag that raises it
+
+BOUND_CPU_LIMIT_S = 1.0
+BOUND_PEAK_LIMIT_MB = 200.0
+
+
+def bound_cases(d: str) -> list[Case]:
+    huge = json.loads((ROOT / "tests/data/hf_configs/mixtral-8x7b.json").read_text()) | {"num_local_experts": 10**12}
+    nested = json.loads((ROOT / "tests/data/hf_configs/llama-4-scout-17b-16e.json").read_text())
+    nested["text_config"]["num_local_experts"] = 10**6
+    table = [
+        ("simulate-experts", ["simulate", "--model", "olmoe-1b-7b", "--experts", "1000000"], {}, ("--max-memory-gb",)),
+        ("simulate-draft-len", ["simulate", "--model", "olmoe-1b-7b", "--draft-len", "100000"], {}, ("--max-memory-gb",)),
+        ("sweep-batch", ["sweep", "--model", "olmoe-1b-7b", "--batch", "1-100000"], {}, ("--max-configs",)),
+        ("serve-num-prompts", ["serve", "--model", "olmoe-1b-7b", "--num-prompts", "10000000"], {}, ("--max-minutes",)),
+        ("screen-1e8-designs", ["screen", "--model", "olmoe-1b-7b", "--experts", "1..10000:1", "--top-k", "1..10000:1"], {}, ("--sample",)),
+        ("config-1e12-experts", ["simulate", "--model-config", f"{d}/huge.json"], {"huge.json": _json(huge)}, ("num_local_experts",)),
+        ("config-text-config-1e6-experts", ["simulate", "--model-config", f"{d}/nested.json"], {"nested.json": _json(nested)}, ("--max-memory-gb",)),
+        ("routing-generate", ["routing", "generate", "--stats", f"{d}/base_stats.json", "--sequences", "100000", "--tokens", "100000", "-o", f"{d}/out.npz"], {}, ("--max-memory-gb", "--sequences", "--tokens")),
+        ("routing-predict", ["routing", "predict", "--experts", "128", "--top-k", "8", "--batch", "1000000", "--tokens", "1000"], {}, ("--max-memory-gb",)),
+        ("validate-context-len", ["validate", "--device", "cpu", "--profile", "docs/validation/cpu/cpu.toml", "--context-len", "100000000"], {}, ("--max-memory-gb", "--context-len")),
+    ]  # fmt: skip
+    return [
+        Case(f"bound:{name}", "bound", argv, files, fields, True, BOUND_CPU_LIMIT_S, BOUND_PEAK_LIMIT_MB)
+        for name, argv, files, fields in table
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # the corpus
 
 
 def corpus(d: str, budget_per_file: int = 14) -> list[Case]:
     """Every case, argv and files referring to the directory `d` the runner writes the files into."""
     rng = random.Random(SEED)
-    cases = flag_cases(d)
+    cases = bound_cases(d) + flag_cases(d)
     configs = ROOT / "tests" / "data" / "hf_configs"
     for name in ("mixtral-8x7b", "olmoe-1b-7b", "qwen3-30b-a3b", "deepseek-v3", "llama-4-scout-17b-16e",
                  "qwen3-next-80b-a3b", "gpt-oss-20b"):  # fmt: skip
@@ -598,6 +629,8 @@ class Result:
     peak_mb: float
     killed: str
     output: str
+    cpu_limit_s: float = CPU_LIMIT_S
+    peak_limit_mb: float = PEAK_LIMIT_MB
 
     def failures(self) -> list[str]:
         problems = []
@@ -605,9 +638,9 @@ class Result:
             problems.append("traceback")
         if self.killed:
             problems.append(f"killed ({self.killed})")
-        if self.cpu_s > CPU_LIMIT_S:
+        if self.cpu_s > self.cpu_limit_s:
             problems.append(f"{self.cpu_s:.2f} s CPU")
-        if self.peak_mb > PEAK_LIMIT_MB:
+        if self.peak_mb > self.peak_limit_mb:
             problems.append(f"{self.peak_mb:.0f} MB peak")
         if self.must_refuse and not self.traceback and not self.killed:
             if self.exit_code == 0:
@@ -712,6 +745,7 @@ def run_case(case: Case, d: str) -> Result:
     return Result(
         case.id, case.kind, case.must_refuse, payload.get("exit_code"), bool(payload.get("traceback")),
         bool(payload.get("field_named")), cpu, wall, peak_mb, killed, payload.get("output", ""),
+        case.cpu_limit_s, case.peak_limit_mb,
     )  # fmt: skip
 
 

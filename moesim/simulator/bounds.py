@@ -17,6 +17,10 @@ from moesim.errors import MoesimError
 DEFAULT_MAX_MEMORY_GB = 4.0
 """Memory a run may plan to use (GB): a quarter of a 16 GB laptop; `--max-memory-gb`."""
 
+GPU_MAX_MEMORY_GB = 64.0
+"""The default limit of torch tensors on a GPU (`validate --device cuda`): under an 80 GB device's memory after
+the CUDA context and torch's caching allocator (the full-width validation grid needs 6–19 GB)."""
+
 SWEEP_SECONDS_PER_CONFIG = 0.0076
 """Fast-path time of one sweep configuration on two cores: `moesim sweep --model all` ran 1440 in 11 s."""
 
@@ -229,6 +233,7 @@ __all__ = [
     "DEFAULT_MAX_CONFIGS",
     "DEFAULT_MAX_MEMORY_GB",
     "DEFAULT_MAX_MINUTES",
+    "GPU_MAX_MEMORY_GB",
     "MAX_COUNT",
     "MAX_EXPERTS",
     "MAX_LAYOUT_GPUS",
