@@ -1,4 +1,4 @@
-"""The kernel plan of one forward step: what each launch computes and which tensors it reads, per engine style.
+"""The kernel plan of one forward step: what each launch computes and which tensors it reads, per kernel style.
 
 A decode step runs M = B tokens (one per sequence), a verification step M = B·(K+1). Per layer, in order:
 norm, attention projections, rotary, KV-cache store, attention over each sequence's cache, output
@@ -11,8 +11,8 @@ become "L<i>." when the plan is expanded; activations have global names, as serv
 workspace buffers in every layer, so a layer's input can still be in L2 from the previous kernel.
 
 Identical layers share one template (built once per attention kind, FFN kind and distinct-expert count),
-which keeps plan building fast enough for sweeps; `StepPlan.kernels` expands them for the engine.
-Engine styles live in a registry (`ENGINE_STYLES`); others register theirs with `register_engine_style`.
+which keeps plan building fast enough for sweeps; `StepPlan.kernels` expands them for the event timer.
+Kernel styles live in a registry (`KERNEL_STYLES`); others register theirs with `register_kernel_style`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ ACT_BYTES = 2  # activations in bf16
 KV_BYTES = 2  # KV cache in bf16 (engines' default; an fp8 KV cache would halve it)
 LOGIT_BYTES = 4  # logits in fp32 for sampling
 INDEX_BYTES = 4
-# A per-token plan launches several kernels per (token, expert) pair; beyond this the engine would take
+# A per-token plan launches several kernels per (token, expert) pair; beyond this the event timer would take
 # minutes, and no serving engine runs that way at such sizes anyway.
 MAX_PER_TOKEN_LAUNCHES = 400_000
 LAYER_PREFIX = "L*."
@@ -231,7 +231,7 @@ SegmentBuilder = Callable[[PlanContext], list[Kernel]]
 
 @dataclass(frozen=True)
 class PlanBuilder:
-    """An engine style: how it turns one layer (and the step's head and tail) into kernels.
+    """A kernel style: how it turns one layer (and the step's head and tail) into kernels.
 
     `layer(ctx, attention_kind, ffn_kind, distinct_experts)` returns one layer's template kernels; it is
     called once per distinct (attention kind, FFN kind, distinct experts) and reused for identical layers.
@@ -250,7 +250,7 @@ class StepPlan:
     """The kernels of one forward step, with what they were built from."""
 
     model_name: str
-    engine: str
+    kernel_style: str
     batch: int
     tokens_per_seq: int
     context_len: int
@@ -311,7 +311,7 @@ def _expand(kernels: tuple[Kernel, ...], layer: int) -> list[Kernel]:
     return [_expand_one(k, layer) for k in kernels]
 
 
-# --- Kernel building blocks (usable by other engine styles) -----------------------------------------------------
+# --- Kernel building blocks (usable by other kernel styles) -----------------------------------------------------
 
 
 def _k(
@@ -808,9 +808,9 @@ def per_token_expert_kernels(ctx: PlanContext, distinct: float) -> list[Kernel]:
     launches = 3 * m * k * model.n_moe_layers
     if launches > MAX_PER_TOKEN_LAUNCHES:
         raise MoesimError(
-            "engine",
+            "kernel_style",
             f"the per-token plan would launch {launches} expert kernels in one step",
-            f"use --engine fused, or a smaller batch / draft length (limit {MAX_PER_TOKEN_LAUNCHES})",
+            f"use --kernel-style fused, or a smaller batch / draft length (limit {MAX_PER_TOKEN_LAUNCHES})",
         )
     u = max(k, min(round(distinct), m * k))
     dtype = model.expert_format.compute_dtype
@@ -902,7 +902,7 @@ def epilogue_kernels(ctx: PlanContext) -> list[Kernel]:
     return out
 
 
-# --- Engine styles ---------------------------------------------------------------------------------------------
+# --- Kernel styles ---------------------------------------------------------------------------------------------
 
 
 def fused_layer(
