@@ -128,7 +128,7 @@ def test_per_token_refuses_huge_plans() -> None:
         build_plan(model("qwen3-30b-a3b"), 256, 8, 1024, "per-token", None, h200())
 
 
-def test_register_engine_style() -> None:
+def test_register_kernel_style() -> None:
     register_kernel_style(PlanBuilder("test-style", "a copy of fused for the test", fused_layer))
     try:
         assert build_plan(tiny_moe(), 1, 1, 64, "test-style", None, h200()).kernel_style == "test-style"
