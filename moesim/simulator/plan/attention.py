@@ -9,8 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from moesim.simulator.models import spec as ms
-from moesim.simulator.models.spec import AttentionLayerKind
+from moesim.simulator.models.sequence_state import (
+    attended_tokens,
+    index_key_bytes_per_token,
+    indexed_tokens,
+    linear_state_bytes,
+)
+from moesim.simulator.models.spec import AttentionLayerKind, attention_for
 from moesim.simulator.plan.blocks import (
     ACT_BYTES,
     INDEX_BYTES,
@@ -31,8 +36,8 @@ def attention_core_kernel(
 ) -> Kernel:
     """Paged / flash decoding attention: every sequence's T new queries against its cached context."""
     model, b, t = ctx.model, ctx.batch, ctx.tokens_per_seq
-    a = ms.attention_for(model, kind)
-    length = ms.attended_tokens(model, kind, ctx.context_len + t)
+    a = attention_for(model, kind)
+    length = attended_tokens(model, kind, ctx.context_len + t)
     cache = b * length * kv_bytes_per_token(model, kind)
     if a.is_mla:
         latent, rope = a.kv_lora_rank or 0, a.qk_rope_head_dim or 0
@@ -61,9 +66,9 @@ def indexer_kernels(
     if "index" not in mats:
         return []
     model, m, P = ctx.model, ctx.m_tokens, LAYER_PREFIX
-    a = ms.attention_for(model, kind)
-    entries = ms.indexed_tokens(model, kind, ctx.context_len + ctx.tokens_per_seq)
-    keys = ctx.batch * entries * ms.index_key_bytes_per_token(model, kind)
+    a = attention_for(model, kind)
+    entries = indexed_tokens(model, kind, ctx.context_len + ctx.tokens_per_seq)
+    keys = ctx.batch * entries * index_key_bytes_per_token(model, kind)
     flops = 2.0 * m * a.index_heads * a.index_head_dim * entries
     category: Category = (
         "attention" if flops / max(keys, 1.0) > ctx.device.ridge_flops_per_byte else "kv_cache"
@@ -114,7 +119,7 @@ def linear_attention_kernels(
     v = la.num_value_heads * la.value_head_dim
     conv_dim = 2 * qk + v
     conv_state = ctx.batch * conv_dim * (la.conv_kernel - 1) * KV_BYTES
-    state = ctx.batch * ms.linear_state_bytes(model, KV_BYTES) - conv_state
+    state = ctx.batch * linear_state_bytes(model, KV_BYTES) - conv_state
     out += [
         gemm_kernel(ctx, "in_proj", "dense_weights", P + "attn.in_proj", mats["in_proj"], m, "h", "qkvz"),
         make_kernel(
@@ -159,7 +164,7 @@ def mla_attention_kernels(
     absorbed into the latent space, attention over the cached latents, the value up-projection, output."""
     model, m = ctx.model, ctx.m_tokens
     P = LAYER_PREFIX
-    a = ms.attention_for(model, kind)
+    a = attention_for(model, kind)
     kv_token = kv_bytes_per_token(model, kind)
     out: list[Kernel] = []
     nope, rope, v_dim = a.qk_nope_head_dim or 0, a.qk_rope_head_dim or 0, a.v_head_dim or 0
@@ -238,7 +243,7 @@ def gqa_attention_kernels(
     KV store, attention over the cache, output projection."""
     model, m = ctx.model, ctx.m_tokens
     P = LAYER_PREFIX
-    a = ms.attention_for(model, kind)
+    a = attention_for(model, kind)
     kv_token = kv_bytes_per_token(model, kind)
     out: list[Kernel] = []
     qkv = mats["qkv"]
@@ -296,7 +301,7 @@ def attention_kernels(ctx: PlanContext, kind: AttentionLayerKind) -> list[Kernel
     out: list[Kernel] = [norm_kernel(ctx, "input_norm", LAYER_PREFIX + "ln1")]
     if kind == "linear":
         builder: AttentionBuilder = linear_attention_kernels
-    elif ms.attention_for(ctx.model, kind).is_mla:
+    elif attention_for(ctx.model, kind).is_mla:
         builder = mla_attention_kernels
     else:
         builder = gqa_attention_kernels

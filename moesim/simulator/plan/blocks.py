@@ -95,6 +95,7 @@ def make_kernel(
     dtype: str = "bf16",
     stream: int = 0,
     join: bool = False,
+    experts: float = 0.0,
 ) -> Kernel:
     return Kernel(
         name=name,
@@ -107,6 +108,7 @@ def make_kernel(
         dtype=dtype,
         stream=stream,
         join=join,
+        experts=float(experts),
     )
 
 
