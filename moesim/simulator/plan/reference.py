@@ -476,8 +476,8 @@ REFERENCE_STYLE = PlanBuilder(
 
 
 __all__ = [
-    "STYLE_NAME",
     "REFERENCE_STYLE",
+    "STYLE_NAME",
     "ExpertKernels",
     "check_reference_model",
     "even_loads",
