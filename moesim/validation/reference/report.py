@@ -165,6 +165,7 @@ def _cell(value: Any) -> str:
 
 MEASURED_REQUIRED = ("model", "batch", "draft_len", "measured_step_s")
 MEASURED_OPTIONAL = ("context_len", "launch", "kernel_style", "spread")
+OLD_KERNEL_STYLE_COLUMN = "engine"  # the kernel_style column's name before 0.2, read for one more release
 MEASURED_SCHEMA = """\
 --measured CSV schema (one row per measured configuration; lines starting with # are comments):
   model            catalogue name (e.g. qwen3-30b-a3b) or a model file path (TOML / HF config.json),
@@ -174,7 +175,8 @@ MEASURED_SCHEMA = """\
   measured_step_s  measured time of one step in seconds (> 0)
   context_len      optional, cached tokens per sequence (default: --context-len)
   launch           optional, eager or graph (default: --launch)
-  kernel_style     optional, kernel style of the measured system (default: --kernel-style, e.g. fused)
+  kernel_style     optional, kernel style of the measured system (default: --kernel-style, e.g. fused;
+                   a column named engine, its old name, is read as kernel_style)
   spread           optional, relative spread of the measurement (e.g. IQR / median)"""
 
 
@@ -214,8 +216,9 @@ def read_measured_csv(path: str | Path) -> list[dict[str, Any]]:
             if item["launch"] not in ("eager", "graph"):
                 raise MoesimError("--measured", f"{where}: launch {item['launch']!r}", "use eager or graph")
             row["launch"] = item["launch"]
-        if item.get("kernel_style"):
-            row["kernel_style"] = item["kernel_style"]
+        style = item.get("kernel_style") or item.get(OLD_KERNEL_STYLE_COLUMN)
+        if style:
+            row["kernel_style"] = style
         if item.get("spread"):
             row["spread"] = _float_cell(item, "spread", where, positive=False)
         rows.append(row)
