@@ -1,0 +1,127 @@
+"""The drift probe's correction: speed ratios, suite normalisation, the profile at another speed. Pure."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from moesim.calibrate import drift
+from moesim.calibrate.build import build_profile
+from moesim.calibrate.drift import ProbeSample, SpeedRatio
+from moesim.simulator.hardware.profile import load_profile
+from tests.test_calibrate_fit import synthetic_tables
+
+BASE = ProbeSample("base", 0.0, memory_gbps=12.0, compute_tflops=0.06)
+
+
+def at(label: str, memory: float = 1.0, compute: float = 1.0) -> ProbeSample:
+    """A probe of the base machine running at `memory` / `compute` times its speed."""
+    return ProbeSample(label, 0.0, BASE.memory_gbps * memory, BASE.compute_tflops * compute)
+
+
+def probes(slow: dict[str, tuple[float, float]]) -> list[ProbeSample]:
+    """Before/after probes of every suite, at the (memory, compute) speed given for it (default: full)."""
+    out = []
+    for suite in ("memory", "launch", "gemm", "moe"):
+        memory, compute = slow.get(suite, (1.0, 1.0))
+        out += [at(f"before:{suite}", memory, compute), at(f"after:{suite}", memory, compute)]
+    return out
+
+
+def test_speed_ratio_is_now_over_reference() -> None:
+    ratio = SpeedRatio.between(at("now", 0.5, 2.0), BASE)
+    assert ratio == SpeedRatio(pytest.approx(0.5), pytest.approx(2.0))
+    assert drift.drift_between(at("a"), at("b", 1.0, 1.2)) == pytest.approx(0.2)
+    assert drift.spread([at("a", 0.9), at("b", 1.0), at("c", 1.1)])["memory"] == pytest.approx(0.2)
+
+
+def test_a_suite_that_ran_slow_is_brought_to_the_run_median() -> None:
+    median, drifts = drift.suite_drifts(probes({"memory": (0.5, 1.0)}))
+    assert median is not None and median.memory_gbps == pytest.approx(BASE.memory_gbps)
+    assert drifts["memory"].factor == SpeedRatio(pytest.approx(2.0), pytest.approx(1.0))
+    assert drifts["gemm"].factor == drift.SAME_SPEED
+    assert all(d.drift == 0.0 for d in drifts.values())
+
+
+def test_gemm_rows_follow_the_part_that_bounds_them() -> None:
+    rows = [
+        {"m": 1, "flops": 2e6, "bytes": 4e9, "median_s": 1.0, "iqr_s": 0.1},  # a weight stream
+        {"m": 512, "flops": 6e12, "bytes": 8e6, "median_s": 1.0, "iqr_s": 0.1},  # arithmetic
+    ]
+    stream, arithmetic = drift.normalise_gemm_rows(rows, SpeedRatio(2.0, 0.5), BASE)
+    assert stream["median_s"] == pytest.approx(0.5, rel=1e-3)  # memory twice as fast at the median
+    assert arithmetic["median_s"] == pytest.approx(2.0, rel=1e-3)  # cores half as fast
+    assert arithmetic["tflops"] == pytest.approx(6e12 / 2.0 / 1e12, rel=1e-3)
+    assert drift.normalise_gemm_rows(rows, drift.SAME_SPEED, BASE) == [
+        r | {"tflops": r["flops"] / 1e12, "gbps": r["bytes"] / 1e9} for r in rows
+    ]
+
+
+def test_launch_rows_on_a_gpu_scale_only_device_time() -> None:
+    rows = [{"kind": "eager_host", "seconds": 1.0}, {"kind": "graph_device", "seconds": 1.0}]
+    gpu = drift.normalise_launch_rows(rows, SpeedRatio(1.0, 2.0), is_gpu=True)
+    cpu = drift.normalise_launch_rows(rows, SpeedRatio(1.0, 2.0), is_gpu=False)
+    assert [r["seconds"] for r in gpu] == [1.0, 0.5]
+    assert [r["seconds"] for r in cpu] == [0.5, 0.5]
+
+
+def _slowed(memory: float, compute: float) -> object:
+    """The synthetic tables with the memory suite measured on a machine `memory` / `compute` times as fast."""
+    tables = synthetic_tables()
+    assert tables.memory is not None
+    slow_memory = [
+        r | {"bandwidth_gbps": r["bandwidth_gbps"] * (memory if r["size_bytes"] > 64 * 2**20 else compute)}
+        if r["kind"] == "working_set"
+        else r
+        for r in tables.memory
+    ]
+    return dataclasses.replace(tables, memory=slow_memory, probes=probes({"memory": (memory, compute)}))
+
+
+def test_a_slow_memory_suite_does_not_bend_the_profile() -> None:
+    truth, _ = build_profile(dataclasses.replace(synthetic_tables(), probes=probes({})), "t")
+    unprobed, _ = build_profile(dataclasses.replace(_slowed(0.7, 1.0), probes=[]), "t")  # type: ignore[type-var]
+    probed, _ = build_profile(_slowed(0.7, 1.0), "t")  # type: ignore[arg-type]
+    plateau = "elementwise_bandwidth_fraction"  # the sum plateau ÷ the GEMM stream on a CPU
+    assert getattr(unprobed.empirical, plateau) == pytest.approx(
+        0.7 * getattr(truth.empirical, plateau), rel=0.02
+    )
+    assert getattr(probed.empirical, plateau) == pytest.approx(getattr(truth.empirical, plateau), rel=0.02)
+    figures = probed.fit_quality[drift.PROBE_KEY]
+    assert figures["memory_memory_factor"] == pytest.approx(1 / 0.7)
+    assert figures["memory_spread"] == pytest.approx(0.3)
+    assert drift.reference_sample(probed) == ProbeSample(
+        "calibration median", 0.0, BASE.memory_gbps, BASE.compute_tflops
+    )
+
+
+def test_profile_at_speed_scales_each_term_by_its_part() -> None:
+    cpu, _ = build_profile(synthetic_tables(), "t")
+    fast = drift.at_speed(cpu, SpeedRatio(2.0, 0.5))
+    assert fast.memory_bandwidth_bytes_per_s == pytest.approx(2 * cpu.memory_bandwidth_bytes_per_s)
+    assert fast.datasheet.peak_dense_tflops["fp32"] == pytest.approx(
+        0.5 * cpu.datasheet.peak_dense_tflops["fp32"]
+    )
+    assert fast.empirical.cache_bandwidth_gbps == pytest.approx(0.5 * cpu.empirical.cache_bandwidth_gbps)
+    assert fast.empirical.kernel_fixed_latency_us == pytest.approx(2 * cpu.empirical.kernel_fixed_latency_us)
+    assert fast.empirical.launch_eager_us == pytest.approx(
+        2 * cpu.empirical.launch_eager_us
+    )  # the host is the core
+    # Byte counts and shapes are not speeds.
+    assert fast.empirical.cache_effective_bytes == cpu.empirical.cache_effective_bytes
+    assert fast.empirical.gemm_efficiency == cpu.empirical.gemm_efficiency
+    assert drift.at_speed(cpu, drift.SAME_SPEED) is cpu
+    gpu = load_profile("h200")
+    slow_gpu = drift.at_speed(gpu, SpeedRatio(1.0, 0.5))
+    assert (
+        slow_gpu.empirical.launch_eager_us == gpu.empirical.launch_eager_us
+    )  # the probe does not time the host
+    assert slow_gpu.empirical.kernel_fixed_latency_us == pytest.approx(
+        2 * gpu.empirical.kernel_fixed_latency_us
+    )
+
+
+def test_a_probe_sample_round_trips_through_its_csv_row() -> None:
+    sample = ProbeSample("after:gemm", 3.5, 12.5, 0.061, 0.07, 0.12)
+    assert ProbeSample.from_row(sample.as_row()) == sample
