@@ -31,7 +31,9 @@ def probes(slow: dict[str, tuple[float, float]]) -> list[ProbeSample]:
 
 def test_speed_ratio_is_now_over_reference() -> None:
     ratio = SpeedRatio.between(at("now", 0.5, 2.0), BASE)
-    assert ratio == SpeedRatio(pytest.approx(0.5), pytest.approx(2.0))
+    assert ratio == SpeedRatio(pytest.approx(0.5), pytest.approx(2.0), 1.0)  # no dispatch timing: unscaled
+    slow_host, host = dataclasses.replace(BASE, dispatch_us=8.0), dataclasses.replace(BASE, dispatch_us=4.0)
+    assert SpeedRatio.between(slow_host, host).dispatch == 0.5
     assert drift.drift_between(at("a"), at("b", 1.0, 1.2)) == pytest.approx(0.2)
     assert drift.spread([at("a", 0.9), at("b", 1.0), at("c", 1.1)])["memory"] == pytest.approx(0.2)
 
@@ -58,12 +60,12 @@ def test_gemm_rows_follow_the_part_that_bounds_them() -> None:
     ]
 
 
-def test_launch_rows_on_a_gpu_scale_only_device_time() -> None:
+def test_launch_rows_follow_the_host_and_a_gpus_device_rows_its_compute() -> None:
     rows = [{"kind": "eager_host", "seconds": 1.0}, {"kind": "graph_device", "seconds": 1.0}]
-    gpu = drift.normalise_launch_rows(rows, SpeedRatio(1.0, 2.0), is_gpu=True)
-    cpu = drift.normalise_launch_rows(rows, SpeedRatio(1.0, 2.0), is_gpu=False)
-    assert [r["seconds"] for r in gpu] == [1.0, 0.5]
-    assert [r["seconds"] for r in cpu] == [0.5, 0.5]
+    gpu = drift.normalise_launch_rows(rows, SpeedRatio(1.0, 2.0, 4.0), is_gpu=True)
+    cpu = drift.normalise_launch_rows(rows, SpeedRatio(1.0, 2.0, 4.0), is_gpu=False)
+    assert [r["seconds"] for r in gpu] == [0.25, 0.5]
+    assert [r["seconds"] for r in cpu] == [0.25, 0.25]  # on a CPU every launch row is host dispatch
 
 
 def _slowed(memory: float, compute: float) -> object:
@@ -98,30 +100,30 @@ def test_a_slow_memory_suite_does_not_bend_the_profile() -> None:
 
 def test_profile_at_speed_scales_each_term_by_its_part() -> None:
     cpu, _ = build_profile(synthetic_tables(), "t")
-    fast = drift.at_speed(cpu, SpeedRatio(2.0, 0.5))
+    fast = drift.at_speed(cpu, SpeedRatio(2.0, 0.5, 0.25))
+    em, base = fast.empirical, cpu.empirical
     assert fast.memory_bandwidth_bytes_per_s == pytest.approx(2 * cpu.memory_bandwidth_bytes_per_s)
     assert fast.datasheet.peak_dense_tflops["fp32"] == pytest.approx(
         0.5 * cpu.datasheet.peak_dense_tflops["fp32"]
     )
-    assert fast.empirical.cache_bandwidth_gbps == pytest.approx(0.5 * cpu.empirical.cache_bandwidth_gbps)
-    assert fast.empirical.kernel_fixed_latency_us == pytest.approx(2 * cpu.empirical.kernel_fixed_latency_us)
-    assert fast.empirical.launch_eager_us == pytest.approx(
-        2 * cpu.empirical.launch_eager_us
-    )  # the host is the core
+    assert em.cache_bandwidth_gbps == pytest.approx(0.5 * base.cache_bandwidth_gbps)
+    # A CPU kernel's fixed cost is its dispatch on the same core: both follow the host part.
+    assert em.kernel_fixed_latency_us == pytest.approx(4 * base.kernel_fixed_latency_us)
+    assert em.launch_eager_us == pytest.approx(4 * base.launch_eager_us)
     # Byte counts and shapes are not speeds.
-    assert fast.empirical.cache_effective_bytes == cpu.empirical.cache_effective_bytes
-    assert fast.empirical.gemm_efficiency == cpu.empirical.gemm_efficiency
+    assert em.cache_effective_bytes == base.cache_effective_bytes
+    assert em.gemm_efficiency == base.gemm_efficiency
     assert drift.at_speed(cpu, drift.SAME_SPEED) is cpu
     gpu = load_profile("h200")
-    slow_gpu = drift.at_speed(gpu, SpeedRatio(1.0, 0.5))
-    assert (
-        slow_gpu.empirical.launch_eager_us == gpu.empirical.launch_eager_us
-    )  # the probe does not time the host
-    assert slow_gpu.empirical.kernel_fixed_latency_us == pytest.approx(
+    slow = drift.at_speed(gpu, SpeedRatio(1.0, 0.5, 0.25)).empirical
+    assert slow.launch_eager_us == pytest.approx(4 * gpu.empirical.launch_eager_us)  # the host
+    assert slow.sync_us == pytest.approx(4 * gpu.empirical.sync_us)
+    assert slow.kernel_fixed_latency_us == pytest.approx(
         2 * gpu.empirical.kernel_fixed_latency_us
-    )
+    )  # the device
+    assert slow.launch_graph_gap_us == pytest.approx(2 * gpu.empirical.launch_graph_gap_us)
 
 
 def test_a_probe_sample_round_trips_through_its_csv_row() -> None:
-    sample = ProbeSample("after:gemm", 3.5, 12.5, 0.061, 0.07, 0.12)
+    sample = ProbeSample("after:gemm", 3.5, 12.5, 0.061, 0.07, 0.12, 4.5, 0.03)
     assert ProbeSample.from_row(sample.as_row()) == sample

@@ -7,10 +7,13 @@ the two parts of the machine separately:
 
 - `memory`: DRAM/HBM streaming speed now ÷ then (the probe's read). It scales the profile's streaming
   bandwidth (`datasheet.memory_bandwidth_gbps`; element-wise kernels stream at a fixed fraction of it);
-- `compute`: core speed now ÷ then (the probe's in-cache GEMM). It scales what the cores' clock decides:
-  the dense peaks, the last-level-cache bandwidth (a cache read runs at the core's load rate), the kernel
-  fixed latency and device-side gaps, and on a CPU the host dispatch, launch and sync costs (the host *is*
-  the core). On a GPU the host is another processor the probe does not time, so host costs stay unscaled.
+- `compute`: core speed now ÷ then (the probe's in-cache GEMM). It scales what the arithmetic units' clock
+  decides: the dense peaks, the last-level-cache bandwidth (a cache read runs at the core's load rate), and
+  on a GPU the device-side kernel fixed latency and gaps;
+- `dispatch`: host speed now ÷ then (the probe's burst of tiny eager ops, per-op host time then ÷ now). It
+  scales the host's per-op costs: eager launch (on a CPU: operator dispatch, which is also a CPU kernel's
+  fixed latency), graph launch and sync. On a shared CPU this part moves most: a neighbour that thrashes the
+  shared caches slows the framework's per-op path far more than a GEMM's arithmetic.
 
 Byte counts (cache capacity, the half-bandwidth transfer) and dimensionless shapes (GEMM efficiency,
 fractions) are not speeds and are never scaled. Nothing here is fitted: each ratio is two measurements of
@@ -50,6 +53,8 @@ class ProbeSample:
     compute_tflops: float  # the in-cache GEMM's rate
     memory_rel_iqr: float = 0.0
     compute_rel_iqr: float = 0.0
+    dispatch_us: float = 0.0  # host time per tiny eager op (0: not measured)
+    dispatch_rel_iqr: float = 0.0
 
     def as_row(self) -> dict[str, Any]:
         return {
@@ -59,6 +64,8 @@ class ProbeSample:
             "compute_tflops": self.compute_tflops,
             "memory_rel_iqr": self.memory_rel_iqr,
             "compute_rel_iqr": self.compute_rel_iqr,
+            "dispatch_us": self.dispatch_us,
+            "dispatch_rel_iqr": self.dispatch_rel_iqr,
         }
 
     @classmethod
@@ -70,6 +77,8 @@ class ProbeSample:
             compute_tflops=float(row["compute_tflops"]),
             memory_rel_iqr=float(row.get("memory_rel_iqr", 0.0) or 0.0),
             compute_rel_iqr=float(row.get("compute_rel_iqr", 0.0) or 0.0),
+            dispatch_us=float(row.get("dispatch_us", 0.0) or 0.0),
+            dispatch_rel_iqr=float(row.get("dispatch_rel_iqr", 0.0) or 0.0),
         )
 
 
@@ -79,17 +88,24 @@ class SpeedRatio:
 
     memory: float
     compute: float
+    dispatch: float = 1.0
 
     @classmethod
     def between(cls, now: ProbeSample, reference: ProbeSample) -> SpeedRatio:
-        """How fast the machine is at `now` relative to `reference`."""
-        return cls(now.memory_gbps / reference.memory_gbps, now.compute_tflops / reference.compute_tflops)
+        """How fast the machine is at `now` relative to `reference` (dispatch 1 where either lacks it)."""
+        dispatch = (
+            reference.dispatch_us / now.dispatch_us if now.dispatch_us and reference.dispatch_us else 1.0
+        )
+        return cls(
+            now.memory_gbps / reference.memory_gbps, now.compute_tflops / reference.compute_tflops, dispatch
+        )
 
     def as_dict(self) -> dict[str, float]:
-        return {"memory": self.memory, "compute": self.compute}
+        return {"memory": self.memory, "compute": self.compute, "dispatch": self.dispatch}
 
 
-SAME_SPEED = SpeedRatio(1.0, 1.0)
+SAME_SPEED = SpeedRatio(1.0, 1.0, 1.0)
+PARTS = ("memory", "compute", "dispatch")
 
 
 def median_sample(samples: Sequence[ProbeSample], label: str = "median") -> ProbeSample:
@@ -101,6 +117,8 @@ def median_sample(samples: Sequence[ProbeSample], label: str = "median") -> Prob
         compute_tflops=statistics.median(s.compute_tflops for s in samples),
         memory_rel_iqr=statistics.median(s.memory_rel_iqr for s in samples),
         compute_rel_iqr=statistics.median(s.compute_rel_iqr for s in samples),
+        dispatch_us=statistics.median(s.dispatch_us for s in samples),
+        dispatch_rel_iqr=statistics.median(s.dispatch_rel_iqr for s in samples),
     )
 
 
@@ -113,6 +131,8 @@ def between_sample(before: ProbeSample, after: ProbeSample, label: str = "during
         compute_tflops=math.sqrt(before.compute_tflops * after.compute_tflops),
         memory_rel_iqr=max(before.memory_rel_iqr, after.memory_rel_iqr),
         compute_rel_iqr=max(before.compute_rel_iqr, after.compute_rel_iqr),
+        dispatch_us=math.sqrt(before.dispatch_us * after.dispatch_us),
+        dispatch_rel_iqr=max(before.dispatch_rel_iqr, after.dispatch_rel_iqr),
     )
 
 
@@ -122,6 +142,7 @@ def spread(samples: Sequence[ProbeSample]) -> dict[str, float]:
     for part, values in (
         ("memory", [s.memory_gbps for s in samples]),
         ("compute", [s.compute_tflops for s in samples]),
+        ("dispatch", [s.dispatch_us for s in samples]),
     ):
         median = statistics.median(values)
         out[part] = (max(values) - min(values)) / median if median > 0 else 0.0
@@ -129,11 +150,8 @@ def spread(samples: Sequence[ProbeSample]) -> dict[str, float]:
 
 
 def drift_between(before: ProbeSample, after: ProbeSample) -> float:
-    """The larger of the two parts' |after / before − 1|: how much the machine changed over an interval."""
-    return max(
-        abs(after.memory_gbps / before.memory_gbps - 1.0),
-        abs(after.compute_tflops / before.compute_tflops - 1.0),
-    )
+    """The largest part's |after / before − 1|: how much the machine changed over an interval."""
+    return max(abs(v - 1.0) for v in SpeedRatio.between(after, before).as_dict().values())
 
 
 def normalisation(during: ProbeSample, run_median: ProbeSample) -> SpeedRatio:
@@ -177,16 +195,16 @@ DEVICE_LAUNCH_KINDS = frozenset({"graph_device", "chain_graph_device", "single_k
 def normalise_launch_rows(
     rows: list[dict[str, Any]], factor: SpeedRatio, is_gpu: bool
 ) -> list[dict[str, Any]]:
-    """Launch-suite rows with their times at the run's median core speed: every row on a CPU (dispatch is the
-    core's work); on a GPU only the device-timed kinds, since the probe does not time the host."""
+    """Launch-suite rows with their times at the run's median speed: host-timed kinds (every kind on a CPU)
+    follow the dispatch part, a GPU's device-timed kinds the compute part."""
     out = []
     for row in rows:
         new = dict(row)
-        if not is_gpu or row.get("kind") in DEVICE_LAUNCH_KINDS:
-            for key in ("seconds", "iqr_s"):
-                value = row.get(key)
-                if isinstance(value, (int, float)) and math.isfinite(value):
-                    new[key] = float(value) / factor.compute
+        speed = factor.compute if is_gpu and row.get("kind") in DEVICE_LAUNCH_KINDS else factor.dispatch
+        for key in ("seconds", "iqr_s"):
+            value = row.get(key)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                new[key] = float(value) / speed
         out.append(new)
     return out
 
@@ -197,28 +215,26 @@ def normalise_launch_rows(
 def at_speed(profile: HardwareProfile, ratio: SpeedRatio) -> HardwareProfile:
     """The profile of the same machine running at `ratio` of the speed it was calibrated at.
 
-    Memory streaming × ratio.memory; peaks and cache bandwidth × ratio.compute; fixed latency and device
-    gaps ÷ ratio.compute; on a CPU also host dispatch, launch and sync ÷ ratio.compute.
+    Memory streaming × ratio.memory; peaks and cache bandwidth × ratio.compute; host launch, graph launch
+    and sync ÷ ratio.dispatch; kernel fixed latency and device gaps ÷ ratio.compute on a GPU, ÷ ratio.dispatch
+    on a CPU (where a kernel's fixed cost is its dispatch on the same core).
     """
     if ratio == SAME_SPEED:
         return profile
     ds, em = profile.datasheet, profile.empirical
-    slower = 1.0 / ratio.compute
-
-    def host(us: float) -> float:
-        return us * slower if profile.is_cpu else us
-
-    eager_gemm = em.launch_eager_gemm_us
+    host = 1.0 / ratio.dispatch
+    device = host if profile.is_cpu else 1.0 / ratio.compute
+    eager_gemm, eager_gap = em.launch_eager_gemm_us, em.launch_eager_gap_us
     empirical = replace(
         em,
         cache_bandwidth_gbps=em.cache_bandwidth_gbps * ratio.compute,
-        kernel_fixed_latency_us=em.kernel_fixed_latency_us * slower,
-        launch_graph_gap_us=em.launch_graph_gap_us * slower,
-        launch_eager_gap_us=None if em.launch_eager_gap_us is None else em.launch_eager_gap_us * slower,
-        launch_eager_us=host(em.launch_eager_us),
-        launch_eager_gemm_us=None if eager_gemm is None else host(eager_gemm),
-        graph_launch_us=host(em.graph_launch_us),
-        sync_us=host(em.sync_us),
+        kernel_fixed_latency_us=em.kernel_fixed_latency_us * device,
+        launch_graph_gap_us=em.launch_graph_gap_us * device,
+        launch_eager_gap_us=None if eager_gap is None else eager_gap * device,
+        launch_eager_us=em.launch_eager_us * host,
+        launch_eager_gemm_us=None if eager_gemm is None else eager_gemm * host,
+        graph_launch_us=em.graph_launch_us * host,
+        sync_us=em.sync_us * host,
     )
     datasheet = replace(
         ds,
@@ -233,7 +249,13 @@ def reference_sample(profile: HardwareProfile) -> ProbeSample | None:
     figures = profile.fit_quality.get(PROBE_KEY)
     if not figures or not figures.get("memory_gbps") or not figures.get("compute_tflops"):
         return None
-    return ProbeSample("calibration median", 0.0, figures["memory_gbps"], figures["compute_tflops"])
+    return ProbeSample(
+        "calibration median",
+        0.0,
+        figures["memory_gbps"],
+        figures["compute_tflops"],
+        dispatch_us=figures.get("dispatch_us", 0.0),
+    )
 
 
 @dataclass(frozen=True)
@@ -277,18 +299,21 @@ def record(
     figures = {
         "memory_gbps": median.memory_gbps,
         "compute_tflops": median.compute_tflops,
+        "dispatch_us": median.dispatch_us,
         "memory_spread": moved["memory"],
         "compute_spread": moved["compute"],
+        "dispatch_spread": moved["dispatch"],
         "memory_rel_iqr": median.memory_rel_iqr,
         "compute_rel_iqr": median.compute_rel_iqr,
+        "dispatch_rel_iqr": median.dispatch_rel_iqr,
         "n_probes": float(len(samples)),
         "threshold": DRIFT_THRESHOLD,
         "max_suite_drift": max((d.drift for d in drifts.values()), default=0.0),
     }
     for suite, d in drifts.items():
         figures[f"{suite}_drift"] = d.drift
-        figures[f"{suite}_memory_factor"] = d.factor.memory
-        figures[f"{suite}_compute_factor"] = d.factor.compute
+        for part, value in d.factor.as_dict().items():
+            figures[f"{suite}_{part}_factor"] = value
     figures.update(plan)
     return figures
 
@@ -296,6 +321,7 @@ def record(
 __all__ = [
     "DEVICE_LAUNCH_KINDS",
     "DRIFT_THRESHOLD",
+    "PARTS",
     "PROBE_KEY",
     "SAME_SPEED",
     "ProbeSample",

@@ -1,12 +1,15 @@
 """The drift probe: a short fixed kernel pair that measures how fast the machine is right now.
 
-Two kernels, each timed in well under 50 ms, with the same clock as the suites and the validation steps
+Three short timings, each well under 50 ms, with the same clock as the suites and the validation steps
 (`timing.Timer`: CUDA events on a GPU, the thread's CPU time for a single-threaded CPU run):
 
 - a **memory read**: `torch.sum` over a buffer several times the last-level cache, so every pass streams
   from DRAM / HBM. Its rate (GB/s) is the machine's *memory speed* now;
 - a **small GEMM**: a square matrix product whose operands stay in cache, so it is arithmetic-bound. Its
-  rate (TFLOP/s) is the machine's *core speed* now (clock, steal by a hyperthread sibling, GPU SM clock).
+  rate (TFLOP/s) is the machine's *core speed* now (clock, steal by a hyperthread sibling, GPU SM clock);
+- a **dispatch burst**: `DISPATCH_OPS` tiny in-place adds issued eagerly, timed on the host. The host time per
+  op (µs) is the machine's *dispatch speed* now: the framework's per-op path, which a neighbour thrashing
+  the shared caches slows far more than arithmetic (on a GPU: the host's launch rate).
 
 The sizes depend only on the device (`probe_plan`), so a calibration and a later validation on the same
 machine time exactly the same work; the ratio of their rates is a machine-speed ratio, not a fit (see
@@ -25,6 +28,7 @@ from moesim.calibrate.timing import DeviceInfo, Timer, torch_dtype
 
 MIB = 2**20
 GIB = 2**30
+DISPATCH_OPS = 100  # tiny eager ops per dispatch batch: ~0.5 ms of host time on a CPU, ~0.5 ms on a GPU host
 
 
 @dataclass(frozen=True)
@@ -44,8 +48,8 @@ class ProbePlan:
 
     def describe(self) -> str:
         return (
-            f"sum over {self.read_bytes / MIB:.0f} MiB fp32 (x{self.read_inner}) and a {self.gemm_n}^3 "
-            f"{self.dtype} GEMM (x{self.gemm_inner}), median of {self.repeats}"
+            f"sum over {self.read_bytes / MIB:.0f} MiB fp32 (x{self.read_inner}), a {self.gemm_n}^3 "
+            f"{self.dtype} GEMM (x{self.gemm_inner}) and {DISPATCH_OPS} tiny eager ops, median of {self.repeats}"
         )
 
 
@@ -100,10 +104,12 @@ class Probe:
         self._a = torch.rand((n, n), generator=generator).to(device=where, dtype=dtype)
         self._b = torch.rand((n, n), generator=generator).to(device=where, dtype=dtype)
         self._c = torch.empty((n, n), device=where, dtype=dtype)
+        self._tiny = torch.zeros(1, dtype=torch.float32, device=where)
         self._started = time.perf_counter()
         self.samples: list[ProbeSample] = []  # every probe taken, in order
         self._read()
         self._gemm()
+        self._dispatch()
         timer.sync()
 
     def _read(self) -> Any:
@@ -112,14 +118,20 @@ class Probe:
     def _gemm(self) -> Any:
         return self.timer.torch.mm(self._a, self._b, out=self._c)
 
+    def _dispatch(self) -> None:
+        for _ in range(DISPATCH_OPS):
+            self._tiny.add_(1.0)
+
     def sample(self, label: str = "") -> ProbeSample:
-        """Time the read and the GEMM (`repeats` batches each, interleaved) and return their median rates."""
+        """Time the read, the GEMM and the dispatch burst (`repeats` of each, interleaved): their medians."""
         plan = self.plan
         read_s: list[float] = []
         gemm_s: list[float] = []
+        dispatch_s: list[float] = []
         for _ in range(plan.repeats):
             read_s.append(self.timer.time_once(self._read, plan.read_inner))
             gemm_s.append(self.timer.time_once(self._gemm, plan.gemm_inner))
+            dispatch_s.append(self.timer.host_time(self._dispatch, 1) / DISPATCH_OPS)
         flops = 2.0 * plan.gemm_n**3
         sample = ProbeSample(
             label=label,
@@ -128,13 +140,15 @@ class Probe:
             compute_tflops=flops / statistics.median(gemm_s) / 1e12,
             memory_rel_iqr=_rel_iqr(read_s),
             compute_rel_iqr=_rel_iqr(gemm_s),
+            dispatch_us=statistics.median(dispatch_s) * 1e6,
+            dispatch_rel_iqr=_rel_iqr(dispatch_s),
         )
         self.samples.append(sample)
         return sample
 
     def close(self) -> None:
         """Free the buffers (the read buffer is several times the cache)."""
-        del self._buffer, self._a, self._b, self._c
+        del self._buffer, self._a, self._b, self._c, self._tiny
 
 
 def _rel_iqr(times_s: list[float]) -> float:

@@ -233,6 +233,8 @@ def calibrate(
             continue
         write_rows(path, rows, meta)
         probes += suite_probes
+        if probe is not None:  # checkpointed with the suite, so a resumed suite keeps its probes
+            _write_probes(output, probes, device, probe)
         tables[suite] = rows
         csv_paths[suite] = path
         wall_s[suite] = time.perf_counter() - started
@@ -251,13 +253,9 @@ def calibrate(
     notes += drift_notes
     if probe is not None:
         probe.close()
-        write_rows(
-            suite_path(output, PROBE_TABLE),
-            [p.as_row() for p in probes],
-            {"suite": PROBE_TABLE, "device": device.name, "probe": probe.plan.describe()}
-            | probe.plan.figures(),
-        )
-        csv_paths[PROBE_TABLE] = suite_path(output, PROBE_TABLE)
+        if probes:
+            _write_probes(output, probes, device, probe)
+            csv_paths[PROBE_TABLE] = suite_path(output, PROBE_TABLE)
     if wall_s:
         notes.append(
             "suite wall time: " + ", ".join(f"{suite} {seconds:.2f} s" for suite, seconds in wall_s.items())
@@ -473,6 +471,16 @@ def _start_probe(timer: Timer, device: Any) -> Any:
         return Probe(timer, device)
     except (RuntimeError, MemoryError):
         return None
+
+
+def _write_probes(output: Path, probes: list[ProbeSample], device: Any, probe: Any) -> None:
+    """`<stem>.probe.csv`: every probe of the run so far, headed by what the probe times."""
+    meta = {
+        "suite": PROBE_TABLE,
+        "device": device.name,
+        "probe": probe.plan.describe(),
+    } | probe.plan.figures()
+    write_rows(suite_path(output, PROBE_TABLE), [p.as_row() for p in probes], meta)
 
 
 def _read_probes(path: Path) -> list[ProbeSample]:

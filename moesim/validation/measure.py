@@ -162,6 +162,7 @@ def measured_row(
         speed = {
             "probe_memory_gbps": float(np.median([p.memory_gbps for p in item.probes])),
             "probe_compute_tflops": float(np.median([p.compute_tflops for p in item.probes])),
+            "probe_dispatch_us": float(np.median([p.dispatch_us for p in item.probes])),
         }
     return speed | {
         "model": spec.name,

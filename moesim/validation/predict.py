@@ -47,6 +47,7 @@ MEASURED_KEYS = (
     "n_samples",
     "probe_memory_gbps",
     "probe_compute_tflops",
+    "probe_dispatch_us",
 )
 
 
@@ -197,7 +198,13 @@ def predict_rows(
         }
         corrected = {}
         if reference is not None and old.get("probe_memory_gbps") and old.get("probe_compute_tflops"):
-            beside = ProbeSample("row", 0.0, old["probe_memory_gbps"], old["probe_compute_tflops"])
+            beside = ProbeSample(
+                "row",
+                0.0,
+                old["probe_memory_gbps"],
+                old["probe_compute_tflops"],
+                dispatch_us=old.get("probe_dispatch_us") or 0.0,
+            )
             ratio = SpeedRatio.between(beside, reference)
             drifted = at_speed(hardware, ratio)
             corrected = {

@@ -72,26 +72,25 @@ def drift_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """The drift probe beside the rows: its spread over the run ((max − min) / median of the rows' probe
     rates, per part), the machine's speed relative to the calibration (median and range of the rows'
     ratios), and the errors of the drift-corrected predictions beside the raw ones; None without probes."""
-    memory = [r["probe_memory_gbps"] for r in rows if r.get("probe_memory_gbps")]
-    compute = [r["probe_compute_tflops"] for r in rows if r.get("probe_compute_tflops")]
-    if not memory or not compute:
+    probed = {
+        key: [r[f"probe_{key}"] for r in rows if r.get(f"probe_{key}")]
+        for key in ("memory_gbps", "compute_tflops", "dispatch_us")
+    }
+    if not probed["memory_gbps"] or not probed["compute_tflops"]:
         return None
 
     def moved(values: list[float]) -> float:
-        return float((max(values) - min(values)) / np.median(values))
+        return float((max(values) - min(values)) / np.median(values)) if values else 0.0
 
     out: dict[str, Any] = {
-        "probe_spread": {"memory": moved(memory), "compute": moved(compute)},
-        "probe_median": {
-            "memory_gbps": float(np.median(memory)),
-            "compute_tflops": float(np.median(compute)),
-        },
+        "probe_spread": {key.split("_")[0]: moved(values) for key, values in probed.items()},
+        "probe_median": {key: float(np.median(values)) for key, values in probed.items() if values},
     }
     corrected = [r for r in rows if r.get("drift_predicted_s") is not None]
     if len(corrected) != len(rows):
         return out | {"corrected": None}
     err = np.array([r["drift_predicted_s"] / r["measured_s"] - 1.0 for r in rows])
-    ratios = {part: [r["speed_ratio"][part] for r in rows] for part in ("memory", "compute")}
+    ratios = {part: [r["speed_ratio"][part] for r in rows] for part in ("memory", "compute", "dispatch")}
     return out | {
         "speed_ratio": {
             part: {"median": float(np.median(v)), "min": float(min(v)), "max": float(max(v))}
@@ -111,17 +110,18 @@ def drift_sentence(summary: dict[str, Any]) -> str | None:
     if not probed:
         return None
     moved = probed["probe_spread"]
-    text = f"drift probe spread over the run: memory {moved['memory']:.1%}, compute {moved['compute']:.1%}"
+    text = "drift probe spread over the run: " + ", ".join(f"{part} {v:.1%}" for part, v in moved.items())
     if not probed.get("corrected"):
         return text + " (no calibration probe in the profile: no drift correction)"
-    ratio = probed["speed_ratio"]
     return (
         f"MAPE raw {summary['mape']:.1%}, drift-corrected {probed['corrected']['mape']:.1%} "
         f"(median signed error {summary['median_error']:+.1%} -> {probed['corrected']['median_error']:+.1%}); "
         + text
-        + f"; machine speed vs calibration: memory x{ratio['memory']['median']:.3f} "
-        f"({ratio['memory']['min']:.3f}-{ratio['memory']['max']:.3f}), compute x{ratio['compute']['median']:.3f} "
-        f"({ratio['compute']['min']:.3f}-{ratio['compute']['max']:.3f})"
+        + "; machine speed vs calibration (median, range): "
+        + ", ".join(
+            f"{part} x{r['median']:.3f} ({r['min']:.3f}-{r['max']:.3f})"
+            for part, r in probed["speed_ratio"].items()
+        )
     )
 
 
@@ -195,6 +195,7 @@ CSV_COLUMNS = (
     "drift_error",
     "probe_memory_gbps",
     "probe_compute_tflops",
+    "probe_dispatch_us",
     "spread",
     "round_spread",
     "n_samples",
