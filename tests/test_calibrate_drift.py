@@ -9,7 +9,8 @@ import pytest
 from moesim.calibrate import drift
 from moesim.calibrate.build import build_profile
 from moesim.calibrate.drift import ProbeSample, SpeedRatio
-from moesim.simulator.hardware.profile import load_profile
+from moesim.calibrate.probe import probe_plan, recorded_plan
+from moesim.simulator.hardware.profile import list_profiles, load_profile
 from tests.test_calibrate_fit import synthetic_tables
 
 BASE = ProbeSample("base", 0.0, memory_gbps=12.0, compute_tflops=0.06)
@@ -127,3 +128,25 @@ def test_profile_at_speed_scales_each_term_by_its_part() -> None:
 def test_a_probe_sample_round_trips_through_its_csv_row() -> None:
     sample = ProbeSample("after:gemm", 3.5, 12.5, 0.061, 0.07, 0.12, 4.5, 0.03)
     assert ProbeSample.from_row(sample.as_row()) == sample
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in list_profiles() if load_profile(n).datasheet.device_kind == "gpu"]
+)
+def test_the_gpu_probe_is_short_and_streams_past_the_cache_on_every_bundled_gpu(name: str) -> None:
+    """The GPU path's sizes, checked without a GPU: each timed batch lasts 1-50 ms at the datasheet's rates
+    (long enough for CUDA events, short enough to run beside every row) and the read is ≥ 4× the L2."""
+    ds = load_profile(name).datasheet
+    plan = probe_plan(True, ds.last_level_cache_bytes)
+    read_s = plan.read_inner * plan.read_bytes / (ds.memory_bandwidth_gbps * 1e9)
+    gemm_s = plan.gemm_inner * 2 * plan.gemm_n**3 / (ds.peak_dense_tflops["bf16"] * 1e12)
+    assert 1e-3 < read_s < 0.05 and 1e-3 < gemm_s < 0.05
+    assert plan.read_bytes >= 4 * ds.last_level_cache_bytes
+    assert plan.read_bytes < 0.05 * ds.memory_capacity_bytes
+    assert recorded_plan(True, plan.figures()) == plan  # what a profile records rebuilds the same probe
+
+
+def test_the_cpu_probe_reads_past_the_last_level_cache() -> None:
+    plan = probe_plan(False, 32 * 2**20)
+    assert plan.read_bytes >= 4 * 32 * 2**20 and plan.dtype == "fp32"
+    assert 3 * plan.gemm_n**2 * 4 < 32 * 2**20  # the GEMM's operands stay in cache: arithmetic-bound

@@ -66,7 +66,7 @@ def probe_plan(is_gpu: bool, llc_bytes: float) -> ProbePlan:
 
     CPU (a 2-core EPYC VM: 32 MiB L3, ~14 GB/s, ~0.07 TFLOP/s fp32 on one thread): 128 MiB read ≈ 9 ms,
     512³ fp32 GEMM (3 MiB of operands) ≈ 4 ms. GPU (H200: 50 MiB L2, 4.8 TB/s, ~700 TFLOP/s bf16):
-    a 1 GiB read ≈ 0.2 ms and a 4096³ bf16 GEMM ≈ 0.2 ms, batched ten at a time so each timed batch lasts
+    a 1 GiB read ≈ 0.2 ms and a 4096³ bf16 GEMM ≈ 0.2 ms, batched 10 and 20 at a time so each timed batch lasts
     a few ms (CUDA events resolve ~µs). Nine repeats of each (a shared CPU's timings spread 7-15% IQR under
     load): a probe costs about 0.13 s of CPU time on that VM, 40 ms on the GPU.
     """
@@ -77,7 +77,7 @@ def probe_plan(is_gpu: bool, llc_bytes: float) -> ProbePlan:
             gemm_n=4096,
             dtype="bf16",
             read_inner=10,
-            gemm_inner=10,
+            gemm_inner=20,
             repeats=9,
         )
     return ProbePlan(

@@ -521,7 +521,8 @@ def _run_probed(
             notes.append(
                 f"warning: the machine drifted {drift:.1%} during the {suite} suite (probe memory "
                 f"{before.memory_gbps:.3g} -> {after.memory_gbps:.3g} GB/s, compute {before.compute_tflops:.3g} -> "
-                f"{after.compute_tflops:.3g} TFLOP/s; threshold {DRIFT_THRESHOLD:.0%}): repeating the suite once"
+                f"{after.compute_tflops:.3g} TFLOP/s, dispatch {before.dispatch_us:.3g} -> {after.dispatch_us:.3g} "
+                f"us/op; threshold {DRIFT_THRESHOLD:.0%}): repeating the suite once"
             )
     drift, rows, kept = min(attempts, key=lambda item: item[0])
     if len(attempts) > 1:
