@@ -23,18 +23,10 @@ from dataclasses import dataclass, replace
 
 from moesim.simulator.models import spec as ms
 from moesim.simulator.models.spec import AttentionLayerKind, FfnLayerKind, ModelSpec
+from moesim.simulator.plan.blocks import ACT_BYTES, GENERIC_DEVICE, LAYER_PREFIX, PlanContext, PlanDevice
 from moesim.simulator.plan.kernels import Kernel, TensorRead
-from moesim.simulator.plan.step import (
-    ACT_BYTES,
-    GENERIC_DEVICE,
-    LAYER_PREFIX,
-    PlanBuilder,
-    PlanContext,
-    PlanDevice,
-    StepPlan,
-    distinct_experts_by_layer,
-    kv_bytes_per_token,
-)
+from moesim.simulator.plan.shapes import kv_bytes_per_token
+from moesim.simulator.plan.step import PlanBuilder, StepPlan, distinct_experts_by_layer
 from moesim.simulator.plan.styles import engine_style, plan_from_context
 from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.routing.independent import IndependentRouting, expected_distinct_uniform

@@ -35,12 +35,10 @@ import numpy as np
 
 from moesim.errors import MoesimError
 from moesim.simulator.models.spec import AttentionLayerKind, FfnLayerKind, ModelSpec
+from moesim.simulator.plan.blocks import GENERIC_DEVICE, LAYER_PREFIX, PlanContext
 from moesim.simulator.plan.kernels import Category, Kernel, TensorRead
 from moesim.simulator.plan.step import (
-    GENERIC_DEVICE,
-    LAYER_PREFIX,
     PlanBuilder,
-    PlanContext,
     Segment,
     StepPlan,
     check_step_inputs,
