@@ -124,6 +124,10 @@ class Probe:
 
     def sample(self, label: str = "") -> ProbeSample:
         """Time the read, the GEMM and the dispatch burst (`repeats` of each, interleaved): their medians."""
+        with self.timer.torch.inference_mode():  # the same dispatch path in calibration and in validation
+            return self._sample(label)
+
+    def _sample(self, label: str) -> ProbeSample:
         plan = self.plan
         read_s: list[float] = []
         gemm_s: list[float] = []
