@@ -12,7 +12,7 @@ each run's own stated confidence where the profile records one (the dispatch cos
 range of working sets the cache knee lies in, the memory plateau's timing IQR). A report, not a test:
 speed and noise depend on the machine and whatever else runs on it.
 
-Each figure is shown raw and probe-normalised: the drift probe (`moesim.calibrate.probe`) ran before and after
+Each figure is shown raw and probe-normalised: the drift probe (`moesim.calibrate.suites.probe`) ran before and after
 every suite, and a figure of run i times P_median / P_i (P: the probe's median rate of the figure's part
 over run i, P_median: the median of those over the runs; a time divides instead) is what run i would have
 measured on the machine at its median speed over all the runs. `--validate` follows each calibration with a
@@ -128,8 +128,8 @@ def _pct(value: float | None) -> str:
 def validation_loop(profile: object, args: argparse.Namespace, folder: Path) -> dict[str, object]:
     """A quick validation against `profile` right after its calibration: MAPE raw and drift-corrected, and
     the probe's spread beside the rows (the run's report goes to `folder`/validate)."""
-    from moesim.validation.report import write_report
-    from moesim.validation.run import ValidationOptions, run_torch_validation
+    from moesim.validation.reference.report import write_report
+    from moesim.validation.reference.run import ValidationOptions, run_torch_validation
 
     options = ValidationOptions(device=args.device, models=tuple(args.models.split(",")), quick=True)
     start = time.perf_counter()
@@ -174,7 +174,7 @@ def main() -> int:
     if args.compare:
         profiles = [load_profile(path) for path in args.compare]
     else:
-        from moesim.calibrate.runner import calibrate
+        from moesim.calibrate.suites.runner import calibrate
 
         root = Path(args.out or tempfile.mkdtemp(prefix="moesim-repeat-"))
         for i in range(1, args.runs + 1):

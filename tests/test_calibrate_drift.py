@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from moesim.calibrate import drift
-from moesim.calibrate.build import build_profile
-from moesim.calibrate.drift import ProbeSample, SpeedRatio
-from moesim.calibrate.probe import probe_plan, recorded_plan
+from moesim.calibrate.fits import drift
+from moesim.calibrate.fits.build import build_profile
+from moesim.calibrate.fits.drift import ProbeSample, SpeedRatio
+from moesim.calibrate.suites.probe import probe_plan, recorded_plan
 from moesim.simulator.hardware.profile import list_profiles, load_profile
 from tests.test_calibrate_fit import synthetic_tables
 

@@ -140,6 +140,7 @@ def fused_expert_kernels(
             write=("experts_in", assignments * 2 * w * ACT_BYTES),
             m=per_expert,
             dtype=dtype,
+            experts=distinct,
         ),
         elementwise_kernel(
             "experts_act",
@@ -158,6 +159,7 @@ def fused_expert_kernels(
             write=("experts_out", assignments * h * ACT_BYTES),
             m=per_expert,
             dtype=dtype,
+            experts=distinct,
         ),
     ]
 

@@ -13,7 +13,7 @@ Three short timings, each well under 50 ms, with the same clock as the suites an
 
 The sizes depend only on the device (`probe_plan`), so a calibration and a later validation on the same
 machine time exactly the same work; the ratio of their rates is a machine-speed ratio, not a fit (see
-`drift.py` for how it is applied). torch is imported lazily, through the timer.
+`calibrate/fits/drift.py` for how it is applied). torch is imported lazily, through the timer.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from moesim.calibrate.drift import ProbeSample
-from moesim.calibrate.timing import DeviceInfo, Timer, torch_dtype
+from moesim.calibrate.fits.drift import ProbeSample
+from moesim.calibrate.suites.timing import DeviceInfo, Timer, torch_dtype
 
 MIB = 2**20
 GIB = 2**30

@@ -14,11 +14,11 @@ from typing import Any
 
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.profile import HardwareProfile
-from moesim.validation.configs import default_routing, validation_grid
-from moesim.validation.measure import MeasureSettings, clock_name, measure_model
-from moesim.validation.predict import predict_rows
-from moesim.validation.report import score_rows
-from moesim.validation.shapes import SHAPES, validation_model
+from moesim.validation.reference.configs import default_routing, validation_grid
+from moesim.validation.reference.measure import MeasureSettings, clock_name, measure_model
+from moesim.validation.reference.predict import predict_rows
+from moesim.validation.reference.report import score_rows
+from moesim.validation.reference.shapes import SHAPES, validation_model
 
 
 @dataclass(frozen=True)
@@ -86,9 +86,9 @@ VALIDATION_PROBE_REPEATS = 3
 def _start_probe(hardware: HardwareProfile, device: Any) -> tuple[Any, str]:
     """(the drift probe to run beside every row, a note): the kernels the profile's calibration timed when
     it recorded them (otherwise this device's default probe, which a drift correction cannot use)."""
-    from moesim.calibrate.drift import PROBE_KEY
-    from moesim.calibrate.probe import Probe, probe_plan, recorded_plan
-    from moesim.calibrate.timing import Timer
+    from moesim.calibrate.fits.drift import PROBE_KEY
+    from moesim.calibrate.suites.probe import Probe, probe_plan, recorded_plan
+    from moesim.calibrate.suites.timing import Timer
 
     figures = hardware.fit_quality.get(PROBE_KEY, {})
     if "read_bytes" in figures and "gemm_n" in figures:
@@ -127,7 +127,7 @@ def measure_validation(
 
     `hardware` only chooses the thread count and dtype a measured CPU profile was calibrated with.
     """
-    from moesim.calibrate.timing import (
+    from moesim.calibrate.suites.timing import (
         cache_flush_bytes,
         machine_description,
         machine_kind,

@@ -1,4 +1,4 @@
-"""Machine-speed drift, measured by the probe (`probe.py`), and the named correction it supports. Pure.
+"""Machine-speed drift, measured by the probe (`calibrate/suites/probe.py`), and the named correction it supports. Pure.
 
 A shared machine's speed moves: neighbours contend for DRAM bandwidth and for the cores, a GPU's clocks move
 with power and heat. The probe times the same memory read and the same small GEMM again and again; the ratio

@@ -6,7 +6,7 @@ The term split (launch, fixed latency, compute, memory, cache) feeds the error a
 `predict_rows` is the pure half of validation: it prices the rows a measuring run wrote (`measure.py`),
 right after measuring or later on a machine without torch (`moesim validate --repredict`). Where the
 profile recorded its calibration's drift probe and the rows the probe measured beside them, each row is also
-predicted with the profile at the machine speed of that moment (`calibrate.drift.at_speed`).
+predicted with the profile at the machine speed of that moment (`calibrate.fits.drift.at_speed`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from moesim.calibrate.drift import ProbeSample, SpeedRatio, at_speed, reference_sample
+from moesim.calibrate.fits.drift import ProbeSample, SpeedRatio, at_speed, reference_sample
 from moesim.errors import MoesimError
 from moesim.simulator.execution.cost import CostParams, kernel_times_s, memory_time_s
 from moesim.simulator.hardware.profile import HardwareProfile
@@ -25,7 +25,7 @@ from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.reference import reference_step_plan
 from moesim.simulator.plan.reference_fused import fused_reference_step_plan
 from moesim.simulator.plan.step import StepPlan
-from moesim.validation.configs import row_routing, row_spec
+from moesim.validation.reference.configs import row_routing, row_spec
 
 TERMS = ("launch", "fixed", "compute", "memory", "cache")
 # The exact step plan of each reference style the torch side runs (validation/reference.py).
