@@ -14,7 +14,7 @@ Each step's launch is the engine's for its size: a graph when captured, else eag
 exposed host time is host − f·min(host, device) (`engines.overheads`). With the `ideal` serving engine
 every added term is exactly 0 and B' = B, so the point is the kernel stream's own.
 
-`simulate` runs it on the simpy engine, `sweep` on the fast path; both go through this module, so a point
+`simulate` runs it on the event timer, `sweep` on the fast path; both go through this module, so a point
 means the same in both. A step on a multi-GPU layout is the slowest rank's, collectives included.
 """
 
@@ -183,10 +183,12 @@ def time_step(
     batch = r.batch if rows is None else rows
     mode = r.launch if launch is None else launch
     if r.layout.is_single:
-        plan = build_plan(r.model, batch, tokens_per_seq, r.context_len, r.engine, r.routing, r.hardware)
+        plan = build_plan(
+            r.model, batch, tokens_per_seq, r.context_len, r.kernel_style, r.routing, r.hardware
+        )
         return TimedPlan(plan, timer.step(plan, mode))
     step = build_parallel_plan(
-        r.model, batch, tokens_per_seq, r.layout, r.hardware, r.context_len, r.engine, r.routing
+        r.model, batch, tokens_per_seq, r.layout, r.hardware, r.context_len, r.kernel_style, r.routing
     )
     return TimedPlan(step.plan, time_parallel(timer, step, mode), step)
 
@@ -222,7 +224,7 @@ def scenario_timers(
                 r.layout,
                 rows,
                 r.context_len,
-                r.engine,
+                r.kernel_style,
                 r.routing,
                 timer,
                 launch,
