@@ -145,7 +145,7 @@ def _with_gemm_launch(gemm_us: float | None):
 
 def _tiny_plan():
     from moesim.simulator.plan.reference import even_loads, reference_step_plan
-    from moesim.validation.shapes import validation_model
+    from moesim.validation.reference.shapes import validation_model
 
     spec = validation_model("fine", "cuda", "bf16", 2)
     loads = [even_loads(spec, 4, 12.0) for _ in range(spec.n_moe_layers)]

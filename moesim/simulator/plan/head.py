@@ -4,7 +4,7 @@ LM head, sampling and (in a verification step) acceptance after the last.
 
 from __future__ import annotations
 
-from moesim.simulator.models import spec as ms
+from moesim.simulator.models.weights import lm_head_read_bytes
 from moesim.simulator.plan.blocks import (
     ACT_BYTES,
     INDEX_BYTES,
@@ -36,7 +36,7 @@ def epilogue_kernels(ctx: PlanContext) -> list[Kernel]:
     """Final norm, LM head, sampling; a verification step also compares draft and target tokens."""
     model, m = ctx.model, ctx.m_tokens
     h, v = model.hidden, model.vocab
-    head = Matrix(v, h, BF16, ms.lm_head_read_bytes(model))
+    head = Matrix(v, h, BF16, lm_head_read_bytes(model))
     out = [
         norm_kernel(ctx, "final_norm", "final_norm"),
         make_kernel(

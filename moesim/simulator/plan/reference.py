@@ -1,4 +1,4 @@
-"""The `torch-reference` engine style: exactly the kernels `moesim/validation/reference.py` launches.
+"""The `torch-reference` engine style: exactly the kernels `moesim/validation/reference/torch_model.py` launches.
 
 One plain-torch aten call is one kernel here, in the same order, with the bytes it reads and writes and
 its FLOPs. Per layer: RMSNorm as six element-wise kernels (pow, mean, add, rsqrt, mul, mul), one fused

@@ -9,8 +9,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from moesim.simulator.models import spec as ms
-from moesim.simulator.models.spec import AttentionLayerKind, ModelSpec, WeightFormat, weight_format
+from moesim.simulator.models.sequence_state import kv_cache_bytes_per_token
+from moesim.simulator.models.spec import (
+    AttentionLayerKind,
+    ModelSpec,
+    WeightFormat,
+    attention_for,
+    high_precision_format,
+    weight_format,
+)
+from moesim.simulator.models.weights import (
+    attention_projections,
+    dense_ffn_matrices,
+    expert_matrices,
+    router_weight_bytes,
+    shared_expert_matrices,
+)
 
 KV_BYTES = 2  # KV cache in bf16 (engines' default; an fp8 KV cache would halve it)
 BF16 = weight_format("bf16")
@@ -52,14 +66,14 @@ def attention_matrices(model: ModelSpec, kind: AttentionLayerKind) -> dict[str, 
     and weight projections from the hidden state; "index_q" from the query latent) get their own GEMMs.
     """
     fmt = model.dense_format
-    mats = ms.attention_projections(model, kind)
+    mats = attention_projections(model, kind)
     if kind == "linear":
         return {
             "in_proj": combined_matrix(fmt, mats, ("in_proj_qkvz", "in_proj_ba")),
             "conv": combined_matrix(BF16, mats, ("conv1d",)),
             "out_proj": combined_matrix(fmt, mats, ("out_proj",)),
         }
-    a = ms.attention_for(model, kind)
+    a = attention_for(model, kind)
     extra = {
         group: combined_matrix(fmt, mats, names)
         for group, names in (
@@ -85,7 +99,7 @@ def attention_matrices(model: ModelSpec, kind: AttentionLayerKind) -> dict[str, 
 
 def kv_bytes_per_token(model: ModelSpec, kind: AttentionLayerKind) -> float:
     """KV-cache bytes one token adds to one layer of `kind` (0 for linear attention: it keeps a fixed state)."""
-    return ms.kv_cache_bytes_per_token(model, kind, KV_BYTES)
+    return kv_cache_bytes_per_token(model, kind, KV_BYTES)
 
 
 def shared_width(model: ModelSpec) -> int:
@@ -101,13 +115,13 @@ def ffn_matrices(model: ModelSpec) -> dict[str, Matrix]:
     h = model.hidden
     ws = shared_width(model)
     n_shared = max(1, model.n_shared_experts)
-    shared = ms.shared_expert_matrices(model)
-    expert = ms.expert_matrices(model)
-    dense_ffn = ms.dense_ffn_matrices(model)
+    shared = shared_expert_matrices(model)
+    expert = expert_matrices(model)
+    dense_ffn = dense_ffn_matrices(model)
     w13 = combined_matrix(experts, expert, ("gate", "up"))
     w2 = combined_matrix(experts, expert, ("down",))
     if model.expert_bias:  # biases ride along with their matrices, 16-bit
-        vector_bytes = ms.high_precision_format(model).value_bits / 8
+        vector_bytes = high_precision_format(model).value_bits / 8
         w13 = replace(w13, exact_bytes=w13.bytes + math.ceil(2 * model.expert_width * vector_bytes))
         w2 = replace(w2, exact_bytes=w2.bytes + math.ceil(h * vector_bytes))
     return {
@@ -121,5 +135,5 @@ def ffn_matrices(model: ModelSpec) -> dict[str, Matrix]:
         "shared_w2": Matrix(
             h, ws, dense, n_shared * combined_matrix(dense, shared, ("down",)).bytes if ws else 0
         ),
-        "router": Matrix(model.n_experts, h, BF16, ms.router_weight_bytes(model)),
+        "router": Matrix(model.n_experts, h, BF16, router_weight_bytes(model)),
     }

@@ -44,8 +44,9 @@ from dataclasses import dataclass, replace
 from moesim.errors import MoesimError
 from moesim.simulator.execution.collectives import node_link
 from moesim.simulator.execution.timer import StepTimer, time_parallel
-from moesim.simulator.models import spec as ms
+from moesim.simulator.models.sequence_state import kv_cache_bytes, sequence_state_bytes
 from moesim.simulator.models.spec import AttentionSpec, ModelSpec
+from moesim.simulator.models.weights import attention_weight_bytes, dense_ffn_weight_bytes, mtp_weight_bytes
 from moesim.simulator.plan.blocks import PlanContext, PlanDevice, gemm_kernel
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.plan.memory import drafter_memory_bytes
@@ -178,11 +179,11 @@ def drafter_bytes(drafter: Drafter, target: ModelSpec, batch: int, context_len: 
     if drafter.kind == "eagle":
         head = drafter_model(drafter, target)
         assert head is not None
-        layer = ms.attention_weight_bytes(head, "full") + ms.dense_ffn_weight_bytes(head)
+        layer = attention_weight_bytes(head, "full") + dense_ffn_weight_bytes(head)
         fusion = head.dense_format.matrix_bytes(head.hidden, 2 * head.hidden)
-        return layer + fusion + batch * ms.sequence_state_bytes(head, context_len)
+        return layer + fusion + batch * sequence_state_bytes(head, context_len)
     if drafter.kind == "mtp":
-        return target.mtp_layers * ms.mtp_weight_bytes(target) + batch * ms.kv_cache_bytes(
+        return target.mtp_layers * mtp_weight_bytes(target) + batch * kv_cache_bytes(
             drafter_model(drafter, target) or target, context_len
         )
     return 0.0
