@@ -18,10 +18,10 @@ from click.testing import CliRunner
 
 pytest.importorskip("pyarrow", reason="the silicon reader needs pyarrow (pip install 'moesim[silicon]')")
 
-from moesim.calibrate.silicon import tables
-from moesim.calibrate.silicon.build import calibrate_from_silicon
-from moesim.calibrate.silicon.holdout import HELD_OUT_EVERY, held_out_mask
-from moesim.calibrate.silicon.moe_fit import balanced_rank_work, row_components
+from moesim.calibrate.fits.silicon import tables
+from moesim.calibrate.fits.silicon.build import calibrate_from_silicon
+from moesim.calibrate.fits.silicon.holdout import HELD_OUT_EVERY, held_out_mask
+from moesim.calibrate.fits.silicon.moe_fit import balanced_rank_work, row_components
 from moesim.cli import cli
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.profile import list_profiles, load_profile
@@ -194,7 +194,7 @@ ROW_TOLERANCE_MAPE = 35.0
 @needs_database
 @pytest.mark.parametrize("system", ["h200_sxm", "b200_sxm"])
 def test_the_silicon_profile_predicts_200_random_rows_of_the_real_table(system: str) -> None:
-    from moesim.calibrate.silicon.moe_fit import MOE_DTYPES, _pick
+    from moesim.calibrate.fits.silicon.moe_fit import MOE_DTYPES, _pick
 
     selection = tables.select(tables.scan(tables.database_root()), f"{system}/sglang")
     moe = selection.tables["moe_perf"]

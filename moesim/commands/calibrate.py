@@ -323,7 +323,7 @@ def _summary(result: Any) -> dict[str, Any]:
 
 def _from_silicon(selection: str, silicon_data: str | None, output: str | None, as_json: bool) -> None:
     """`--from-silicon list` prints the database; `--from-silicon SYSTEM/FRAMEWORK` fits and writes a profile."""
-    from moesim.calibrate.silicon import tables
+    from moesim.calibrate.fits.silicon import tables
 
     if selection.strip().lower() == "list":
         root = tables.database_root(silicon_data)
@@ -341,7 +341,7 @@ def _from_silicon(selection: str, silicon_data: str | None, output: str | None, 
     if output is None:
         raise MoesimError("--output", "is required with --from-silicon", "give the profile file to write")
     check_output_path("--output", output)
-    from moesim.calibrate.silicon.build import calibrate_from_silicon
+    from moesim.calibrate.fits.silicon.build import calibrate_from_silicon
     from moesim.simulator.hardware.profile import save_profile
 
     result = calibrate_from_silicon(selection, silicon_data)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from moesim.calibrate.silicon.tables import database_root
+from moesim.calibrate.fits.silicon.tables import database_root
 
 OUT = Path(__file__).parent / "silicon"
 MOE_SHAPES = [(2048, 768, 128, 8), (4096, 1536, 128, 8), (2880, 2880, 128, 4), (7168, 2048, 256, 8)]

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from moesim.calibrate.fit_gemm import fit_gemm_table
-from moesim.calibrate.silicon.holdout import FitQuality, held_out_mask
+from moesim.calibrate.fits.gemm import fit_gemm_table
+from moesim.calibrate.fits.silicon.holdout import FitQuality, held_out_mask
 from moesim.simulator.execution.cost import CostParams, kernel_times_s
 from moesim.simulator.hardware.profile import GemmEfficiency, HardwareProfile
 

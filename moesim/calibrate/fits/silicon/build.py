@@ -17,11 +17,11 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass, field, replace
 
-from moesim.calibrate.silicon import tables
-from moesim.calibrate.silicon.comm_fit import fit_link
-from moesim.calibrate.silicon.gemm_fit import fit_gemm
-from moesim.calibrate.silicon.holdout import FitQuality
-from moesim.calibrate.silicon.moe_fit import fit_moe
+from moesim.calibrate.fits.silicon import tables
+from moesim.calibrate.fits.silicon.comm_fit import fit_link
+from moesim.calibrate.fits.silicon.gemm_fit import fit_gemm
+from moesim.calibrate.fits.silicon.holdout import FitQuality
+from moesim.calibrate.fits.silicon.moe_fit import fit_moe
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.defaults import DEFAULT_EXPERT_GEMM
 from moesim.simulator.hardware.profile import HardwareProfile, Provenance, load_profile

@@ -26,7 +26,7 @@ from functools import cache
 import numpy as np
 from scipy.optimize import least_squares
 
-from moesim.calibrate.silicon.holdout import FitQuality, held_out_mask
+from moesim.calibrate.fits.silicon.holdout import FitQuality, held_out_mask
 from moesim.simulator.execution import fastpath
 from moesim.simulator.execution.cost import CostParams, GroupedTerms, kernel_times_s
 from moesim.simulator.execution.launch import LaunchParams
@@ -37,7 +37,8 @@ from moesim.simulator.hardware.profile import (
     HardwareProfile,
 )
 from moesim.simulator.models.catalogue import load_model
-from moesim.simulator.models.spec import ModelSpec, with_layer_count
+from moesim.simulator.models.layers import with_layer_count
+from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan import ffn
 from moesim.simulator.plan.blocks import PlanContext
 from moesim.simulator.plan.step import Segment, StepPlan

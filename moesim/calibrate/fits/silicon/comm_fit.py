@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from moesim.calibrate.silicon.holdout import FitQuality, held_out_mask
+from moesim.calibrate.fits.silicon.holdout import FitQuality, held_out_mask
 from moesim.simulator.execution.collectives import (
     ACHIEVED_LINK_FRACTION,
     Link,

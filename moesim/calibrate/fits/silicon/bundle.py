@@ -1,7 +1,7 @@
 """Regenerate the bundled silicon profiles: one per system × framework of the database that moesim has a
 datasheet profile for (`build.SYSTEM_PROFILES`), newest version of each table.
 
-    python -m moesim.calibrate.silicon.bundle          # writes moesim/hardware_profiles/silicon/*.toml
+    python -m moesim.calibrate.fits.silicon.bundle          # writes moesim/hardware_profiles/silicon/*.toml
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from moesim.calibrate.silicon import tables
-from moesim.calibrate.silicon.build import SYSTEM_PROFILES, calibrate_from_silicon
+from moesim.calibrate.fits.silicon import tables
+from moesim.calibrate.fits.silicon.build import SYSTEM_PROFILES, calibrate_from_silicon
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.profile import list_profiles, save_profile
 
