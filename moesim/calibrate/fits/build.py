@@ -20,16 +20,8 @@ from moesim.calibrate.fits.moe import fit_moe_table
 from moesim.calibrate.fits.primitives import Row
 from moesim.calibrate.suites.timing import name_slug
 from moesim.errors import MoesimError
-from moesim.simulator.hardware.profile import (
-    Datasheet,
-    Empirical,
-    GemmEfficiency,
-    HardwareProfile,
-    NodeSpec,
-    Provenance,
-    list_profiles,
-    load_profile,
-)
+from moesim.simulator.hardware.profile import HardwareProfile, list_profiles, load_profile
+from moesim.simulator.hardware.sections import Datasheet, Empirical, GemmEfficiency, NodeSpec, Provenance
 
 
 @dataclass
