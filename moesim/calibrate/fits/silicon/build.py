@@ -24,7 +24,8 @@ from moesim.calibrate.fits.silicon.holdout import FitQuality
 from moesim.calibrate.fits.silicon.moe_fit import fit_moe
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.defaults import DEFAULT_EXPERT_GEMM
-from moesim.simulator.hardware.profile import HardwareProfile, Provenance, load_profile
+from moesim.simulator.hardware.profile import HardwareProfile, load_profile
+from moesim.simulator.hardware.sections import Provenance
 
 # The database's systems and the bundled datasheet profile of the same GPU (its facts and node).
 SYSTEM_PROFILES = {

@@ -18,7 +18,8 @@ import numpy as np
 from moesim.calibrate.fits.gemm import fit_gemm_table
 from moesim.calibrate.fits.silicon.holdout import FitQuality, held_out_mask
 from moesim.simulator.execution.cost import CostParams, kernel_times_s
-from moesim.simulator.hardware.profile import GemmEfficiency, HardwareProfile
+from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.hardware.sections import GemmEfficiency
 
 # The database's GEMM dtypes moesim has a peak for: (moesim dtype, weight bytes per element).
 GEMM_DTYPES = {"bfloat16": ("bf16", 2.0), "fp8": ("fp8", 1.0)}

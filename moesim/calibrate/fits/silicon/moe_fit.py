@@ -33,9 +33,9 @@ from moesim.simulator.execution.launch import LaunchParams
 from moesim.simulator.hardware.profile import (
     EXPERT_GEMM_MAX_FIXED_US,
     EXPERT_GEMM_MAX_PER_EXPERT_US,
-    ExpertGemmTerms,
     HardwareProfile,
 )
+from moesim.simulator.hardware.sections import ExpertGemmTerms
 from moesim.simulator.models.catalogue import load_model
 from moesim.simulator.models.layers import with_layer_count
 from moesim.simulator.models.spec import ModelSpec
