@@ -1,6 +1,6 @@
-"""One interface, two timers: the simpy engine and the closed-form fast path time a step plan alike.
+"""One interface, two timers: the event timer and the closed-form fast path time a step plan alike.
 
-    timer = EngineTimer(hardware)   # discrete-event: timeline, shared bandwidth, exact side streams
+    timer = EventTimer(hardware)   # discrete-event: timeline, shared bandwidth, exact side streams
     timer = FastTimer(hardware)     # numpy closed form: the same costs, for sweeps and screening
     timed = timer.step(plan, "graph")                       # one step, launch and sync included
     timed = time_parallel(timer, parallel_step, "graph")    # the slowest rank, collectives on the links
@@ -19,7 +19,7 @@ import numpy as np
 
 from moesim.simulator.execution.collectives import step_collective_times_s
 from moesim.simulator.execution.cost import CostParams
-from moesim.simulator.execution.engine import StepResult, run_engine
+from moesim.simulator.execution.events import StepResult, run_events
 from moesim.simulator.execution.fastpath import FastStep, fast_step
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.plan.parallel import ParallelStep, collective_name
@@ -62,8 +62,8 @@ class _ProfileTimer:
 
 
 @dataclass
-class EngineTimer(_ProfileTimer):
-    """The simpy engine: a timeline of every kernel, bandwidth shared between streams."""
+class EventTimer(_ProfileTimer):
+    """The event timer: a timeline of every kernel, bandwidth shared between streams."""
 
     def step(
         self,
@@ -81,7 +81,7 @@ class EngineTimer(_ProfileTimer):
                 name = collective_name(kernel)  # type: ignore[arg-type]
                 return None if name is None else comm.get(name, 0.0)
 
-        return run_engine(
+        return run_events(
             plan,
             self.hardware,
             launch,
@@ -134,4 +134,4 @@ def time_parallel(
     )
 
 
-__all__ = ["EngineTimer", "FastTimer", "StepTimer", "TimedStep", "time_parallel"]
+__all__ = ["EventTimer", "FastTimer", "StepTimer", "TimedStep", "time_parallel"]
