@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from moesim.cli import cli
 from moesim.simulator.engines.profile import load_serving_engine
-from moesim.validation.runs import read_runs
+from moesim.validation.runs.schema import read_runs
 
 
 def invoke(*args: str) -> tuple[int, str, str]:

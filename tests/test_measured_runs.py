@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from moesim.errors import MoesimError
-from moesim.validation.runs import COLUMN_NAMES, parse_runs, read_runs, unrepresentable_reason
+from moesim.validation.runs.schema import COLUMN_NAMES, parse_runs, read_runs, unrepresentable_reason
 
 
 def test_bundled_runs_parse_with_a_source_on_every_row() -> None:

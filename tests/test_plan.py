@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
-from moesim.simulator.models import spec as ms
+from moesim.simulator.models.weights import expert_weight_bytes, param_counts
 from moesim.simulator.plan.step import PlanBuilder, distinct_experts_by_layer, fused_layer
 from moesim.simulator.plan.styles import ENGINE_STYLES, build_plan, register_engine_style
 from moesim.simulator.routing.independent import IndependentRouting
@@ -60,7 +60,7 @@ def test_expert_bytes_are_distinct_experts_times_exact_expert_bytes() -> None:
         ]
         total = sum(r.size_bytes for r in expert_reads)
         u = plan.distinct_experts_by_layer[0]
-        assert total == pytest.approx(u * ms.expert_weight_bytes(spec), rel=1e-6)
+        assert total == pytest.approx(u * expert_weight_bytes(spec), rel=1e-6)
 
 
 def test_fp8_weights_compute_in_fp8() -> None:
@@ -187,5 +187,5 @@ def test_decode_at_batch_one_reads_the_active_weights(name: str) -> None:
         for r in k.reads
         if any(x in r.tensor for x in roles) or r.tensor == "lm_head"
     )
-    active = ms.param_counts(spec).active_excl_embedding * spec.dense_format.value_bits / 8
+    active = param_counts(spec).active_excl_embedding * spec.dense_format.value_bits / 8
     assert weights == pytest.approx(active, rel=2e-3)  # norm vectors are left out

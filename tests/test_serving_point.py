@@ -102,7 +102,9 @@ def test_ideal_point_is_the_kernel_stream_formula(drafter: str, launch: str) -> 
                 load_serving_engine("ideal"), parsed, batch, k, 2.5, launch, steps, drafts, piecewise
             )
             t_decode, t_verify = steps(batch, 1, launch).step_s, steps(batch, k + 1, launch).step_s
-            assert point.speedup == 2.5 * t_decode / (drafts(batch, k, launch) + t_verify)
+            assert point.speedup == 2.5 * t_decode / (
+                drafts(DrafterStyle(), batch, k, launch).total_s + t_verify
+            )
 
 
 def _profile(**changes: object) -> ServingEngineProfile:
@@ -152,7 +154,9 @@ def test_a_tree_verifies_its_draft_token_count() -> None:
     point = engine_point(tree, parse_drafter("eagle"), 2, 4, 2.5, "graph", step_timer, draft_timer, piecewise)
     assert point.verify.tokens_per_row == 16
     assert point.verify.device_s == step_timer(2, 16, "graph").step_s
-    assert point.draft_s == draft_timer(8, 4, "graph")  # 2 sequences × top-4 candidates per pass
+    cost = draft_timer(tree.drafter, 2, 4, "graph")
+    assert point.draft_s == cost.total_s
+    assert cost == draft_timer(DrafterStyle(), 8, 4, "graph")  # 2 sequences × top-4 candidates per pass
 
 
 @settings(max_examples=25, deadline=None)
@@ -232,4 +236,5 @@ def test_a_reduced_draft_vocabulary_makes_an_eagle_pass_cheaper() -> None:
     ).resolve(check_fit=False)  # fmt: skip
     _, full_drafts, _ = scenario_timers(full, FastTimer(h200()))
     _, small_drafts, _ = scenario_timers(small, FastTimer(h200()))
-    assert small_drafts(4, 3, "graph") < full_drafts(4, 3, "graph")
+    style = DrafterStyle()
+    assert small_drafts(style, 4, 3, "graph").total_s < full_drafts(style, 4, 3, "graph").total_s

@@ -20,7 +20,7 @@ from moesim.commands.parallel_options import layout_from_kwargs, parallel_option
 from moesim.commands.progress import progress
 from moesim.commands.simulate import scenario_from_flags, sd_options, step_options
 from moesim.errors import MoesimError
-from moesim.simulator.models.spec import OVERRIDE_OPTIONS
+from moesim.simulator.models.overrides import OVERRIDE_OPTIONS
 from moesim.simulator.screening.backends import BACKENDS
 from moesim.simulator.screening.constraints import CONSTRAINT_KINDS, DEFAULT_TOLERANCE
 

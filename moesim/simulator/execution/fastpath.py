@@ -15,8 +15,10 @@ It evaluates the same plan, cache semantics and cost formulas as the engine:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -40,6 +42,7 @@ class KernelArrays:
 
     flops: np.ndarray
     m_tokens: np.ndarray
+    experts: np.ndarray  # distinct experts of a grouped expert GEMM, 0 for other kernels
     dtype_index: np.ndarray  # index into `dtypes`
     dtypes: list[str]
     category: np.ndarray
@@ -57,7 +60,7 @@ class KernelArrays:
         return int(self.flops.size)
 
 
-_K_COLUMNS = 6  # flops, m_tokens, category, stream, join, dtype index
+_K_COLUMNS = 7  # flops, m_tokens, category, stream, join, dtype index, experts
 _A_COLUMNS = 7  # kernel, tensor id, size, reads, working set, is write, per-layer tensor
 
 
@@ -76,6 +79,7 @@ def _template_arrays(
                 kernel.stream,
                 float(kernel.join),
                 dtype,
+                kernel.experts,
             ]
         )
         for read in kernel.reads:
@@ -133,6 +137,7 @@ def plan_arrays(plan: StepPlan) -> KernelArrays:
     return KernelArrays(
         flops=k[:, 0],
         m_tokens=k[:, 1],
+        experts=k[:, 6],
         dtype_index=k[:, 5].astype(np.int64),
         dtypes=list(dtypes),
         category=k[:, 2].astype(np.int64),
@@ -330,8 +335,22 @@ def _cost_group(members: Sequence[KernelArrays], params: CostParams) -> KernelCo
     )
     flops = np.array([member.flops for member in members])
     m_tokens = np.array([member.m_tokens for member in members])
-    total, compute, memory = kernel_times_s(flops, m_tokens, peaks, hbm, cache, params)
+    grouped = _stacked([params.grouped_terms(m.experts, m.dtypes, m.dtype_index) for m in members])
+    total, compute, memory = kernel_times_s(flops, m_tokens, peaks, hbm, cache, params, grouped)
     return KernelCosts(total, compute, memory, cache, hbm)
+
+
+_Terms = TypeVar("_Terms")
+
+
+def _stacked(per_plan: Sequence[_Terms | None]) -> _Terms | None:
+    """Per-kernel term arrays of plans (a dataclass of arrays per plan, or None where a plan has no such
+    kernels) as one dataclass of (plans × kernels) arrays; the plans of a group all have them or none."""
+    first = per_plan[0]
+    if first is None:
+        return None
+    names = [f.name for f in dataclasses.fields(first)]  # type: ignore[arg-type]
+    return type(first)(**{name: np.array([getattr(t, name) for t in per_plan]) for name in names})
 
 
 @dataclass(frozen=True)
@@ -470,6 +489,7 @@ def fast_steps(
     groups: dict[tuple[object, ...], list[int]] = {}
     for index, (request, a) in enumerate(zip(requests, arrays, strict=True)):
         key = (
+            bool(np.any(a.experts > 0)),  # grouped expert GEMM terms present (see `_stacked`)
             request.launch,
             request.include_launch_and_sync,
             request.external_time_s is not None,
