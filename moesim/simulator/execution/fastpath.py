@@ -330,9 +330,7 @@ def _cost_group(members: Sequence[KernelArrays], params: CostParams) -> KernelCo
     first = members[0]
     size = np.array([member.acc_size for member in members])
     cache, hbm = _group_traffic(first, size, params.cache_capacity_bytes, members)
-    peaks = np.array(
-        [np.array([params.peak(d) for d in m.dtypes] or [0.0])[m.dtype_index] for m in members]
-    )
+    peaks = np.array([np.array([params.peak(d) for d in m.dtypes] or [0.0])[m.dtype_index] for m in members])
     flops = np.array([member.flops for member in members])
     m_tokens = np.array([member.m_tokens for member in members])
     grouped = _stacked([params.grouped_terms(m.experts, m.dtypes, m.dtype_index) for m in members])
@@ -503,7 +501,8 @@ def fast_steps(
     out: list[FastStep | None] = [None] * len(requests)
     for indices in groups.values():
         members = [arrays[i] for i in indices]
-        for i, step in zip(indices, _time_group([requests[i] for i in indices], members, hardware, params)):
+        timed = _time_group([requests[i] for i in indices], members, hardware, params)
+        for i, step in zip(indices, timed, strict=True):
             out[i] = step
     return [step for step in out if step is not None]
 
