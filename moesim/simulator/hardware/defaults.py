@@ -177,6 +177,14 @@ JUSTIFICATIONS: dict[str, str] = {
     ),
 }
 
+# MLA attention's query tile (rows of new tokens × heads per latent KV head one kernel tile computes):
+# FlashMLA's 64-row tiles (vLLM 0.33.0 v1/attention/backends/mla/flashmla.py packs max_query_len ×
+# num_q_heads rows per KV head), and SGLang 0.5.23's default MLA backend on Hopper, FlashAttention-3, runs its
+# 512-wide latent in 64-row tiles too (arg_groups/model_override_base.py get_default_attn_backend). A profile
+# may set `mla_query_tile_rows` (0: not modelled, the MLA kernel's useful rows at the GEMM efficiency curve,
+# as moesim priced it before the term; the ideal-reference profiles predate it).
+MLA_QUERY_TILE_ROWS = 64
+
 # Per-vendor overrides, each with its reason. Unknown vendors get the NVIDIA defaults.
 _AMD_LAUNCH_SCALE = 1.5
 VENDOR_DEFAULTS: dict[str, Defaults] = {

@@ -121,6 +121,8 @@ class Empirical:
     gemm_panel_rows: int | None = None  # weight rows a tiled GEMM's M-tiles re-read close together
     gemm_tile_m_expert: int | None = None  # rows of one M-tile in grouped expert GEMMs
     gemm_tile_m_dense: int | None = None  # rows of one M-tile in dense GEMMs
+    # MLA attention's query tile rows; None = hardware.defaults.MLA_QUERY_TILE_ROWS, 0 = not modelled.
+    mla_query_tile_rows: int | None = None
     # Grouped expert GEMM terms per compute dtype (see ExpertGemmTerms); None = the documented defaults.
     expert_gemm: dict[str, ExpertGemmTerms] | None = None
 
@@ -197,6 +199,14 @@ class HardwareProfile:
     @property
     def gemm_tile_m_dense(self) -> int:
         return int(self.empirical.gemm_tile_m_dense or 0)
+
+    @property
+    def mla_query_tile_rows(self) -> int:
+        """Rows of one MLA attention tile (`hardware.defaults.MLA_QUERY_TILE_ROWS` unless the profile says)."""
+        from moesim.simulator.hardware.defaults import MLA_QUERY_TILE_ROWS
+
+        rows = self.empirical.mla_query_tile_rows
+        return MLA_QUERY_TILE_ROWS if rows is None else int(rows)
 
     def compute_dtype(self, dtype: str) -> str:
         """The dtype whose peak times arithmetic in `dtype`: its own where the profile has one; otherwise, on a
@@ -512,6 +522,9 @@ def _read_empirical(source: str, data: Any) -> Empirical:
             name: r.integer(name, minimum=1) if name in r.data else None
             for name in ("gemm_panel_rows", "gemm_tile_m_expert", "gemm_tile_m_dense")
         },
+        mla_query_tile_rows=r.integer("mla_query_tile_rows", minimum=0)
+        if "mla_query_tile_rows" in r.data
+        else None,
         expert_gemm=_read_expert_gemm(r),
     )
 
