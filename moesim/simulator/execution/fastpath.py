@@ -207,38 +207,42 @@ def residency(tensor: np.ndarray, size: np.ndarray, capacity: float) -> np.ndarr
     LRU stack distance: resident = clamp(capacity − y, 0, min(footprint, capacity)), y = footprints of the
     distinct other tensors touched since the tensor's previous access (in this step or the previous one);
     a tensor's footprint is its largest access. `size` is one row of access sizes, or a (plans × accesses)
-    array of plans that share the access sequence `tensor` (row by row the same floating-point operations
-    as one plan alone). Returns None when too many tensors are touched repeatedly for the vectorised form
-    to pay off.
+    array of plans sharing the access sequence `tensor` (whose stack structure is then worked out once).
+    Returns None when too many tensors are touched repeatedly for the vectorised form to pay off.
     """
     n = tensor.size
-    rows = np.atleast_2d(size)
     if n == 0:
-        return np.zeros(rows.shape).reshape(np.shape(size))
+        return np.zeros(np.shape(size))
     structure = _stack_structure(tensor)
     if structure is None:
         return None
-    order = np.argsort(tensor, kind="stable")
-    starts = np.flatnonzero(np.r_[True, tensor[order][1:] != tensor[order][:-1]])
-    footprint = np.zeros((rows.shape[0], int(tensor.max()) + 1))
-    footprint[:, tensor[order][starts]] = np.maximum(np.maximum.reduceat(rows[:, order], starts, axis=1), 0.0)
-    inserted = np.minimum(footprint[:, np.concatenate([tensor, tensor])], capacity)
+    if np.ndim(size) == 2:
+        return np.array([_residency_row(tensor, row, capacity, structure) for row in size]).reshape(
+            size.shape
+        )
+    return _residency_row(tensor, size, capacity, structure)
+
+
+def _residency_row(
+    tensor: np.ndarray, size: np.ndarray, capacity: float, structure: _StackStructure
+) -> np.ndarray:
+    n = tensor.size
+    footprint = np.zeros(int(tensor.max()) + 1)
+    np.maximum.at(footprint, tensor, size)
+    inserted = np.minimum(footprint[np.concatenate([tensor, tensor])], capacity)
     p = structure.previous
-    zero = np.zeros((rows.shape[0], 1))
-    cumulative = np.concatenate([zero, np.cumsum(np.where(structure.single, inserted, 0.0), axis=1)], axis=1)
-    y = cumulative[:, n : 2 * n] - cumulative[:, p + 1]
+    cumulative = np.concatenate([[0.0], np.cumsum(np.where(structure.single, inserted, 0.0))])
+    y = cumulative[n : 2 * n] - cumulative[p + 1]
     if structure.pair_rows.size:
-        y += _row_bincount(structure.pair_rows, inserted[:, structure.pair_cols], n)
-    resident = np.clip(capacity - y, 0.0, inserted[:, p])
-    return resident.reshape(np.shape(size))
+        y += np.bincount(structure.pair_rows, weights=inserted[structure.pair_cols], minlength=n)
+    return np.clip(capacity - y, 0.0, inserted[p])
 
 
 def _row_bincount(index: np.ndarray, weights: np.ndarray, length: int) -> np.ndarray:
-    """`np.bincount(index, weights=row, minlength=length)` of every row of `weights` at once (each bin
-    gathers its row's weights in the same order, so each row's sums are exactly the one-row ones)."""
-    plans = weights.shape[0]
-    flat = (index[None, :] + length * np.arange(plans)[:, None]).ravel()
-    return np.bincount(flat, weights=weights.ravel(), minlength=plans * length).reshape(plans, length)
+    """`np.bincount(index, weights=row, minlength=length)` of every row of `weights`."""
+    return np.array([np.bincount(index, weights=row, minlength=length) for row in weights]).reshape(
+        weights.shape[0], length
+    )
 
 
 def kernel_traffic(arrays: KernelArrays, capacity: float) -> tuple[np.ndarray, np.ndarray]:
@@ -545,7 +549,8 @@ def _time_group(
 
 
 def _row_bincount_2d(index: np.ndarray, weights: np.ndarray, length: int) -> np.ndarray:
-    """Per-row `np.bincount(index[row], weights=weights[row], minlength=length)`."""
+    """Per-row `np.bincount(index[row], weights=weights[row], minlength=length)`: one call, each row's
+    bins offset by `length` (a bin gathers its row's weights in order, so the sums are the one-row ones)."""
     plans = weights.shape[0]
     flat = (index + length * np.arange(plans)[:, None]).ravel()
     return np.bincount(flat, weights=weights.ravel(), minlength=plans * length).reshape(plans, length)
