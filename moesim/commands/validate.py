@@ -503,7 +503,7 @@ def _print(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from moesim.validation.reference.report import attribution_sentence
+    from moesim.validation.reference.report import attribution_sentence, drift_sentence
 
     console = Console()
     table = Table(title=result["meta"].get("title", "validation"))
@@ -540,6 +540,8 @@ def _print(result: dict[str, Any]) -> None:
     if s.get("noise_floor") is not None:
         line += f"  noise floor {s['noise_floor']:.1%}"
     console.print(line)
+    if drift_sentence(s):
+        console.print(drift_sentence(s))
     console.print(f"worst: {w['model']} B={w['batch']} K={w['draft_len']} error {w['error']:+.1%}")
     if s.get("attribution"):
         console.print(attribution_sentence(s["attribution"]))
