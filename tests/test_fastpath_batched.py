@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from moesim.simulator.execution.engine import run_engine
+from moesim.simulator.execution.events import run_events
 from moesim.simulator.execution.fastpath import StepRequest, fast_step, fast_steps
 from moesim.simulator.execution.timer import FastTimer, StepCall
 from moesim.simulator.models.catalogue import list_models, load_model
@@ -60,9 +60,11 @@ def test_batched_fast_path_is_the_one_plan_fast_path_and_matches_the_engine(name
             batched = fast_steps([StepRequest(plan, launch) for plan in plans], hw)
             for plan, step in zip(plans, batched, strict=True):
                 assert step == fast_step(plan, hw, launch)  # bit for bit, breakdown included
-                engine = run_engine(plan, hw, launch)
+                engine = run_events(plan, hw, launch)
                 single_stream = all(k.stream == 0 for s in plan.segments for k in s.kernels)
-                assert step.step_s == pytest.approx(engine.step_s, rel=1e-9 if single_stream else SIDE_STREAM_REL)
+                assert step.step_s == pytest.approx(
+                    engine.step_s, rel=1e-9 if single_stream else SIDE_STREAM_REL
+                )
                 assert step.hbm_bytes == pytest.approx(engine.hbm_bytes, rel=1e-9)
                 assert step.cache_bytes == pytest.approx(engine.cache_bytes, rel=1e-9)
 

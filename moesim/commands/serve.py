@@ -27,7 +27,7 @@ from moesim.simulator.execution.launch import LAUNCH_MODES
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.scenario import (
     DEFAULT_DRAFT_LEN,
-    DEFAULT_ENGINE,
+    DEFAULT_KERNEL_STYLE,
     DEFAULT_LAUNCH,
     DEFAULT_SERVING_ENGINE,
 )
@@ -130,7 +130,7 @@ def serve_options(func: Any) -> Any:
             show_default=True,
             help="Tensor-parallel GPUs (experts split over them too, as `vllm serve -tp N` by default).",
         ),
-        click.option("--engine", default=DEFAULT_ENGINE, show_default=True, help="Kernel plan style."),
+        click.option("--kernel-style", default=DEFAULT_KERNEL_STYLE, show_default=True, help="Kernel style."),
         click.option(
             "--serving-engine",
             "serving_engine",

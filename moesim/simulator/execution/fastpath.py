@@ -1,16 +1,16 @@
 """The closed-form fast path: a step's time from its plan with numpy only, no discrete-event simulation.
 
-It evaluates the same plan, cache semantics and cost formulas as the engine:
+It evaluates the same plan, cache semantics and cost formulas as the event timer:
 
-- cache traffic from LRU stack distances computed for every tensor access at once (exactly the engine's
+- cache traffic from LRU stack distances computed for every tensor access at once (exactly the event timer's
   `CacheState`, warm from the previous identical step);
 - kernel times from `cost.kernel_times_s` over arrays;
 - one stream: start_i = max(issue_i, end_{i−1}) + gap, so the step ends at
-  max_i (issue_i + Σ_{j≥i} (gap + d_j)) — the engine's recurrence in closed form, hence equal to it;
+  max_i (issue_i + Σ_{j≥i} (gap + d_j)) — the event timer's recurrence in closed form, hence equal to it;
 - side streams (shared experts beside routed ones): a fork–join region takes
   max(main branch, side branch, both branches' memory time + the lighter branch's fixed costs), the
-  engine's bandwidth sharing in one line.
-  This is the one approximation; it is within a few percent of the engine.
+  event timer's bandwidth sharing in one line.
+  This is the one approximation; it is within a few percent of the event timer.
 """
 
 from __future__ import annotations
@@ -470,7 +470,7 @@ def fast_step(
     include_launch_and_sync: bool = True,
     external_time_s: np.ndarray | None = None,
 ) -> FastStep:
-    """Step time and breakdown of `plan` in closed form (equals the engine on one stream).
+    """Step time and breakdown of `plan` in closed form (equals the event timer on one stream).
 
     `external_time_s` (one entry per kernel, NaN where absent) replaces the roofline of kernels timed
     elsewhere, such as collectives on their links; those kernels move no memory bytes.

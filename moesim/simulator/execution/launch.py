@@ -2,8 +2,8 @@
 
 Eager: the host launches kernel by kernel (`launch_eager_us` each, a GEMM `launch_eager_gemm_us` where the
 profile sets it), kernels `launch_eager_gap_us` apart. Graph replay: one `graph_launch_us` launch issues
-the whole step, kernels `launch_graph_gap_us` apart. Both end with a `sync_us` synchronisation. The simpy
-engine and the fast path read these numbers from here alone.
+the whole step, kernels `launch_graph_gap_us` apart. Both end with a `sync_us` synchronisation. The event
+timer and the fast path read these numbers from here alone.
 """
 
 from __future__ import annotations

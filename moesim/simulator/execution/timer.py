@@ -1,6 +1,6 @@
-"""One interface, two timers: the simpy engine and the closed-form fast path time a step plan alike.
+"""One interface, two timers: the event timer and the closed-form fast path time a step plan alike.
 
-    timer = EngineTimer(hardware)   # discrete-event: timeline, shared bandwidth, exact side streams
+    timer = EventTimer(hardware)   # discrete-event: timeline, shared bandwidth, exact side streams
     timer = FastTimer(hardware)     # numpy closed form: the same costs, for sweeps and screening
     timed = timer.step(plan, "graph")                       # one step, launch and sync included
     timed = time_parallel(timer, parallel_step, "graph")    # the slowest rank, collectives on the links
@@ -20,7 +20,7 @@ import numpy as np
 
 from moesim.simulator.execution.collectives import step_collective_times_s
 from moesim.simulator.execution.cost import CostParams
-from moesim.simulator.execution.engine import StepResult, run_engine
+from moesim.simulator.execution.events import StepResult, run_events
 from moesim.simulator.execution.fastpath import FastStep, StepRequest, fast_step, fast_steps
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.plan.parallel import ParallelStep, collective_name
@@ -76,8 +76,8 @@ class _ProfileTimer:
 
 
 @dataclass
-class EngineTimer(_ProfileTimer):
-    """The simpy engine: a timeline of every kernel, bandwidth shared between streams."""
+class EventTimer(_ProfileTimer):
+    """The event timer: a timeline of every kernel, bandwidth shared between streams."""
 
     def steps(self, calls: Sequence[StepCall]) -> list[StepResult]:
         return [
@@ -103,7 +103,7 @@ class EngineTimer(_ProfileTimer):
                 name = collective_name(kernel)  # type: ignore[arg-type]
                 return None if name is None else comm.get(name, 0.0)
 
-        return run_engine(
+        return run_events(
             plan,
             self.hardware,
             launch,
@@ -179,7 +179,7 @@ def parallel_call(
 
 
 __all__ = [
-    "EngineTimer",
+    "EventTimer",
     "FastTimer",
     "StepCall",
     "StepTimer",

@@ -120,7 +120,7 @@ class ScenarioStepCost:
     def description(self) -> str:
         r = self.resolved
         return (
-            f"{type(self.timer).__name__} on {r.layout.describe()}, {r.engine} kernels, {r.launch} launch, "
+            f"{type(self.timer).__name__} on {r.layout.describe()}, {r.kernel_style} kernels, {r.launch} launch, "
             f"serving engine {r.serving_engine.name} ({r.serving_engine.provenance.kind}), "
             f"{r.routing.description}, drafter {r.drafter.label} (its passes cover the decoding sequences, "
             f"not the prompt tokens of prefill chunks); {MIXED_APPROXIMATIONS}; shapes bucketed to ±1.6%"
@@ -176,7 +176,7 @@ class ScenarioStepCost:
         q = self._verify_tokens(shape)
         if shape.chunks is None:
             plan = build_plan(
-                self.rank, shape.decode_seqs, q, shape.context_len, r.engine, r.routing, r.hardware
+                self.rank, shape.decode_seqs, q, shape.context_len, r.kernel_style, r.routing, r.hardware
             )
         else:
             plan = build_mixed_plan(
@@ -185,7 +185,7 @@ class ScenarioStepCost:
                 q,
                 shape.context_len,
                 shape.chunks,
-                r.engine,
+                r.kernel_style,
                 r.routing,
                 r.hardware,
             )

@@ -14,7 +14,7 @@ Each step's launch is the engine's for its size: a graph when captured, else eag
 exposed host time is host − f·min(host, device) (`engines.overheads`). With the `ideal` serving engine
 every added term is exactly 0 and B' = B, so the point is the kernel stream's own.
 
-`simulate` runs it on the simpy engine, `sweep` on the fast path; both go through this module, so a point
+`simulate` runs it on the event timer, `sweep` on the fast path; both go through this module, so a point
 means the same in both. A step on a multi-GPU layout is the slowest rank's, collectives included.
 """
 
@@ -188,12 +188,14 @@ def time_steps(
     calls: list[StepCall] = []
     for rows, tokens_per_seq, launch in keys:
         if r.layout.is_single:
-            plan = build_plan(r.model, rows, tokens_per_seq, r.context_len, r.engine, r.routing, r.hardware)
+            plan = build_plan(
+                r.model, rows, tokens_per_seq, r.context_len, r.kernel_style, r.routing, r.hardware
+            )
             built.append((plan, None))
             calls.append(StepCall(plan, launch))
         else:
             step = build_parallel_plan(
-                r.model, rows, tokens_per_seq, r.layout, r.hardware, r.context_len, r.engine, r.routing
+                r.model, rows, tokens_per_seq, r.layout, r.hardware, r.context_len, r.kernel_style, r.routing
             )
             built.append((step.plan, step))
             calls.append(parallel_call(timer, step, launch))
@@ -238,7 +240,7 @@ def scenario_timers(
                 r.layout,
                 rows,
                 r.context_len,
-                r.engine,
+                r.kernel_style,
                 r.routing,
                 timer,
                 launch,

@@ -22,7 +22,7 @@ from moesim.simulator.execution.timer import FastTimer, StepTimer
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.plan.step import check_step_inputs
-from moesim.simulator.plan.styles import engine_style
+from moesim.simulator.plan.styles import kernel_style_builder
 from moesim.simulator.scenario import ResolvedScenario, Scenario, resolve_hardware, resolve_routing
 from moesim.simulator.speculative.acceptance import peak_batch
 from moesim.simulator.speculative.drafters import parse_drafter
@@ -155,7 +155,7 @@ def run_sweep(
     hardware = resolve_hardware(base.hardware)
     base = base.for_device(hardware)
     timer = timer or FastTimer(hardware)
-    engine_style(base.engine)
+    kernel_style_builder(base.kernel_style)
     for k in draft_lens:
         if k < 1:
             raise MoesimError("draft_len", f"values must be ≥ 1, got {k}")
@@ -220,7 +220,7 @@ def run_sweep(
             "acceptance": None if base.acceptance_length is not None else base.acceptance,
             "acceptance_length": base.acceptance_length,
             "drafter": drafter.label,
-            "engine": base.engine,
+            "kernel_style": base.kernel_style,
             "launch": base.launch,
             "context_len": base.context_len,
             "hardware": hardware.name,
