@@ -35,7 +35,14 @@ from moesim.simulator.plan.step import StepPlan
 from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.scenario import ResolvedScenario
 from moesim.simulator.speculative.acceptance import expected_tokens
-from moesim.simulator.speculative.drafters import Drafter, draft_pass_s, draft_time_s, handoff_s
+from moesim.simulator.speculative.drafters import (
+    Drafter,
+    draft_pass_s,
+    draft_time_s,
+    drafter_model,
+    handoff_s,
+    runs_on_device,
+)
 
 
 @dataclass(frozen=True)
@@ -248,23 +255,35 @@ def scenario_timers(
             )
         return passes[key]
 
+    em = r.hardware.empirical
+    piecewise = PiecewiseCosts(r.model.n_layers, em.graph_launch_us * 1e-6, em.launch_eager_us * 1e-6)
+    draft_model = drafter_model(r.drafter, target) if runs_on_device(r.drafter) else None
+    draft_layers = draft_model.n_layers if draft_model is not None else 0
+
+    def one_pass_s(rows: int, tokens_per_seq: int, launch: str) -> float:
+        """A drafter pass in `launch`; piecewise: graph pieces with each drafter layer's attention launched
+        eagerly between them (`ov.piecewise_step_s`)."""
+        if launch != "piecewise":
+            return pass_s(rows, tokens_per_seq, launch)
+        device_s = pass_s(rows, tokens_per_seq, "graph")
+        return ov.piecewise_step_s(device_s, draft_layers, piecewise.graph_launch_s, piecewise.eager_launch_s)
+
     def draft_times(style: DrafterStyle, sequences: int, draft_len: int, launch: str) -> DraftCost:
         rows = ov.draft_sequences(style, sequences)
-        first = pass_s(*ov.first_draft_pass(style, sequences, draft_len), launch)
+        timed = "graph" if launch == "piecewise" else launch
+        first = one_pass_s(*ov.first_draft_pass(style, sequences, draft_len), launch)
         total = draft_time_s(
             r.drafter,
             rows,
             draft_len,
-            step_times(rows, 1, launch).step_s if r.drafter.kind == "fraction" else 0.0,  # F × decode
+            step_times(rows, 1, timed).step_s if r.drafter.kind == "fraction" else 0.0,  # F × decode
             first,
-            pass_s(rows, 1, launch),
-            LaunchParams.from_hardware(r.hardware, launch).overhead_s,
+            one_pass_s(rows, 1, launch),
+            LaunchParams.from_hardware(r.hardware, timed).overhead_s,
             handoff_s(r.drafter, r.model, timer, r.layout, rows, draft_len),
         )
         return DraftCost(total, first)
 
-    em = r.hardware.empirical
-    piecewise = PiecewiseCosts(r.model.n_layers, em.graph_launch_us * 1e-6, em.launch_eager_us * 1e-6)
     return step_times, draft_times, piecewise
 
 
