@@ -491,7 +491,9 @@ BOUND_PEAK_LIMIT_MB = 200.0
 
 
 def bound_cases(d: str) -> list[Case]:
-    huge = json.loads((ROOT / "tests/data/hf_configs/mixtral-8x7b.json").read_text()) | {"num_local_experts": 10**12}
+    huge = json.loads((ROOT / "tests/data/hf_configs/mixtral-8x7b.json").read_text()) | {
+        "num_local_experts": 10**12
+    }
     nested = json.loads((ROOT / "tests/data/hf_configs/llama-4-scout-17b-16e.json").read_text())
     nested["text_config"]["num_local_experts"] = 10**6
     table = [
