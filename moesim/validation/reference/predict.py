@@ -1,6 +1,6 @@
 """Predict a measured reference step with the simulator, and split the prediction into cost terms.
 
-No torch here. The prediction is the discrete-event engine run on the exact `torch-reference` plan of
+No torch here. The prediction is the discrete-event timer run on the exact `torch-reference` plan of
 the step (`reference_step_plan` with the replayed expert loads), so it prices exactly the measured work.
 The term split (launch, fixed latency, compute, memory, cache) feeds the error attribution in report.py.
 `predict_rows` is the pure half of validation: it prices the rows a measuring run wrote (`measure.py`),
@@ -84,7 +84,7 @@ def cost_terms(
         costs = cost_plan(arrays, params)
         hbm, compute, memory, total = costs.hbm_bytes, costs.compute_s, costs.memory_s, costs.total_s
     else:
-        from moesim.simulator.execution.engine import cache_pass
+        from moesim.simulator.execution.events import cache_pass
 
         cache, hbm = cache_pass(plan.kernels, params.cache_capacity_bytes, warm=False)
         peaks = np.array([params.peak(k.dtype) for k in plan.kernels])
@@ -108,11 +108,11 @@ def cost_terms(
 def simulate_plan(
     plan: StepPlan, hardware: HardwareProfile, launch: str, params: CostParams, warm_cache: bool = True
 ) -> tuple[float, dict[str, float], float, float]:
-    """(step_s, breakdown_s, hbm_bytes, cache_bytes) from the discrete-event engine, or from the closed-form
+    """(step_s, breakdown_s, hbm_bytes, cache_bytes) from the discrete-event timer, or from the closed-form
     fast path (equal to the engine on one stream, as every torch-reference plan is, and warm only) where
     simpy is missing."""
     try:
-        from moesim.simulator.execution.engine import run_engine
+        from moesim.simulator.execution.events import run_events
     except ImportError:
         if not warm_cache:
             raise
@@ -120,7 +120,7 @@ def simulate_plan(
 
         fast = fast_step(plan, hardware, launch, params=params)
         return fast.step_s, dict(fast.breakdown_s), fast.hbm_bytes, fast.cache_bytes
-    result = run_engine(plan, hardware, launch, params=params, warm_cache=warm_cache)
+    result = run_events(plan, hardware, launch, params=params, warm_cache=warm_cache)
     return result.step_s, dict(result.breakdown_s), result.hbm_bytes, result.cache_bytes
 
 

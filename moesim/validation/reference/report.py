@@ -229,7 +229,8 @@ def _cell(value: Any) -> str:
 
 
 MEASURED_REQUIRED = ("model", "batch", "draft_len", "measured_step_s")
-MEASURED_OPTIONAL = ("context_len", "launch", "engine", "spread")
+MEASURED_OPTIONAL = ("context_len", "launch", "kernel_style", "spread")
+OLD_KERNEL_STYLE_COLUMN = "engine"  # the kernel_style column's name before 0.2, read for one more release
 MEASURED_SCHEMA = """\
 --measured CSV schema (one row per measured configuration; lines starting with # are comments):
   model            catalogue name (e.g. qwen3-30b-a3b) or a model file path (TOML / HF config.json),
@@ -239,7 +240,8 @@ MEASURED_SCHEMA = """\
   measured_step_s  measured time of one step in seconds (> 0)
   context_len      optional, cached tokens per sequence (default: --context-len)
   launch           optional, eager or graph (default: --launch)
-  engine           optional, engine style of the measured system (default: --engine, e.g. fused)
+  kernel_style     optional, kernel style of the measured system (default: --kernel-style, e.g. fused;
+                   a column named engine, its old name, is read as kernel_style)
   spread           optional, relative spread of the measurement (e.g. IQR / median)"""
 
 
@@ -279,8 +281,9 @@ def read_measured_csv(path: str | Path) -> list[dict[str, Any]]:
             if item["launch"] not in ("eager", "graph"):
                 raise MoesimError("--measured", f"{where}: launch {item['launch']!r}", "use eager or graph")
             row["launch"] = item["launch"]
-        if item.get("engine"):
-            row["engine"] = item["engine"]
+        style = item.get("kernel_style") or item.get(OLD_KERNEL_STYLE_COLUMN)
+        if style:
+            row["kernel_style"] = style
         if item.get("spread"):
             row["spread"] = _float_cell(item, "spread", where, positive=False)
         rows.append(row)
@@ -321,7 +324,7 @@ def predict_measured(
     hardware_name: str,
     context_len: int,
     launch: str,
-    engine: str,
+    kernel_style: str,
     routing_name: str,
 ) -> list[dict[str, Any]]:
     """Predict each --measured row with the simulator (its routing model, not a replay)."""
@@ -344,13 +347,13 @@ def predict_measured(
         model = models[name]
         row_launch = row.get("launch", launch)
         row_context = row.get("context_len", context_len)
-        row_engine = row.get("engine", engine)
+        row_style = row.get("kernel_style", kernel_style)
         plan = build_plan(
             model,
             row["batch"],
             row["draft_len"] + 1,
             row_context,
-            row_engine,
+            row_style,
             default_routing(model, routing_name),
             hardware,
         )
@@ -361,7 +364,7 @@ def predict_measured(
                 "shape": "measured",
                 "device": hardware.name,
                 "launch": row_launch,
-                "engine": row_engine,
+                "kernel_style": row_style,
                 "batch": row["batch"],
                 "draft_len": row["draft_len"],
                 "tokens_per_seq": row["draft_len"] + 1,
