@@ -286,7 +286,7 @@ def validate_command(
 
     hardware = load_profile(profile)
     if bench_path or baseline_path:
-        from moesim.commands.serve import tensor_parallel
+        from moesim.commands.serve import serving_layout
         from moesim.simulator.scenario import DEFAULT_DRAFT_LEN, Scenario
         from moesim.simulator.serving.options import ServeOptions
         from moesim.validation.bench.compare import validate_bench
@@ -306,7 +306,7 @@ def validate_command(
             kernel_style=kernel_style,
             launch=launch if explicit_launch == click.core.ParameterSource.COMMANDLINE else "graph",
             routing="independent" if routing == "uniform" else routing,
-            layout=tensor_parallel(bench_tp),
+            layout=serving_layout(bench_tp),
             drafter=bench_drafter,
             acceptance=bench_acceptance,
             acceptance_length=bench_acceptance_length,
