@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from moesim import __version__
@@ -49,5 +51,8 @@ for command in (
 
 
 def main() -> None:
-    """Console-script entry point."""
-    cli()
+    """Console-script entry point; Ctrl-C outside a command (while loading, parsing) stops without a traceback."""
+    try:
+        cli()
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -339,7 +339,8 @@ def _print_layout(console: Console, parallel: dict[str, Any], chosen: bool, devi
     "--model-config",
     "model_configs",
     default="",
-    help="Comma-separated Hugging Face config.json files (or catalogue-style .toml) to sweep as well.",
+    help="Comma-separated Hugging Face config.json files (or catalogue-style .toml): swept instead of the "
+    "catalogue, or beside the models --model names.",
 )
 @override_options
 @hardware_option
@@ -410,6 +411,9 @@ def sweep_command(
     request = layout_from_kwargs(flags)
     batch_list = parse_int_list("--batch", batches)
     k_list = parse_int_list("--draft-len", draft_lens)
+    explicit = click.get_current_context().get_parameter_source("model_names")
+    if model_configs and explicit != click.core.ParameterSource.COMMANDLINE:
+        model_names = ""  # --model-config alone replaces the catalogue (the default --model all)
     names = model_list(model_names) + model_list(model_configs)
     if not names:
         raise MoesimError("--model", "needs at least one model name (or all), or --model-config PATH")

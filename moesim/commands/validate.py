@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from moesim.atomic import check_output_dir
-from moesim.commands.common import emit_json, handle_errors, parse_int_list
+from moesim.commands.common import emit_json, handle_errors, make_console, parse_int_list
 from moesim.errors import MoesimError
 from moesim.simulator.bounds import DEFAULT_MAX_MEMORY_GB, GPU_MAX_MEMORY_GB
 from moesim.simulator.scenario import DEFAULT_ACCEPTANCE, DEFAULT_DRAFTER, DEFAULT_SERVING_ENGINE
@@ -510,12 +510,11 @@ def _draft_lens(text: str) -> list[int]:
 
 
 def _print(result: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from moesim.validation.reference.report import attribution_sentence, drift_sentence
 
-    console = Console()
+    console = make_console()  # piped: wide enough that no digit is cut
     table = Table(title=result["meta"].get("title", "validation"))
     for col in (
         "model",
