@@ -576,7 +576,8 @@ def load_profile(name_or_path: str) -> HardwareProfile:
     raise MoesimError(
         "hardware",
         f"unknown hardware profile {name_or_path!r}",
-        f"{hint}known: {', '.join(known)}; or give a path to a .toml file",
+        f"{hint}known: {', '.join(n for n in known if not n.startswith(SILICON_PREFIX))}, "
+        f"{SILICON_PREFIX}<system>-<framework> (see `moesim profiles`); or give a path to a .toml file",
     )
 
 
