@@ -34,9 +34,10 @@ from typing import Protocol
 
 from moesim.errors import MoesimError
 from moesim.simulator.engines import overheads as ov
-from moesim.simulator.execution.collectives import all_reduce_s, node_link
+from moesim.simulator.execution.collectives import collective_time_s
 from moesim.simulator.execution.timer import FastTimer, StepTimer
 from moesim.simulator.plan.blocks import ACT_BYTES
+from moesim.simulator.plan.kernels import Collective
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.plan.mixed import MIXED_APPROXIMATIONS, PrefillChunks, build_mixed_plan
 from moesim.simulator.plan.parallel import rank_model
@@ -193,9 +194,8 @@ class ScenarioStepCost:
         layout, model = self.resolved.layout, self.resolved.model
         if tokens == 0 or layout.is_single:
             return 0.0
-        link = node_link(self.resolved.hardware.node, layout.tp)
-        message = tokens * model.hidden * ACT_BYTES
-        return 2 * model.n_layers * float(all_reduce_s(message, layout.tp, link))
+        all_reduce = Collective("all_reduce", layout.tp, tokens * model.hidden * ACT_BYTES)
+        return 2 * model.n_layers * collective_time_s(all_reduce, self.resolved.hardware.node)
 
     def _mixed_device_s(self, shape: StepShape, launch: str) -> float:
         """The kernel stream of a step with prefill chunks (see the module docstring for a TP group)."""

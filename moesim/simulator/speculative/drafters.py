@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from moesim.errors import MoesimError
-from moesim.simulator.execution.collectives import node_link
+from moesim.simulator.execution.collectives import messages_s
 from moesim.simulator.execution.timer import StepTimer, time_parallel
 from moesim.simulator.models.sequence_state import kv_cache_bytes, sequence_state_bytes
 from moesim.simulator.models.spec import AttentionSpec, ModelSpec
@@ -287,13 +287,12 @@ def handoff_s(
     """Per SD step, the two messages between the target's GPUs and a drafter on its own GPU (0 when shared)."""
     if layout.draft_on != "separate" or not runs_on_device(drafter):
         return 0.0
-    link = node_link(timer.hardware.node, layout.gpus + 1)
     positions = batch * (draft_len + 1)
     to_drafter = positions * (
         target.hidden * HIDDEN_BYTES if drafter.kind in ("eagle", "mtp") else TOKEN_ID_BYTES
     )
     back = batch * draft_len * TOKEN_ID_BYTES
-    return 2 * link.latency_s + (to_drafter + back) / link.bytes_per_s
+    return messages_s(to_drafter + back, timer.hardware.node, layout.gpus + 1, messages=2)
 
 
 def draft_time_s(
