@@ -20,7 +20,6 @@ means the same in both. A step on a multi-GPU layout is the slowest rank's, coll
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -194,11 +193,7 @@ def scenario_timers(
     passes: dict[tuple[int, int, str], float] = {}
     # an EAGLE head with a reduced vocabulary (EAGLE-3's draft vocabulary) has a smaller LM head
     draft_vocab = r.serving_engine.drafter.draft_vocab_size
-    target = (
-        dataclasses.replace(r.model, vocab=draft_vocab)
-        if draft_vocab and r.drafter.kind == "eagle"
-        else r.model
-    )
+    target = r.drafter.pass_target(r.model, draft_vocab)
 
     def step_times(rows: int, tokens_per_seq: int, launch: str) -> TimedPlan:
         key = (rows, tokens_per_seq, launch)
@@ -230,7 +225,7 @@ def scenario_timers(
             r.drafter,
             rows,
             draft_len,
-            step_times(rows, 1, launch).step_s if r.drafter.kind == "fraction" else 0.0,  # F × decode
+            step_times(rows, 1, launch).step_s if r.drafter.needs_decode_step else 0.0,  # F × decode
             first,
             pass_s(rows, 1, launch),
             LaunchParams.from_hardware(r.hardware, launch).overhead_s,
@@ -292,7 +287,7 @@ def draft_cost_s(
 ) -> tuple[float, float]:
     """(drafting seconds, its host part) of one SD round of `batch` sequences: an n-gram lookup on the host,
     or K drafter passes in the drafter's launch mode plus the engine's per-draft-step host work."""
-    if drafter.kind == "ngram":
+    if drafter.drafts_on_host:
         return ov.ngram_draft_s(profile, batch), 0.0
     draft_host_s = ov.draft_host_s(profile, draft_len)
     launch = ov.drafter_launch(profile.drafter, verify_launch)
@@ -316,7 +311,7 @@ def engine_point(
     verify = engine_step(profile, rows, tokens_per_row, requested_launch, steps, piecewise, batch)
     draft_s, draft_host_s = draft_cost_s(profile, drafter, batch, draft_len, verify.launch, drafts)
     first_pass_s = 0.0
-    if drafter.kind != "ngram" and profile.drafter.first_pass == "verified":
+    if not drafter.drafts_on_host and profile.drafter.first_pass == "verified":
         launch = ov.drafter_launch(profile.drafter, verify.launch)
         first_pass_s = drafts(profile.drafter, batch, draft_len, launch).first_pass_s
     return SpeculativePoint(
