@@ -5,7 +5,7 @@
     >>> result.speedup > 1
     True
 
-`simulate` (one SD point on the simpy engine), `sweep` (grids on the fast path), `serve` (a serving
+`simulate` (one SD point on the event timer), `sweep` (grids on the fast path), `serve` (a serving
 benchmark run with and without SD) and `Scenario` (every default) load on first use, so `import moesim`
 and `moesim --help` stay fast.
 """

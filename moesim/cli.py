@@ -8,6 +8,7 @@ from moesim import __version__
 from moesim.commands.calibrate import calibrate_command
 from moesim.commands.catalog import models_command, profiles_group
 from moesim.commands.engines import engines_command
+from moesim.commands.renamed import MoesimGroup
 from moesim.commands.routing import routing_group
 from moesim.commands.screen import screen_command
 from moesim.commands.serve import serve_command
@@ -15,7 +16,9 @@ from moesim.commands.simulate import layer_command, simulate_command, sweep_comm
 from moesim.commands.validate import validate_command
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.group(
+    cls=MoesimGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110}
+)
 @click.version_option(__version__, prog_name="moesim")
 def cli() -> None:
     """Predict how much speculative decoding speeds up Mixture-of-Experts models on real and unseen GPUs.

@@ -118,7 +118,7 @@ def test_rooms_import_only_what_they_may(room: str) -> None:
 @pytest.mark.parametrize(
     ("room", "line"),
     [
-        ("plan", "from moesim.simulator.execution.engine import run_engine"),
+        ("plan", "from moesim.simulator.execution.events import run_events"),
         ("plan", "from moesim.simulator.hardware.profile import HardwareProfile"),
         ("plan", "import moesim.simulator.execution.fastpath"),
         ("models", "from moesim.simulator.plan.step import StepPlan"),

@@ -118,7 +118,7 @@ def test_repeats_hit_while_the_working_set_fits() -> None:
     st.floats(1, 300),
 )
 def test_stack_distances_equal_the_lru_state(accesses: list[tuple[int, float]], capacity: float) -> None:
-    """The fast path's vectorised residency equals the engine's CacheState, warm from a previous pass."""
+    """The fast path's vectorised residency equals the event timer's CacheState, warm from a previous pass."""
     tensor = np.array([t for t, _ in accesses])
     size = np.array([s for _, s in accesses])
     footprint: dict[str, float] = {}
@@ -154,14 +154,14 @@ def _tiny_plan():
 
 
 def test_eager_gemm_launch_cost_equals_in_engine_and_fast_path() -> None:
-    from moesim.simulator.execution.engine import run_engine
+    from moesim.simulator.execution.events import run_events
     from moesim.simulator.execution.fastpath import fast_step
 
     plan = _tiny_plan()
     for gemm_us in (None, 5.0, 30.0):
         hw = _with_gemm_launch(gemm_us)
-        engine = run_engine(plan, hw, "eager").step_s
-        assert np.isclose(fast_step(plan, hw, "eager").step_s, engine, rtol=1e-9)
+        events = run_events(plan, hw, "eager").step_s
+        assert np.isclose(fast_step(plan, hw, "eager").step_s, events, rtol=1e-9)
 
 
 def test_eager_gemm_launch_cost_none_means_the_plain_launch_cost() -> None:

@@ -172,7 +172,7 @@ FLAG_CASES = [
     (["simulate", "--model", "olmoe-1b-7b", "--acceptance", "nan"], "--acceptance"),
     (["simulate", "--model", "olmoe-1b-7b", "--acceptance-length", "0"], "--acceptance-length"),
     (["simulate", "--model", "olmoe-1b-7b", "--launch", "warp"], "--launch"),
-    (["simulate", "--model", "olmoe-1b-7b", "--engine", "nope"], "engine"),
+    (["simulate", "--model", "olmoe-1b-7b", "--kernel-style", "nope"], "kernel_style"),
     (["simulate", "--model", "olmoe-1b-7b", "--draft", "model:nonexistent"], "model"),
     (["simulate", "--model", "olmoe-1b-7b", "--draft", "fraction:-1"], "draft"),
     (["simulate", "--model", "olmoe-1b-7b", "--draft", "medusa"], "draft"),

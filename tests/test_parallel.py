@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
 from moesim.simulator.execution.collectives import parallel_step_summary, step_collective_times_s
-from moesim.simulator.execution.timer import EngineTimer, FastTimer, time_parallel
+from moesim.simulator.execution.timer import EventTimer, FastTimer, time_parallel
 from moesim.simulator.models.spec import AttentionSpec, ModelSpec
 from moesim.simulator.plan.layout import (
     ParallelLayout,
@@ -417,15 +417,15 @@ def test_engine_and_fast_path_agree_on_parallel_plans(h200, deepseek) -> None:  
         for batch, t in ((1, 4), (16, 4)):
             step = build_parallel_plan(deepseek, batch, t, layout, h200, 2048)
             fast = time_parallel(FastTimer(h200), step, "graph").step_s
-            engine = time_parallel(EngineTimer(h200), step, "graph").step_s
-            assert fast == pytest.approx(engine, rel=0.02)
+            events = time_parallel(EventTimer(h200), step, "graph").step_s
+            assert fast == pytest.approx(events, rel=0.02)
 
 
 def test_collectives_are_their_own_kernels_in_the_timeline(h200, deepseek) -> None:  # type: ignore[no-untyped-def]
     from moesim.simulator.plan.parallel import build_parallel_plan
 
     step = build_parallel_plan(deepseek, 1, 4, default_layout(8), h200, 2048)
-    result = time_parallel(EngineTimer(h200), step, "graph")
+    result = time_parallel(EventTimer(h200), step, "graph")
     names = [name for name, *_ in result.timeline]
     comm = [k for k in step.plan.kernels if k.category == "communication"]
     n_moe, n_layers = deepseek.n_moe_layers, deepseek.n_layers
@@ -434,7 +434,7 @@ def test_collectives_are_their_own_kernels_in_the_timeline(h200, deepseek) -> No
     assert sum(n.endswith("comm.attn_all_reduce") for n in names) == n_layers
     assert all(k.stream != 0 for k in comm)
     assert result.breakdown_s["communication"] > 0
-    # Each collective lasts exactly its α–β time in the engine's timeline.
+    # Each collective lasts exactly its α–β time in the event timer's timeline.
     for name, _, start, end in result.timeline:
         if ".comm." in name or name.startswith("comm."):
             assert end - start == pytest.approx(
@@ -492,4 +492,4 @@ def test_per_token_engine_is_single_gpu_only(h200, deepseek) -> None:  # type: i
     from moesim.simulator.plan.parallel import build_parallel_plan
 
     with pytest.raises(MoesimError, match="fused"):
-        build_parallel_plan(deepseek, 1, 1, default_layout(8), h200, 2048, engine="per-token")
+        build_parallel_plan(deepseek, 1, 1, default_layout(8), h200, 2048, kernel_style="per-token")

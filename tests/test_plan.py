@@ -1,4 +1,4 @@
-"""Kernel plans: layer order, bytes of the weight formats, distinct experts, engine styles, bad input."""
+"""Kernel plans: layer order, bytes of the weight formats, distinct experts, kernel styles, bad input."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from moesim.errors import MoesimError
 from moesim.simulator.models.weights import expert_weight_bytes, param_counts
 from moesim.simulator.plan.step import PlanBuilder, distinct_experts_by_layer, fused_layer
-from moesim.simulator.plan.styles import ENGINE_STYLES, build_plan, register_engine_style
+from moesim.simulator.plan.styles import KERNEL_STYLES, build_plan, register_kernel_style
 from moesim.simulator.routing.independent import IndependentRouting
 from tests.core_fixtures import h200, model, tiny_moe
 
@@ -185,12 +185,12 @@ def test_per_token_refuses_huge_plans() -> None:
         build_plan(model("qwen3-30b-a3b"), 256, 8, 1024, "per-token", None, h200())
 
 
-def test_register_engine_style() -> None:
-    register_engine_style(PlanBuilder("test-style", "a copy of fused for the test", fused_layer))
+def test_register_kernel_style() -> None:
+    register_kernel_style(PlanBuilder("test-style", "a copy of fused for the test", fused_layer))
     try:
-        assert build_plan(tiny_moe(), 1, 1, 64, "test-style", None, h200()).engine == "test-style"
+        assert build_plan(tiny_moe(), 1, 1, 64, "test-style", None, h200()).kernel_style == "test-style"
     finally:
-        ENGINE_STYLES.pop("test-style")
+        KERNEL_STYLES.pop("test-style")
 
 
 @pytest.mark.parametrize(
@@ -199,18 +199,18 @@ def test_register_engine_style() -> None:
         ({"batch": 0}, "batch"),
         ({"tokens_per_seq": 0}, "tokens_per_seq"),
         ({"context_len": -1}, "context_len"),
-        ({"engine": "nope"}, "engine"),
+        ({"kernel_style": "nope"}, "kernel_style"),
     ],
 )
 def test_bad_input_is_refused(kwargs: dict, field: str) -> None:
-    args = {"batch": 1, "tokens_per_seq": 1, "context_len": 64, "engine": "fused"} | kwargs
+    args = {"batch": 1, "tokens_per_seq": 1, "context_len": 64, "kernel_style": "fused"} | kwargs
     with pytest.raises(MoesimError) as error:
         build_plan(
             tiny_moe(),
             args["batch"],
             args["tokens_per_seq"],
             args["context_len"],
-            args["engine"],
+            args["kernel_style"],
             None,
             h200(),
         )

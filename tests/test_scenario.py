@@ -1,5 +1,5 @@
 """One scenario, one answer: the Python API and the CLI agree, placements in both spellings, the parallel
-builder checked against the single-GPU one, every built-in engine style usable from Python."""
+builder checked against the single-GPU one, every built-in kernel style usable from Python."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import moesim
 from moesim.cli import cli
 from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout
 from moesim.simulator.plan.parallel import build_parallel_plan, rank_model
-from moesim.simulator.plan.styles import ENGINE_STYLES, build_plan
+from moesim.simulator.plan.styles import KERNEL_STYLES, build_plan
 from moesim.simulator.routing.independent import IndependentRouting
 from moesim.simulator.scenario import DEFAULT_CONTEXT_LEN, DEFAULT_DRAFT_LEN, Scenario
 from tests.core_fixtures import h200, model
@@ -92,11 +92,11 @@ def test_a_rank_doing_every_expert_matches_the_single_gpu_builder(name: str) -> 
             assert g == pytest.approx(w, rel=1e-9)
 
 
-def test_every_built_in_engine_style_is_registered_without_importing_it_first() -> None:
-    assert {"fused", "per-token", "torch-reference"} <= set(ENGINE_STYLES)
+def test_every_built_in_kernel_style_is_registered_without_importing_it_first() -> None:
+    assert {"fused", "per-token", "torch-reference"} <= set(KERNEL_STYLES)
     code = (
         "from moesim.simulator.simulate import simulate_step\n"
-        "print(simulate_step('qwen3-0.6b', 'h200', 1, 1, engine='torch-reference').step_s > 0)"
+        "print(simulate_step('qwen3-0.6b', 'h200', 1, 1, kernel_style='torch-reference').step_s > 0)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"

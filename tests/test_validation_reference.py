@@ -189,7 +189,7 @@ def test_fused_plan_does_the_loops_work_in_three_grouped_gemms_per_layer():
             assert k.m_tokens == pytest.approx(2 * tokens * spec.top_k / u)  # mean rows per distinct expert
         counts.add(len(fused.kernels))
     assert len(counts) == 1
-    assert fused.engine == "torch-fused"
+    assert fused.kernel_style == "torch-fused"
 
 
 def test_plan_refuses_what_the_reference_cannot_run():

@@ -27,7 +27,7 @@ from moesim.simulator.execution.launch import LAUNCH_MODES
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.scenario import (
     DEFAULT_DRAFT_LEN,
-    DEFAULT_ENGINE,
+    DEFAULT_KERNEL_STYLE,
     DEFAULT_LAUNCH,
     DEFAULT_SERVING_ENGINE,
 )
@@ -128,9 +128,25 @@ def serve_options(func: Any) -> Any:
             type=int,
             default=1,
             show_default=True,
-            help="Tensor-parallel GPUs (experts split over them too, as `vllm serve -tp N` by default).",
+            help="Tensor-parallel GPUs of attention (alone: experts split over them too, as `vllm serve -tp N` "
+            "by default).",
         ),
-        click.option("--engine", default=DEFAULT_ENGINE, show_default=True, help="Kernel plan style."),
+        click.option(
+            "--gpus",
+            type=int,
+            default=None,
+            help="GPUs in all (default --tp); above --tp the attention runs data-parallel in --gpus/--tp "
+            "groups (SGLang --enable-dp-attention --dp, vLLM --data-parallel-size).",
+        ),
+        click.option(
+            "--ep",
+            type=int,
+            default=None,
+            help="Expert-parallel ranks of the routed experts, with an all-to-all dispatch and combine per MoE "
+            "layer (SGLang --ep-size, vLLM --enable-expert-parallel: EP = --gpus). Default 1: experts "
+            "tensor-parallel over all GPUs.",
+        ),
+        click.option("--kernel-style", default=DEFAULT_KERNEL_STYLE, show_default=True, help="Kernel style."),
         click.option(
             "--serving-engine",
             "serving_engine",
@@ -159,11 +175,24 @@ def options_from_flags(flags: dict[str, Any]) -> ServeOptions:
     )
 
 
-def tensor_parallel(tp: int) -> ParallelLayout:
-    """The layout of `--tp N` (one GPU for 1)."""
-    if tp < 1:
-        raise MoesimError("--tp", f"must be ≥ 1, got {tp}")
-    return ParallelLayout(gpus=tp, tp=tp)
+def serving_layout(tp: int, gpus: int | None = None, ep: int | None = None) -> ParallelLayout:
+    """The layout of `--tp T [--gpus G] [--ep E]`: `--tp N` alone is a tensor-parallel group (one GPU for
+    1); G > T runs attention data-parallel in G/T groups; E > 1 spreads the routed experts over E ranks.
+    E.g. SGLang `--tp 8 --enable-dp-attention --dp 8 --ep-size 8` and vLLM `--data-parallel-size 8
+    --enable-expert-parallel` are `--gpus 8 --tp 1 --ep 8`."""
+    for flag, value in (("--tp", tp), ("--gpus", gpus), ("--ep", ep)):
+        if value is not None and value < 1:
+            raise MoesimError(flag, f"must be ≥ 1, got {value}")
+    total = gpus if gpus is not None else max(tp, ep or 1)
+    if ep is None or ep == 1:
+        if total != tp:
+            raise MoesimError(
+                "--gpus",
+                f"data-parallel attention ({total} GPUs, --tp {tp}) needs expert parallelism",
+                f"add --ep {total} (as SGLang --ep-size and vLLM --enable-expert-parallel do), or drop --gpus",
+            )
+        return ParallelLayout(gpus=tp, tp=tp)
+    return ParallelLayout(gpus=total, tp=tp, ep=ep)
 
 
 def _label(point: Any) -> str:
@@ -250,7 +279,7 @@ def serve_command(
         hardware,
         flags,
         draft_len=flags["draft_len"],
-        layout=tensor_parallel(flags["tp"]),
+        layout=serving_layout(flags["tp"], flags["gpus"], flags["ep"]),
     )
     concurrencies: list[int | None] = (
         list(parse_int_list("--max-concurrency", flags["max_concurrency"]))

@@ -51,13 +51,13 @@ CATEGORY_LABELS = {
 
 
 def step_options(func: F) -> F:
-    """--context-len, --launch, --engine, --serving-engine and the routing flags shared by simulate and sweep."""
+    """--context-len, --launch, --kernel-style, --serving-engine and the routing flags shared by simulate and sweep."""
     from moesim.simulator.bounds import DEFAULT_MAX_MEMORY_GB
     from moesim.simulator.execution.launch import LAUNCH_MODES
     from moesim.simulator.scenario import (
         CPU_LAUNCH,
         DEFAULT_CONTEXT_LEN,
-        DEFAULT_ENGINE,
+        DEFAULT_KERNEL_STYLE,
         DEFAULT_LAUNCH,
         DEFAULT_SERVING_ENGINE,
     )
@@ -85,10 +85,10 @@ def step_options(func: F) -> F:
             help="Refuse a run whose routing sampling is estimated to need more memory than this.",
         ),
         click.option(
-            "--engine",
-            default=DEFAULT_ENGINE,
+            "--kernel-style",
+            default=DEFAULT_KERNEL_STYLE,
             show_default=True,
-            help="Kernel plan style: fused (vLLM/SGLang kernels), per-token (naive loop), or a registered style.",
+            help="Kernel style: fused (vLLM/SGLang kernels), per-token (naive loop), or a registered style.",
         ),
         click.option(
             "--serving-engine",
@@ -148,7 +148,7 @@ def sd_options(func: F) -> F:
 # What the flags of `step_options` and `sd_options` name in a Scenario (flag keyword → Scenario field).
 SCENARIO_FLAGS = {
     "context_len": "context_len",
-    "engine": "engine",
+    "kernel_style": "kernel_style",
     "launch": "launch",
     "routing_spec": "routing",
     "overlap": "overlap",
@@ -226,7 +226,7 @@ def simulate_command(
     result = simulate(
         scenario_from_flags(spec, profile, flags, batch=batch, draft_len=draft_len, layout=request)
     )
-    engine, context_len = flags["engine"], flags["context_len"]
+    kernel_style, context_len = flags["kernel_style"], flags["context_len"]
     data = result.to_json(timeline)
     nearby = nearby_error(engine_of(flags["serving_engine"]), batch, spec.n_experts, spec.is_moe)
     data["measured_runs_error"] = nearby.to_json()
@@ -245,7 +245,7 @@ def simulate_command(
         f"batch {batch}, draft length {draft_len}, context {context_len}"
     )
     console.print(
-        f"engine {engine}, {a['launch']} launch, serving engine {a['serving_engine']} "
+        f"kernel style {kernel_style}, {a['launch']} launch, serving engine {a['serving_engine']} "
         f"({a['serving_engine_provenance']}), {a['routing']}, drafter {a['drafter']}, {acceptance_text}"
     )
     if a.get("compute_rule"):
@@ -411,7 +411,7 @@ def sweep_command(
     specs = [with_override_flags(load_model(str(name)), flags) for name in names]
     profile = load_profile(hardware)
     base = scenario_from_flags(specs[0], profile, flags, layout=request)
-    engine, context_len = flags["engine"], flags["context_len"]
+    kernel_style, context_len = flags["kernel_style"], flags["context_len"]
     total = len(specs) * len(batch_list) * len(k_list)
     check_configs(total, max_configs)
     with progress("sweep", total) as advance:
@@ -440,7 +440,7 @@ def sweep_command(
             if a["acceptance_length"]
             else f"α = {a['acceptance']:g}"
         )
-        + f"; engine {engine}, {a['launch']} launch, context {context_len}"
+        + f"; kernel style {kernel_style}, {a['launch']} launch, context {context_len}"
         + f"; serving engine {a['serving_engine']} ({a['serving_engine_provenance']})"
     )
     for spec in specs:
@@ -496,7 +496,7 @@ def sweep_command(
     "--distinct-experts", type=int, required=True, help="Distinct experts U the forced routing hits."
 )
 @click.option("--launch", type=click.Choice(["graph", "eager"]), default="graph", show_default=True)
-@click.option("--engine", default="fused", show_default=True, help="Kernel plan style.")
+@click.option("--kernel-style", default="fused", show_default=True, help="Kernel style.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON {time_s, ...}.")
 @handle_errors
 def layer_command(
@@ -506,7 +506,7 @@ def layer_command(
     tokens: int,
     distinct_experts: int,
     launch: str,
-    engine: str,
+    kernel_style: str,
     as_json: bool,
     **overrides: Any,
 ) -> None:
@@ -520,14 +520,14 @@ def layer_command(
 
     spec = resolve_model(model_name, model_config, overrides)
     profile = load_profile(hardware)
-    seconds = simulate_expert_block(spec, profile, tokens, distinct_experts, launch, engine)
+    seconds = simulate_expert_block(spec, profile, tokens, distinct_experts, launch, kernel_style)
     data = {
         "model": spec.name,
         "hardware": profile.name,
         "tokens": tokens,
         "distinct_experts": distinct_experts,
         "launch": launch,
-        "engine": engine,
+        "kernel_style": kernel_style,
         "time_s": seconds,
     }
     if as_json:
@@ -535,7 +535,7 @@ def layer_command(
         return
     click.echo(
         f"{spec.name} on {profile.name}: expert block for {tokens} token(s) hitting {distinct_experts} experts "
-        f"({launch} launch, {engine}): {seconds * 1e6:.1f} µs"
+        f"({launch} launch, {kernel_style} kernels): {seconds * 1e6:.1f} µs"
     )
 
 

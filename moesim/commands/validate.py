@@ -19,7 +19,7 @@ Examples:
   moesim validate --profile cpu.toml --device cpu --quick --json
   moesim validate --profile cpu.toml --device cpu --quick --reference torch-fused --report out
   moesim validate --profile measured/h200 --device cuda --quick --report docs/validation/h200
-  moesim validate --profile h200 --measured bench.csv --engine fused --launch graph
+  moesim validate --profile h200 --measured bench.csv --kernel-style fused --launch graph
   moesim validate --repredict run/result.json --profile measured/h200 --report out
   moesim validate --runs --serving-engine ideal,vllm,sglang,trtllm,per-run
   moesim validate --profile h200 --model qwen3-30b-a3b --bench-result SD.json --baseline BASE.json
@@ -136,10 +136,10 @@ Examples:
     help="Compare a CSV of measurements made elsewhere instead of running torch (schema: --schema).",
 )
 @click.option(
-    "--engine",
+    "--kernel-style",
     default="fused",
     show_default=True,
-    help="With --measured: the engine style of the measured system.",
+    help="With --measured: the kernel style of the measured system.",
 )
 @click.option(
     "--repredict",
@@ -250,7 +250,7 @@ def validate_command(
     cross_profiles: tuple[str, ...],
     measured_path: str | None,
     repredict_path: str | None,
-    engine: str,
+    kernel_style: str,
     bench_path: str | None,
     baseline_path: str | None,
     bench_model: str | None,
@@ -286,7 +286,7 @@ def validate_command(
 
     hardware = load_profile(profile)
     if bench_path or baseline_path:
-        from moesim.commands.serve import tensor_parallel
+        from moesim.commands.serve import serving_layout
         from moesim.simulator.scenario import DEFAULT_DRAFT_LEN, Scenario
         from moesim.simulator.serving.options import ServeOptions
         from moesim.validation.bench.compare import validate_bench
@@ -303,10 +303,10 @@ def validate_command(
             bench_model,
             hardware,
             draft_len=run_draft_lens[0],
-            engine=engine,
+            kernel_style=kernel_style,
             launch=launch if explicit_launch == click.core.ParameterSource.COMMANDLINE else "graph",
             routing="independent" if routing == "uniform" else routing,
-            layout=tensor_parallel(bench_tp),
+            layout=serving_layout(bench_tp),
             drafter=bench_drafter,
             acceptance=bench_acceptance,
             acceptance_length=bench_acceptance_length,
@@ -337,7 +337,7 @@ def validate_command(
         cross = {name: load_profile(name) for name in cross_profiles}
         result = repredict_result(load_result(repredict_path), hardware, cross, source=repredict_path)
     elif measured_path:
-        result = _measured(measured_path, profile, context_len, launch, engine, routing)
+        result = _measured(measured_path, profile, context_len, launch, kernel_style, routing)
     else:
         from moesim.validation.reference.run import ValidationOptions, run_torch_validation
         from moesim.validation.reference.shapes import SHAPES
@@ -413,11 +413,11 @@ def _runs(
 
 
 def _measured(
-    path: str, profile: str, context_len: int, launch: str, engine: str, routing: str
+    path: str, profile: str, context_len: int, launch: str, kernel_style: str, routing: str
 ) -> dict[str, Any]:
     from moesim.validation.reference.report import predict_measured, read_measured_csv, summarise
 
-    rows = predict_measured(read_measured_csv(path), profile, context_len, launch, engine, routing)
+    rows = predict_measured(read_measured_csv(path), profile, context_len, launch, kernel_style, routing)
     return {
         "rows": rows,
         "summary": summarise(rows),
@@ -425,7 +425,7 @@ def _measured(
             "title": f"{path} vs profile {profile}",
             "profile": profile,
             "launch": launch,
-            "engine": engine,
+            "kernel_style": kernel_style,
             "context_len": context_len,
         },
         "notes": [
@@ -503,7 +503,7 @@ def _print(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from moesim.validation.reference.report import attribution_sentence
+    from moesim.validation.reference.report import attribution_sentence, drift_sentence
 
     console = Console()
     table = Table(title=result["meta"].get("title", "validation"))
@@ -540,6 +540,8 @@ def _print(result: dict[str, Any]) -> None:
     if s.get("noise_floor") is not None:
         line += f"  noise floor {s['noise_floor']:.1%}"
     console.print(line)
+    if drift_sentence(s):
+        console.print(drift_sentence(s))
     console.print(f"worst: {w['model']} B={w['batch']} K={w['draft_len']} error {w['error']:+.1%}")
     if s.get("attribution"):
         console.print(attribution_sentence(s["attribution"]))

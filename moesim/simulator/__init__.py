@@ -1,1 +1,1 @@
-"""The model of the world: specs, hardware, routing, kernel plans, costs and the event engine. No torch here."""
+"""The model of the world: specs, hardware, routing, kernel plans, costs and the event timer. No torch here."""

@@ -12,7 +12,7 @@ statistics file path or a `RoutingModel` choose explicitly. Dense models route n
 
 Serving engine (`serving_engine`, a bundled name or a profile path, see `moesim engines`): what the engine
 adds to every step beyond the kernel stream; the default `ideal` adds nothing. Not to be confused with
-`engine`, the kernel-plan style.
+`kernel_style`, how the kernels of a step are planned (`plan.styles`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ DEFAULT_HARDWARE = "h200"
 DEFAULT_BATCH = 1
 DEFAULT_DRAFT_LEN = 3
 DEFAULT_CONTEXT_LEN = 2048
-DEFAULT_ENGINE = "fused"
+DEFAULT_KERNEL_STYLE = "fused"
 DEFAULT_LAUNCH = "graph"
 DEFAULT_SERVING_ENGINE = "ideal"  # the kernel stream alone: what moesim predicted before serving engines
 CPU_LAUNCH = "eager"  # a CPU has no graph replay: torch dispatches each operator
@@ -56,7 +56,7 @@ def check_acceptance(acceptance: float) -> None:
 
 @dataclass(frozen=True)
 class Scenario:
-    """What to simulate. `engine` is the kernel-plan style (see `plan.styles`), `layout` a fixed
+    """What to simulate. `kernel_style` names the kernel plan (see `plan.styles`), `layout` a fixed
     `ParallelLayout` or a `LayoutRequest` (None, the default: the smallest layout whose memory fits)."""
 
     model: ModelSpec | str
@@ -64,7 +64,7 @@ class Scenario:
     batch: int = DEFAULT_BATCH
     draft_len: int = DEFAULT_DRAFT_LEN
     context_len: int = DEFAULT_CONTEXT_LEN
-    engine: str = DEFAULT_ENGINE
+    kernel_style: str = DEFAULT_KERNEL_STYLE
     launch: str | None = None  # None: DEFAULT_LAUNCH on a GPU, CPU_LAUNCH on a CPU
     routing: RoutingModel | str | None = None
     overlap: tuple[float, ...] | str | None = None  # same-sequence overlap at distances 1..D
@@ -117,7 +117,7 @@ class Scenario:
         from moesim.simulator.plan.layout import LayoutRequest
         from moesim.simulator.plan.memory import fit_layout
         from moesim.simulator.plan.step import check_step_inputs
-        from moesim.simulator.plan.styles import engine_style
+        from moesim.simulator.plan.styles import kernel_style_builder
         from moesim.simulator.speculative.drafters import parse_drafter
 
         spec = resolve_model(self.model)
@@ -125,7 +125,7 @@ class Scenario:
         scenario = self.for_device(hardware)
         check_draft_len(self.draft_len)
         drafter = parse_drafter(self.drafter)
-        engine_style(self.engine)
+        kernel_style_builder(self.kernel_style)
         serving = load_serving_engine(self.serving_engine)
         # tokens per sequence the largest verification reserves in the KV cache (a tree's draft tokens)
         k = verify_tokens(serving.drafter, self.draft_len if fit_draft_len is None else fit_draft_len) - 1
@@ -173,8 +173,8 @@ class ResolvedScenario:
         return self.scenario.context_len
 
     @property
-    def engine(self) -> str:
-        return self.scenario.engine
+    def kernel_style(self) -> str:
+        return self.scenario.kernel_style
 
     @property
     def launch(self) -> str:
@@ -188,7 +188,7 @@ class ResolvedScenario:
             "acceptance": None if s.acceptance_length is not None else s.acceptance,
             "acceptance_length": s.acceptance_length,
             "drafter": self.drafter.label,
-            "engine": s.engine,
+            "kernel_style": s.kernel_style,
             "launch": s.launch,
             "context_len": s.context_len,
             "hardware_provenance": self.hardware.provenance.kind,
@@ -275,8 +275,8 @@ __all__ = [
     "DEFAULT_CONTEXT_LEN",
     "DEFAULT_DRAFTER",
     "DEFAULT_DRAFT_LEN",
-    "DEFAULT_ENGINE",
     "DEFAULT_HARDWARE",
+    "DEFAULT_KERNEL_STYLE",
     "DEFAULT_LAUNCH",
     "DEFAULT_SWEEP_BATCHES",
     "DEFAULT_SWEEP_DRAFT_LENS",

@@ -1,6 +1,6 @@
 """The public API: the SD point of a scenario, sweeps, one step, one MoE block.
 
-    simulate(Scenario(...)) or simulate(model=..., hardware=..., ...) -> SpeculativeResult (simpy engine)
+    simulate(Scenario(...)) or simulate(model=..., hardware=..., ...) -> SpeculativeResult (event timer)
     sweep(models, batches=..., draft_lens=..., **scenario fields)     -> SweepResult (fast path)
     simulate_step(model, hardware, batch, tokens_per_seq, ...)        -> StepResult (one decode or verify step)
     simulate_expert_block(model, hardware, tokens, distinct_experts)  -> seconds (one MoE layer, forced routing)
@@ -23,16 +23,16 @@ from moesim.errors import MoesimError
 from moesim.simulator.engines.overheads import overlap_fraction
 from moesim.simulator.engines.profile import load_serving_engine
 from moesim.simulator.execution.collectives import parallel_step_summary
-from moesim.simulator.execution.engine import StepResult, run_engine
+from moesim.simulator.execution.events import StepResult, run_events
 from moesim.simulator.execution.launch import check_launch
-from moesim.simulator.execution.timer import EngineTimer
+from moesim.simulator.execution.timer import EventTimer
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.models.summary import model_summary
 from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout
 from moesim.simulator.plan.memory import fit_layout
 from moesim.simulator.plan.step import check_step_inputs
-from moesim.simulator.plan.styles import build_plan, engine_style
+from moesim.simulator.plan.styles import build_plan, kernel_style_builder
 from moesim.simulator.routing.base import DistinctExperts, RoutingModel
 from moesim.simulator.routing.independent import IndependentRouting
 from moesim.simulator.scenario import (
@@ -129,14 +129,14 @@ class SpeculativeResult:
 
 
 def simulate(scenario: Scenario | None = None, /, **fields: Any) -> SpeculativeResult:
-    """The SD point of a scenario on the simpy engine: decode, verification, drafter, speedup.
+    """The SD point of a scenario on the event timer: decode, verification, drafter, speedup.
 
     >>> result = simulate(model="qwen3-30b-a3b", hardware="h200", batch=1, draft_len=3)
     >>> round(result.speedup, 2) > 1
     True
     """
     resolved = _scenario(scenario, fields).resolve()
-    point = speculative_point(resolved, EngineTimer(resolved.hardware))
+    point = speculative_point(resolved, EventTimer(resolved.hardware))
     return _result(resolved, point)
 
 
@@ -252,7 +252,7 @@ def simulate_step(
     batch: int,
     tokens_per_seq: int,
     context_len: int = DEFAULT_CONTEXT_LEN,
-    engine: str = "fused",
+    kernel_style: str = "fused",
     launch: str = "graph",
     routing: RoutingModel | str | None = None,
     *,
@@ -268,7 +268,7 @@ def simulate_step(
     """
     spec, hw = resolve_model(model), resolve_hardware(hardware)
     check_launch(launch)
-    engine_style(engine)
+    kernel_style_builder(kernel_style)
     check_step_inputs(spec, batch, tokens_per_seq, context_len)
     request = parallel if parallel is not None else ParallelLayout()
     context = context_len + tokens_per_seq
@@ -278,14 +278,14 @@ def simulate_step(
         layout = chosen_layout(request, spec, hw, batch, context)
     routing_model = resolve_routing(spec, routing)
     scenario = Scenario(
-        spec, hw, batch, context_len=context_len, engine=engine, launch=launch, layout=layout,
+        spec, hw, batch, context_len=context_len, kernel_style=kernel_style, launch=launch, layout=layout,
         routing=routing_model,
     )  # fmt: skip
     resolved = ResolvedScenario(
         scenario, spec, hw, routing_model, parse_drafter(scenario.drafter), layout, None,
         load_serving_engine(scenario.serving_engine),
     )  # fmt: skip
-    timed = time_step(resolved, EngineTimer(hw), tokens_per_seq)
+    timed = time_step(resolved, EventTimer(hw), tokens_per_seq)
     result = timed.timing
     assert isinstance(result, StepResult)
     if timed.parallel is not None:
@@ -301,7 +301,7 @@ def simulate_expert_block(
     tokens: int,
     distinct_experts: int,
     launch: str = "graph",
-    engine: str = "fused",
+    kernel_style: str = "fused",
 ) -> float:
     """Seconds of one MoE layer's expert block (router to combine, shared experts included) for `tokens`
     tokens whose routing is forced to hit exactly `distinct_experts` experts; cold cache, no graph launch
@@ -321,12 +321,14 @@ def simulate_expert_block(
         )
     layer = spec.layer_ffn.index("moe")
     plan = build_plan(
-        spec, tokens, 1, 0, engine, IndependentRouting(), hw, distinct_override=distinct_experts
+        spec, tokens, 1, 0, kernel_style, IndependentRouting(), hw, distinct_override=distinct_experts
     )
     segment = next(s for s in plan.segments if s.layer == layer)
     names = [k.name for k in segment.kernels]
     if "router" not in names:
-        raise MoesimError("engine", f"the {engine} style has no kernel named 'router' to start the block at")
+        raise MoesimError(
+            "kernel_style", f"the {kernel_style} style has no kernel named 'router' to start the block at"
+        )
     block = segment.kernels[names.index("router") :]
     block_plan = plan.with_segments((type(segment)(block, layer),))
-    return run_engine(block_plan, hw, launch, warm_cache=False, include_launch_and_sync=False).step_s
+    return run_events(block_plan, hw, launch, warm_cache=False, include_launch_and_sync=False).step_s

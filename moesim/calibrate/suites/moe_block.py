@@ -1,7 +1,7 @@
 """A real MoE expert block (router, top-k, per-expert SwiGLU GEMMs over the hit experts, combine) whose
 routing can be forced to hit exactly U distinct experts for M tokens.
 
-This is the "plain torch reference" engine style: one loop iteration per distinct expert hit, so its cost
+This is the "plain torch reference" kernel style: one loop iteration per distinct expert hit, so its cost
 is a fixed part (router, top-k, sort, combine) plus a per-expert part — what the MoE suite fits and what
 validation compares the simulator against. Importing this module imports torch.
 """

@@ -1,6 +1,6 @@
 """The last-level cache (L2 on GPUs) as an LRU stack measured in bytes, carried kernel to kernel in a step.
 
-Semantics, shared exactly by the engine (this stateful object) and the fast path (stack distances):
+Semantics, shared exactly by the event timer (this stateful object) and the fast path (stack distances):
 
 - a tensor is a buffer with one footprint per step (the largest access to it: a kernel touching part of
   a buffer still refreshes it);
@@ -104,7 +104,7 @@ class CacheState:
         first_hit = min(resident, size)
         if read.reads <= 1.0:
             return first_hit, size - first_hit
-        # repeat_traffic for one read, in plain floats (this runs once per tensor read in the engine)
+        # repeat_traffic for one read, in plain floats (this runs once per tensor read in the event timer)
         repeats = (read.reads - 1.0) * size
         working = read.working_set_bytes if read.working_set_bytes > 0 else size
         fits = min(1.0, self.capacity_bytes / working) if working > 0 else 1.0

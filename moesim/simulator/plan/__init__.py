@@ -1,4 +1,4 @@
-"""Kernel plans: what one decode or verification step launches (per engine style), parallel layouts and the
+"""Kernel plans: what one decode or verification step launches (per kernel style), parallel layouts and the
 slowest rank's plan with its collectives, and the memory fit. Plans describe work; they never time it.
 
 May import models/ and routing/; never execution/ or hardware/ (device facts arrive through the

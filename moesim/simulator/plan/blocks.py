@@ -85,7 +85,7 @@ class PlanContext:
         return ffn_matrices(self.model)
 
 
-# --- Kernel building blocks (usable by other engine styles) -----------------------------------------------------
+# --- Kernel building blocks (usable by other kernel styles) -----------------------------------------------------
 
 
 def make_kernel(

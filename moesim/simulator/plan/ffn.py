@@ -22,7 +22,7 @@ from moesim.simulator.plan.blocks import (
 from moesim.simulator.plan.kernels import Kernel, TensorRead
 from moesim.simulator.plan.shapes import shared_width
 
-# A per-token plan launches several kernels per (token, expert) pair; beyond this the engine would take
+# A per-token plan launches several kernels per (token, expert) pair; beyond this the event timer would take
 # minutes, and no serving engine runs that way at such sizes anyway.
 MAX_PER_TOKEN_LAUNCHES = 400_000
 
@@ -187,9 +187,9 @@ def per_token_expert_kernels(ctx: PlanContext, distinct: float) -> list[Kernel]:
     launches = 3 * m * k * model.n_moe_layers
     if launches > MAX_PER_TOKEN_LAUNCHES:
         raise MoesimError(
-            "engine",
+            "kernel_style",
             f"the per-token plan would launch {launches} expert kernels in one step",
-            f"use --engine fused, or a smaller batch / draft length (limit {MAX_PER_TOKEN_LAUNCHES})",
+            f"use --kernel-style fused, or a smaller batch / draft length (limit {MAX_PER_TOKEN_LAUNCHES})",
         )
     u = max(k, min(round(distinct), m * k))
     dtype = model.expert_format.compute_dtype

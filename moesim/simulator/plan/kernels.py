@@ -1,4 +1,4 @@
-"""The unit of work the cost model and engine understand: one device kernel with its FLOPs and bytes."""
+"""The unit of work the cost model and the timers understand: one device kernel with its FLOPs and bytes."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from moesim.simulator.plan.blocks import ACT_BYTES, GENERIC_DEVICE, LAYER_PREFIX
 from moesim.simulator.plan.kernels import Kernel, TensorRead
 from moesim.simulator.plan.shapes import kv_bytes_per_token
 from moesim.simulator.plan.step import PlanBuilder, StepPlan, distinct_experts_by_layer
-from moesim.simulator.plan.styles import engine_style, plan_from_context
+from moesim.simulator.plan.styles import kernel_style_builder, plan_from_context
 from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.routing.independent import IndependentRouting, expected_distinct_uniform
 
@@ -138,7 +138,7 @@ def build_mixed_plan(
     tokens_per_seq: int,
     context_len: int,
     chunks: PrefillChunks,
-    engine: str = "fused",
+    kernel_style: str = "fused",
     routing: RoutingModel | None = None,
     device: PlanDevice | None = None,
 ) -> StepPlan:
@@ -146,7 +146,7 @@ def build_mixed_plan(
     plus the prefill `chunks` (`device` as for `styles.build_plan`)."""
     routing = routing or IndependentRouting()
     device = device or GENERIC_DEVICE
-    builder = with_prefill_attention(engine_style(engine), chunks, decode_seqs)
+    builder = with_prefill_attention(kernel_style_builder(kernel_style), chunks, decode_seqs)
     ctx = MixedContext(model, decode_seqs, tokens_per_seq, context_len, device, chunks.tokens)
     tail = MixedContext(model, decode_seqs, tokens_per_seq, context_len, device, chunks.chunks)
     distinct = (

@@ -17,7 +17,7 @@ Communication kernels (category `communication`, stream COMM_STREAM) are inserte
 - LM head (tp > 1): all-gather of the vocabulary-parallel logits.
 Each is described by a `Collective` (operation, ranks, bytes): what moves, never how long it takes; the
 execution room times every collective with one formula (`execution.collectives.collective_time_s`) for the
-engine and the fast path alike. With one GPU the plan is exactly `plan.styles.build_plan`'s.
+event timer and the fast path alike. With one GPU the plan is exactly `plan.styles.build_plan`'s.
 """
 
 from __future__ import annotations
@@ -275,20 +275,20 @@ def build_parallel_plan(
     layout: ParallelLayout,
     device: PlanDevice = GENERIC_DEVICE,
     context_len: int = 2048,
-    engine: str = "fused",
+    kernel_style: str = "fused",
     routing: RoutingModel | None = None,
 ) -> ParallelStep:
     """The slowest rank's plan of one step of B sequences × T tokens under `layout`, with its collectives."""
     routing = routing or IndependentRouting()
     if layout.is_single:
         return ParallelStep(
-            build_plan(model, batch, tokens_per_seq, context_len, engine, routing, device), layout
+            build_plan(model, batch, tokens_per_seq, context_len, kernel_style, routing, device), layout
         )
-    if engine != "fused":
+    if kernel_style != "fused":
         raise MoesimError(
-            "engine",
-            f"multi-GPU layouts are modelled for the fused serving-engine style, not {engine!r}",
-            "use --engine fused, or --gpus 1",
+            "kernel_style",
+            f"multi-GPU layouts are modelled for the fused kernel style, not {kernel_style!r}",
+            "use --kernel-style fused, or --gpus 1",
         )
     layout.check_model(model)
     pl.check_step_inputs(model, batch, tokens_per_seq, context_len)
@@ -340,7 +340,7 @@ def build_parallel_plan(
     segments.append(pl.Segment(tuple(_epilogue(ctx, layout))))
     plan = pl.StepPlan(
         model_name=model.name,
-        engine=engine,
+        kernel_style=kernel_style,
         batch=batch,
         tokens_per_seq=tokens_per_seq,
         context_len=context_len,

@@ -1,4 +1,4 @@
-"""The `torch-reference` engine style: exactly the kernels `moesim/validation/reference/torch_model.py` launches.
+"""The `torch-reference` kernel style: exactly the kernels `moesim/validation/reference/torch_model.py` launches.
 
 One plain-torch aten call is one kernel here, in the same order, with the bytes it reads and writes and
 its FLOPs. Per layer: RMSNorm as six element-wise kernels (pow, mean, add, rsqrt, mul, mul), one fused
@@ -21,7 +21,7 @@ GEMMs it runs split-K (GEMM + reduce, chosen by cuBLAS heuristics from shape and
 from the shape here); on the 4-layer check step that is 14 of 595 kernels, about 1% of a graph step. The
 plan keeps one kernel per op; validation reports both counts (`plan_matches_torch`).
 
-Two entry points: the registered engine style (`--engine torch-reference`), which spreads the expected
+Two entry points: the registered kernel style (`--kernel-style torch-reference`), which spreads the expected
 distinct experts' tokens evenly, and `reference_step_plan`, which takes the exact per-expert loads of a
 measured run (what validation predicts).
 """
@@ -44,7 +44,7 @@ from moesim.simulator.plan.step import (
     check_step_inputs,
 )
 
-ENGINE_NAME = "torch-reference"
+STYLE_NAME = "torch-reference"
 INDEX_BYTES = 8  # torch.long
 P = LAYER_PREFIX
 
@@ -54,10 +54,10 @@ def element_bytes(model: ModelSpec) -> float:
     fmt = model.dense_format
     if (model.expert_weight_format or model.weight_format) != model.weight_format or fmt.scale_bits:
         raise MoesimError(
-            "engine",
-            f"the {ENGINE_NAME} style runs unquantised weights in one dtype, not "
+            "kernel_style",
+            f"the {STYLE_NAME} style runs unquantised weights in one dtype, not "
             f"{model.weight_format!r}/{model.expert_weight_format!r}",
-            "use bf16, fp16 or fp32 weights, or another engine style",
+            "use bf16, fp16 or fp32 weights, or another kernel style",
         )
     return fmt.value_bits / 8
 
@@ -68,9 +68,9 @@ def check_reference_model(model: ModelSpec) -> None:
     att = model.attention
     if att.is_mla or any(kind != "full" for kind in model.layer_attention):
         raise MoesimError(
-            "engine",
-            f"{model.name}: the {ENGINE_NAME} style covers full MHA/GQA attention only",
-            "use --engine fused",
+            "kernel_style",
+            f"{model.name}: the {STYLE_NAME} style covers full MHA/GQA attention only",
+            "use --kernel-style fused",
         )
     extras = {
         "attention.bias": att.bias,
@@ -87,9 +87,9 @@ def check_reference_model(model: ModelSpec) -> None:
     present = [name for name, on in extras.items() if on]
     if present:
         raise MoesimError(
-            "engine",
-            f"{model.name}: the {ENGINE_NAME} style does not run {', '.join(present)}",
-            "switch them off for the validation model, or use --engine fused",
+            "kernel_style",
+            f"{model.name}: the {STYLE_NAME} style does not run {', '.join(present)}",
+            "switch them off for the validation model, or use --kernel-style fused",
         )
     element_bytes(model)
 
@@ -410,10 +410,10 @@ def reference_step_plan(
     context_len: int,
     expert_loads: Sequence[np.ndarray],
     experts: ExpertKernels | None = None,
-    engine: str = ENGINE_NAME,
+    kernel_style: str = STYLE_NAME,
 ) -> StepPlan:
     """The exact plan of one reference step; `expert_loads[j]` = tokens per expert of the j-th MoE layer;
-    `experts` and `engine` name another reference's expert kernels (see plan/reference_fused.py)."""
+    `experts` and `kernel_style` name another reference's expert kernels (see plan/reference_fused.py)."""
     check_step_inputs(model, batch, tokens_per_seq, context_len)
     check_reference_model(model)
     if len(expert_loads) != model.n_moe_layers:
@@ -438,7 +438,7 @@ def reference_step_plan(
     segments.append(Segment(tuple(epilogue(model, m))))
     return StepPlan(
         model_name=model.name,
-        engine=engine,
+        kernel_style=kernel_style,
         batch=batch,
         tokens_per_seq=tokens_per_seq,
         context_len=context_len,
@@ -467,7 +467,7 @@ def _registry_epilogue(ctx: PlanContext) -> list[Kernel]:
 
 
 REFERENCE_STYLE = PlanBuilder(
-    ENGINE_NAME,
+    STYLE_NAME,
     "plain torch as moesim validation runs it: eager aten ops, one GEMM pair per distinct expert, index_add combine",
     _registry_layer,
     prologue=_registry_prologue,
@@ -476,8 +476,8 @@ REFERENCE_STYLE = PlanBuilder(
 
 
 __all__ = [
-    "ENGINE_NAME",
     "REFERENCE_STYLE",
+    "STYLE_NAME",
     "ExpertKernels",
     "check_reference_model",
     "even_loads",

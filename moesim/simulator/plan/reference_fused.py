@@ -1,4 +1,4 @@
-"""The `torch-fused` engine style: the validation reference with its experts as grouped GEMMs.
+"""The `torch-fused` kernel style: the validation reference with its experts as grouped GEMMs.
 
 The closest plain-torch equivalent of a serving engine's fused MoE block (the `fused` style): tokens are
 sorted by expert as in `torch-reference`, then each projection is ONE `torch._grouped_mm` launch over
@@ -33,7 +33,7 @@ from moesim.simulator.plan.reference import (
 )
 from moesim.simulator.plan.step import PlanBuilder, StepPlan
 
-ENGINE_NAME = "torch-fused"
+STYLE_NAME = "torch-fused"
 
 
 def grouped_expert_kernels(k: _Kernels, model: ModelSpec, loads: np.ndarray) -> None:
@@ -68,7 +68,7 @@ def fused_reference_step_plan(
 ) -> StepPlan:
     """The exact plan of one `torch-fused` reference step with these per-layer expert loads."""
     return reference_step_plan(
-        model, batch, tokens_per_seq, context_len, expert_loads, grouped_expert_kernels, ENGINE_NAME
+        model, batch, tokens_per_seq, context_len, expert_loads, grouped_expert_kernels, STYLE_NAME
     )
 
 
@@ -83,7 +83,7 @@ def _registry_layer(
 
 
 FUSED_REFERENCE_STYLE = PlanBuilder(
-    ENGINE_NAME,
+    STYLE_NAME,
     "plain torch with grouped expert GEMMs (torch._grouped_mm, one launch per projection), as moesim "
     "validation's fused reference runs it",
     _registry_layer,
@@ -92,4 +92,4 @@ FUSED_REFERENCE_STYLE = PlanBuilder(
 )
 
 
-__all__ = ["ENGINE_NAME", "FUSED_REFERENCE_STYLE", "fused_reference_step_plan", "grouped_expert_kernels"]
+__all__ = ["FUSED_REFERENCE_STYLE", "STYLE_NAME", "fused_reference_step_plan", "grouped_expert_kernels"]

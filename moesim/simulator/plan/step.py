@@ -1,4 +1,4 @@
-"""The kernel plan of one forward step: what each launch computes and which tensors it reads, per engine style.
+"""The kernel plan of one forward step: what each launch computes and which tensors it reads, per kernel style.
 
 A decode step runs M = B tokens (one per sequence), a verification step M = B·(K+1). Per layer, in order:
 norm, attention projections, rotary, KV-cache store, attention over each sequence's cache, output
@@ -8,12 +8,12 @@ sampling (plus acceptance in a verification step).
 
 The kernels come from one builder per part: `plan.attention` (one per attention kind), `plan.ffn` (dense
 FFN, MoE block), `plan.head` (embedding; LM head, sampling, acceptance), on the shared building blocks of
-`plan.blocks` and the weight shapes of `plan.shapes`. This module holds the plan itself and how an engine
+`plan.blocks` and the weight shapes of `plan.shapes`. This module holds the plan itself and how a kernel
 style composes a layer from them.
 
 Identical layers share one template (built once per attention kind, FFN kind and distinct-expert count),
-which keeps plan building fast enough for sweeps; `StepPlan.kernels` expands them for the engine.
-Engine styles live in a registry (`ENGINE_STYLES`); others register theirs with `register_engine_style`.
+which keeps plan building fast enough for sweeps; `StepPlan.kernels` expands them for the event timer.
+Kernel styles live in a registry (`KERNEL_STYLES`); others register theirs with `register_kernel_style`.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ SegmentBuilder = Callable[[PlanContext], list[Kernel]]
 
 @dataclass(frozen=True)
 class PlanBuilder:
-    """An engine style: how it turns one layer (and the step's head and tail) into kernels.
+    """A kernel style: how it turns one layer (and the step's head and tail) into kernels.
 
     `layer(ctx, attention_kind, ffn_kind, distinct_experts)` returns one layer's template kernels; it is
     called once per distinct (attention kind, FFN kind, distinct experts) and reused for identical layers.
@@ -74,7 +74,7 @@ class StepPlan:
     """The kernels of one forward step, with what they were built from."""
 
     model_name: str
-    engine: str
+    kernel_style: str
     batch: int
     tokens_per_seq: int
     context_len: int
@@ -135,7 +135,7 @@ def _expand(kernels: tuple[Kernel, ...], layer: int) -> list[Kernel]:
     return [_expand_one(k, layer) for k in kernels]
 
 
-# --- Engine styles ---------------------------------------------------------------------------------------------
+# --- Kernel styles ---------------------------------------------------------------------------------------------
 
 
 def fused_layer(

@@ -1,11 +1,11 @@
-"""The engine-style registry: every built-in kernel-plan style, listed where it is defined, and `build_plan`.
+"""The kernel-style registry: every built-in kernel style, listed where it is defined, and `build_plan`.
 
     fused            serving-engine kernels (vLLM / SGLang): grouped GEMMs over the distinct experts
     per-token        a naive loop, one expert MLP per (token, chosen expert)
     torch-reference  exactly the aten ops moesim's validation reference launches (plan/reference.py)
     torch-fused      that reference with one grouped GEMM per expert projection (plan/reference_fused.py)
 
-Third parties add theirs with `register_engine_style(PlanBuilder(...))`.
+Third parties add theirs with `register_kernel_style(PlanBuilder(...))`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from moesim.simulator.plan.step import (
 from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.routing.independent import IndependentRouting
 
-ENGINE_STYLES: dict[str, PlanBuilder] = {
+KERNEL_STYLES: dict[str, PlanBuilder] = {
     "fused": PlanBuilder(
         "fused",
         "serving-engine kernels (vLLM/SGLang): grouped GEMMs over distinct experts, shared experts on a side stream",
@@ -46,17 +46,17 @@ ENGINE_STYLES: dict[str, PlanBuilder] = {
 }
 
 
-def register_engine_style(builder: PlanBuilder) -> None:
-    """Add (or replace) an engine style so `build_plan(..., engine=builder.name)` and the CLI can use it."""
-    ENGINE_STYLES[builder.name] = builder
+def register_kernel_style(builder: PlanBuilder) -> None:
+    """Add (or replace) a kernel style so `build_plan(..., kernel_style=builder.name)` and the CLI can use it."""
+    KERNEL_STYLES[builder.name] = builder
 
 
-def engine_style(name: str) -> PlanBuilder:
+def kernel_style_builder(name: str) -> PlanBuilder:
     try:
-        return ENGINE_STYLES[name]
+        return KERNEL_STYLES[name]
     except KeyError:
         raise MoesimError(
-            "engine", f"unknown engine style {name!r}", f"choose one of {', '.join(ENGINE_STYLES)}"
+            "kernel_style", f"unknown kernel style {name!r}", f"choose one of {', '.join(KERNEL_STYLES)}"
         ) from None
 
 
@@ -65,7 +65,7 @@ def build_plan(
     batch: int,
     tokens_per_seq: int,
     context_len: int = 2048,
-    engine: str = "fused",
+    kernel_style: str = "fused",
     routing: RoutingModel | None = None,
     device: PlanDevice | None = None,
     distinct_override: float | None = None,
@@ -75,7 +75,7 @@ def build_plan(
     `device` gives the plan its device facts (a `HardwareProfile` does); `distinct_override` forces every MoE layer to hit exactly that many distinct experts (forced routing).
     """
     check_step_inputs(model, batch, tokens_per_seq, context_len)
-    builder = engine_style(engine)
+    builder = kernel_style_builder(kernel_style)
     routing = routing or IndependentRouting()
     ctx = PlanContext(model, batch, tokens_per_seq, context_len, device or GENERIC_DEVICE)
     if distinct_override is not None:
@@ -111,7 +111,7 @@ def plan_from_context(
     segments.append(Segment(tuple(builder.epilogue(epilogue_ctx or ctx))))
     plan = StepPlan(
         model_name=model.name,
-        engine=builder.name,
+        kernel_style=builder.name,
         batch=ctx.batch,
         tokens_per_seq=ctx.tokens_per_seq,
         context_len=ctx.context_len,
@@ -123,8 +123,8 @@ def plan_from_context(
     )
     if builder.max_launches is not None and plan.n_kernels > builder.max_launches:
         raise MoesimError(
-            "engine",
+            "kernel_style",
             f"the {builder.name} plan would launch {plan.n_kernels} kernels in one step",
-            f"use --engine fused, or a smaller batch / draft length (limit {builder.max_launches})",
+            f"use --kernel-style fused, or a smaller batch / draft length (limit {builder.max_launches})",
         )
     return plan

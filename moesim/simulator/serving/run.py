@@ -27,7 +27,7 @@ from moesim.simulator.serving.kv import KvBlocks, KvCapacity, kv_capacity
 from moesim.simulator.serving.loop import run_serving_loop
 from moesim.simulator.serving.metrics import METRIC_NAMES, ServingMetrics, serving_metrics, speedups
 from moesim.simulator.serving.options import ServeOptions
-from moesim.simulator.serving.step_cost import ScenarioStepCost, StepCost, check_serving_layout
+from moesim.simulator.serving.step_cost import ScenarioStepCost, StepCost
 from moesim.simulator.serving.workload import Workload, send_times_s
 
 MAX_SWEEP_POINTS = 64
@@ -144,12 +144,12 @@ def draws_for(resolved: ResolvedScenario, seed: int) -> AcceptanceDraws:
 
 
 def resolve_serving(scenario: Scenario) -> ResolvedScenario:
-    """The scenario resolved for serving: one GPU unless it names a layout, which must be one GPU or a
-    tensor-parallel group; the memory check is the KV capacity's (weights must leave room for it)."""
+    """The scenario resolved for serving: one GPU unless it names a layout (a tensor-parallel group, or
+    expert parallelism with data-parallel attention); the memory check is the KV capacity's (weights must
+    leave room for it)."""
     if scenario.layout is None:
         scenario = scenario.replace(layout=ParallelLayout())
     resolved = scenario.resolve(check_fit=False)
-    check_serving_layout(resolved.layout)
     resolved.layout.check_model(resolved.model)
     return resolved
 
@@ -220,6 +220,10 @@ def serve(
                 else f"SD: {with_drafter.description}; no SD: {without.description}"
             ),
             "step_cost": cost.description,
-            "not_modelled": "expert-parallel layouts; the drafter's pass over prompt tokens",
+            "not_modelled": (
+                "the drafter's pass over prompt tokens; with data-parallel attention one scheduler and one KV "
+                "pool for all groups (requests balanced over the groups, limits for all of them as SGLang's "
+                "max_running_requests; vLLM's max_num_seqs is per DP rank)"
+            ),
         },
     )

@@ -292,7 +292,7 @@ def drafter_pass_plan(
     device: PlanDevice,
     batch: int,
     context_len: int,
-    engine: str,
+    kernel_style: str,
     routing: RoutingModel | None,
     load_model: Callable[[str], ModelSpec] | None = None,
     *,
@@ -301,7 +301,7 @@ def drafter_pass_plan(
     """The plan of one drafter pass on one GPU: B sequences, `tokens_per_seq` tokens each."""
     model = drafter.model(target, load_model)
     assert model is not None
-    style = engine if engine in ("fused", "per-token") else "fused"
+    style = kernel_style if kernel_style in ("fused", "per-token") else "fused"
     plan = build_plan(model, batch, tokens_per_seq, context_len, style, routing, device)
     if drafter.reads_hidden_states:
         context = PlanContext(model, batch, tokens_per_seq, context_len, device)
@@ -331,7 +331,7 @@ def draft_pass_s(
     layout: ParallelLayout,
     batch: int,
     context_len: int,
-    engine: str,
+    kernel_style: str,
     routing: RoutingModel | None,
     timer: StepTimer,
     launch: str,
@@ -347,7 +347,7 @@ def draft_pass_s(
     q = tokens_per_seq
     if layout.is_single or layout.draft_on == "separate":
         plan = drafter_pass_plan(
-            drafter, target, hardware, batch, context_len, engine, routing, load_model, tokens_per_seq=q
+            drafter, target, hardware, batch, context_len, kernel_style, routing, load_model, tokens_per_seq=q
         )
         return timer.step(plan, launch, include_launch_and_sync=False).step_s
     draft = drafter.model(target, load_model)
@@ -356,11 +356,13 @@ def draft_pass_s(
     if draft_layout.is_single:  # nothing to split: every rank drafts its group's sequences whole
         group = layout.sequences_per_group(batch)
         plan = drafter_pass_plan(
-            drafter, target, hardware, group, context_len, engine, routing, load_model, tokens_per_seq=q
+            drafter, target, hardware, group, context_len, kernel_style, routing, load_model, tokens_per_seq=q
         )
         return timer.step(plan, launch, include_launch_and_sync=False).step_s
     draft_batch = batch if draft_layout is layout else layout.sequences_per_group(batch)
-    step = build_parallel_plan(draft, draft_batch, q, draft_layout, hardware, context_len, engine, routing)
+    step = build_parallel_plan(
+        draft, draft_batch, q, draft_layout, hardware, context_len, kernel_style, routing
+    )
     if drafter.reads_hidden_states:
         rank = rank_model(draft, draft_layout)
         context = PlanContext(rank, draft_layout.sequences_per_group(draft_batch), q, context_len, hardware)

@@ -45,7 +45,7 @@ def sweep_caption(result: SweepResult, width_chars: int = 120) -> str:
     layout = layouts[0] if len(layouts) == 1 else "the smallest that fits each model and batch"
     text = (
         f"Speedup = tokens/s with SD ÷ without; {acceptance}; drafter {a.get('drafter')}; layout: {layout}; "
-        f"{a.get('engine')} kernels, {a.get('launch')} launch, context {a.get('context_len')} tokens; "
+        f"{a.get('kernel_style')} kernels, {a.get('launch')} launch, context {a.get('context_len')} tokens; "
         f"{routing} (details: --json)."
     )
     if result.skipped:

@@ -20,12 +20,20 @@ from moesim.simulator.bounds import DEFAULT_MAX_CONFIGS, check_configs, check_me
 from moesim.simulator.engines.profile import load_serving_engine
 from moesim.simulator.execution.timer import FastTimer, StepTimer
 from moesim.simulator.models.spec import ModelSpec
+from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.plan.step import check_step_inputs
-from moesim.simulator.plan.styles import engine_style
-from moesim.simulator.scenario import Scenario, resolve_hardware, resolve_routing
+from moesim.simulator.plan.styles import kernel_style_builder
+from moesim.simulator.scenario import ResolvedScenario, Scenario, resolve_hardware, resolve_routing
 from moesim.simulator.speculative.acceptance import best_draft_len, peak_batch
 from moesim.simulator.speculative.drafters import parse_drafter
-from moesim.simulator.speculative.point import prepare_points, scenario_timers, speculative_point
+from moesim.simulator.speculative.point import (
+    TimedPlan,
+    point_step_keys,
+    prepare_points,
+    scenario_timers,
+    speculative_point,
+    time_steps,
+)
 
 ROW_FIELDS = (
     "model",
@@ -150,7 +158,7 @@ def run_sweep(
     hardware = resolve_hardware(base.hardware)
     base = base.for_device(hardware)
     timer = timer or FastTimer(hardware)
-    engine_style(base.engine)
+    kernel_style_builder(base.kernel_style)
     for k in draft_lens:
         if k < 1:
             raise MoesimError("draft_len", f"values must be ≥ 1, got {k}")
@@ -178,9 +186,10 @@ def run_sweep(
                 if progress:
                     progress(len(draft_lens))
         prepare_points(resolved_batches, draft_lens)
+        timed = _time_model_steps(resolved_batches, draft_lens, timer)
         for resolved in resolved_batches:
             batch = resolved.batch
-            timers = scenario_timers(resolved, timer)
+            timers = scenario_timers(resolved, timer, timed[resolved.layout])
             layout = resolved.layout
             for k in draft_lens:
                 point = speculative_point(resolved, timer, k, timers=timers)
@@ -215,7 +224,7 @@ def run_sweep(
             "acceptance": None if base.acceptance_length is not None else base.acceptance,
             "acceptance_length": base.acceptance_length,
             "drafter": drafter.label,
-            "engine": base.engine,
+            "kernel_style": base.kernel_style,
             "launch": base.launch,
             "context_len": base.context_len,
             "hardware": hardware.name,
@@ -224,6 +233,18 @@ def run_sweep(
             "serving_engine_provenance": serving.provenance.kind,
         },
     )
+
+
+def _time_model_steps(
+    resolved: Sequence[ResolvedScenario], draft_lens: Sequence[int], timer: StepTimer
+) -> dict[ParallelLayout, dict[tuple[int, int, str], TimedPlan]]:
+    """Every decode and verification step of one model's points (its batch sizes × `draft_lens`), timed
+    in one `timer.steps` call per layout: the fast path costs the steps that share a structure together."""
+    by_layout: dict[ParallelLayout, tuple[ResolvedScenario, list[tuple[int, int, str]]]] = {}
+    for r in resolved:
+        _, keys = by_layout.setdefault(r.layout, (r, []))
+        keys += point_step_keys(r.serving_engine, r.batch, draft_lens, r.launch)
+    return {layout: time_steps(r, timer, keys) for layout, (r, keys) in by_layout.items()}
 
 
 def _sweep_in_processes(

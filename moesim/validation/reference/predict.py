@@ -1,10 +1,12 @@
 """Predict a measured reference step with the simulator, and split the prediction into cost terms.
 
-No torch here. The prediction is the discrete-event engine run on the exact `torch-reference` plan of
+No torch here. The prediction is the discrete-event timer run on the exact `torch-reference` plan of
 the step (`reference_step_plan` with the replayed expert loads), so it prices exactly the measured work.
 The term split (launch, fixed latency, compute, memory, cache) feeds the error attribution in report.py.
 `predict_rows` is the pure half of validation: it prices the rows a measuring run wrote (`measure.py`),
-right after measuring or later on a machine without torch (`moesim validate --repredict`).
+right after measuring or later on a machine without torch (`moesim validate --repredict`). Where the
+profile recorded its calibration's drift probe and the rows the probe measured beside them, each row is also
+predicted with the profile at the machine speed of that moment (`calibrate.fits.drift.at_speed`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from moesim.calibrate.fits.drift import ProbeSample, SpeedRatio, at_speed, reference_sample
 from moesim.errors import MoesimError
 from moesim.simulator.execution.cost import CostParams, kernel_times_s, memory_time_s
 from moesim.simulator.hardware.profile import HardwareProfile
@@ -42,6 +45,9 @@ MEASURED_KEYS = (
     "spread",
     "round_spread",
     "n_samples",
+    "probe_memory_gbps",
+    "probe_compute_tflops",
+    "probe_dispatch_us",
 )
 
 
@@ -78,7 +84,7 @@ def cost_terms(
         costs = cost_plan(arrays, params)
         hbm, compute, memory, total = costs.hbm_bytes, costs.compute_s, costs.memory_s, costs.total_s
     else:
-        from moesim.simulator.execution.engine import cache_pass
+        from moesim.simulator.execution.events import cache_pass
 
         cache, hbm = cache_pass(plan.kernels, params.cache_capacity_bytes, warm=False)
         peaks = np.array([params.peak(k.dtype) for k in plan.kernels])
@@ -102,11 +108,11 @@ def cost_terms(
 def simulate_plan(
     plan: StepPlan, hardware: HardwareProfile, launch: str, params: CostParams, warm_cache: bool = True
 ) -> tuple[float, dict[str, float], float, float]:
-    """(step_s, breakdown_s, hbm_bytes, cache_bytes) from the discrete-event engine, or from the closed-form
+    """(step_s, breakdown_s, hbm_bytes, cache_bytes) from the discrete-event timer, or from the closed-form
     fast path (equal to the engine on one stream, as every torch-reference plan is, and warm only) where
     simpy is missing."""
     try:
-        from moesim.simulator.execution.engine import run_engine
+        from moesim.simulator.execution.events import run_events
     except ImportError:
         if not warm_cache:
             raise
@@ -114,7 +120,7 @@ def simulate_plan(
 
         fast = fast_step(plan, hardware, launch, params=params)
         return fast.step_s, dict(fast.breakdown_s), fast.hbm_bytes, fast.cache_bytes
-    result = run_engine(plan, hardware, launch, params=params, warm_cache=warm_cache)
+    result = run_events(plan, hardware, launch, params=params, warm_cache=warm_cache)
     return result.step_s, dict(result.breakdown_s), result.hbm_bytes, result.cache_bytes
 
 
@@ -165,6 +171,7 @@ def predict_rows(
     """
     rows: list[dict[str, Any]] = []
     mismatched: list[str] = []
+    reference = reference_sample(hardware)
     warm = meta.get("cache_between_steps", "warm") != "cold"  # runs before the flush option ran warm
     style = meta.get("reference_style", "torch-reference")
     if style not in REFERENCE_PLANS:
@@ -189,8 +196,26 @@ def predict_rows(
             name: simulate_plan(plan, other, launch, CostParams.from_hardware(other), warm)[0]
             for name, other in (cross_hardware or {}).items()
         }
+        corrected = {}
+        if reference is not None and old.get("probe_memory_gbps") and old.get("probe_compute_tflops"):
+            beside = ProbeSample(
+                "row",
+                0.0,
+                old["probe_memory_gbps"],
+                old["probe_compute_tflops"],
+                dispatch_us=old.get("probe_dispatch_us") or 0.0,
+            )
+            ratio = SpeedRatio.between(beside, reference)
+            drifted = at_speed(hardware, ratio)
+            corrected = {
+                "speed_ratio": ratio.as_dict(),
+                "drift_predicted_s": simulate_plan(
+                    plan, drifted, launch, CostParams.from_hardware(drifted), warm
+                )[0],
+            }
         rows.append(
             {key: old.get(key) for key in MEASURED_KEYS}
+            | corrected
             | {
                 "distinct_experts": distinct,
                 "n_kernels": pred.n_kernels,

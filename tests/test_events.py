@@ -1,4 +1,4 @@
-"""The discrete-event engine: launch modes, streams, bandwidth sharing, breakdown, and the fast path's agreement."""
+"""The discrete-event timer: launch modes, streams, bandwidth sharing, breakdown, and the fast path's agreement."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moesim.simulator.execution.engine import run_engine
+from moesim.simulator.execution.events import run_events
 from moesim.simulator.execution.fastpath import fast_step
 from moesim.simulator.plan.kernels import Kernel, TensorRead
 from moesim.simulator.plan.step import Segment
@@ -31,14 +31,14 @@ def test_fast_path_agrees_with_engine(name: str, launch: str) -> None:
     spec = model(name)
     for batch, tokens in [(1, 1), (1, 4), (8, 3), (64, 8)]:
         plan = build_plan(spec, batch, tokens, 2048, "fused", None, h200())
-        engine = run_engine(plan, h200(), launch)
+        events = run_events(plan, h200(), launch)
         fast = fast_step(plan, h200(), launch)
         single_stream = all(k.stream == 0 for s in plan.segments for k in s.kernels)
         tolerance = 1e-9 if single_stream else 0.02
-        assert fast.step_s == pytest.approx(engine.step_s, rel=tolerance)
-        assert fast.hbm_bytes == pytest.approx(engine.hbm_bytes, rel=1e-6)
+        assert fast.step_s == pytest.approx(events.step_s, rel=tolerance)
+        assert fast.hbm_bytes == pytest.approx(events.hbm_bytes, rel=1e-6)
         if single_stream:
-            for category, seconds in engine.breakdown_s.items():
+            for category, seconds in events.breakdown_s.items():
                 assert fast.breakdown_s[category] == pytest.approx(seconds, rel=1e-6, abs=1e-12)
 
 
@@ -60,7 +60,7 @@ def test_fast_path_equals_engine_on_one_stream(
     plan = build_plan(spec, batch, tokens, 512, "fused", None, h200())
     launch = "eager" if eager else "graph"
     assert fast_step(plan, h200(), launch).step_s == pytest.approx(
-        run_engine(plan, h200(), launch).step_s, rel=1e-9
+        run_events(plan, h200(), launch).step_s, rel=1e-9
     )
 
 
@@ -68,7 +68,7 @@ def test_fast_path_equals_engine_on_one_stream(
 def test_eager_is_never_faster_than_graph(name: str) -> None:
     for batch, tokens in [(1, 1), (4, 4), (64, 1), (256, 8)]:
         plan = build_plan(model(name), batch, tokens, 2048, "fused", None, h200())
-        assert run_engine(plan, h200(), "eager").step_s >= run_engine(plan, h200(), "graph").step_s
+        assert run_events(plan, h200(), "eager").step_s >= run_events(plan, h200(), "graph").step_s
 
 
 def test_small_model_at_batch_one_in_eager_mode_is_launch_bound() -> None:
@@ -115,7 +115,7 @@ def test_side_streams_share_bandwidth() -> None:
 
     def run(*kernels: Kernel) -> float:
         plan = base.with_segments((Segment(kernels),))
-        return run_engine(plan, h200(), "graph", include_launch_and_sync=False, warm_cache=False).step_s
+        return run_events(plan, h200(), "graph", include_launch_and_sync=False, warm_cache=False).step_s
 
     alone = run(fork, a, join)
     side_by_side = run(fork, b, a, join)
@@ -130,7 +130,7 @@ def test_shared_experts_overlap_in_the_fused_style() -> None:
     plan = build_plan(spec, 1, 1, 256, "fused", None, h200())
     assert any(k.stream == 1 for k in plan.kernels)
     assert any(k.join for k in plan.kernels)
-    result = run_engine(plan, h200(), "graph")
+    result = run_events(plan, h200(), "graph")
     serial = sum(result.kernel_times_s)
     assert result.step_s - h200().empirical.graph_launch_us * 1e-6 < serial + len(plan.kernels) * 1.5e-6
 
@@ -138,20 +138,20 @@ def test_shared_experts_overlap_in_the_fused_style() -> None:
 def test_per_token_reads_more_but_l2_absorbs_repeats_of_experts_that_fit() -> None:
     hw = h200()
     fits = tiny_moe(2, 512, 16, 2, 256)  # 16 small experts: all fit in L2
-    fused = run_engine(build_plan(fits, 8, 4, 128, "fused", None, hw), hw, "graph")
-    per_token = run_engine(build_plan(fits, 8, 4, 128, "per-token", None, hw), hw, "graph")
+    fused = run_events(build_plan(fits, 8, 4, 128, "fused", None, hw), hw, "graph")
+    per_token = run_events(build_plan(fits, 8, 4, 128, "per-token", None, hw), hw, "graph")
     assert per_token.hbm_bytes + per_token.cache_bytes > fused.hbm_bytes + fused.cache_bytes
     assert per_token.cache_bytes > fused.cache_bytes
     # Experts too big for L2 (16 × 3 × 4096 × 8192 × 2 B ≈ 3 GB): the repeats come from memory.
     big = tiny_moe(1, 4096, 16, 2, 8192)
-    fused_big = run_engine(build_plan(big, 8, 4, 128, "fused", None, hw), hw, "graph")
-    per_token_big = run_engine(build_plan(big, 8, 4, 128, "per-token", None, hw), hw, "graph")
+    fused_big = run_events(build_plan(big, 8, 4, 128, "fused", None, hw), hw, "graph")
+    per_token_big = run_events(build_plan(big, 8, 4, 128, "per-token", None, hw), hw, "graph")
     assert per_token_big.hbm_bytes > 2 * fused_big.hbm_bytes
     assert per_token.hbm_bytes < 1.5 * fused.hbm_bytes
 
 
 def test_dense_tiny_model_runs() -> None:
-    result = run_engine(build_plan(tiny_dense(), 4, 2, 64, "fused", None, h200()), h200(), "eager")
+    result = run_events(build_plan(tiny_dense(), 4, 2, 64, "fused", None, h200()), h200(), "eager")
     assert result.step_s > 0 and result.breakdown_s["routed_experts"] == 0.0
 
 
@@ -164,7 +164,7 @@ def test_eager_never_beats_graph_on_any_small_model(
 ) -> None:
     spec = tiny_moe(layers, hidden, 16, 2, hidden // 2, shared=int(shared))
     plan = build_plan(spec, batch, tokens, 256, "fused", None, h200())
-    assert run_engine(plan, h200(), "eager").step_s >= run_engine(plan, h200(), "graph").step_s
+    assert run_events(plan, h200(), "eager").step_s >= run_events(plan, h200(), "graph").step_s
 
 
 def test_fast_path_equals_engine_for_per_token_plans() -> None:
@@ -172,15 +172,15 @@ def test_fast_path_equals_engine_for_per_token_plans() -> None:
     spec = tiny_moe(2, 1024, 128, 8, 512)
     plan = build_plan(spec, 4, 4, 256, "per-token", None, h200())
     for launch in ("graph", "eager"):
-        engine = run_engine(plan, h200(), launch)
+        events = run_events(plan, h200(), launch)
         fast = fast_step(plan, h200(), launch)
-        assert fast.step_s == pytest.approx(engine.step_s, rel=1e-9)
-        assert fast.cache_bytes == pytest.approx(engine.cache_bytes, rel=1e-9)
+        assert fast.step_s == pytest.approx(events.step_s, rel=1e-9)
+        assert fast.cache_bytes == pytest.approx(events.cache_bytes, rel=1e-9)
 
 
 def test_cold_cache_is_never_faster_than_warm() -> None:
     plan = build_plan(tiny_moe(2, 256, 16, 2, 128), 2, 2, 64, "fused", None, h200())
-    warm = run_engine(plan, h200(), "graph")
-    cold = run_engine(plan, h200(), "graph", warm_cache=False)
+    warm = run_events(plan, h200(), "graph")
+    cold = run_events(plan, h200(), "graph", warm_cache=False)
     assert cold.step_s >= warm.step_s
     assert cold.hbm_bytes > warm.hbm_bytes  # the tiny model fits in L2: a repeated step reads it from there

@@ -1,4 +1,4 @@
-"""The discrete-event engine (simpy): a host issues launches, device streams execute kernels, bandwidth is shared.
+"""The discrete-event timer (simpy): a host issues launches, device streams execute kernels, bandwidth is shared.
 
 - The host process issues the plan's kernels in order: in eager mode one every `launch_eager_us` (a GEMM
   every `launch_eager_gemm_us` where the profile sets it: the cuBLAS launch path costs the host more);
@@ -80,7 +80,7 @@ class StepResult:
             "n_kernels": len(self.kernel_times_s),
             "hbm_bytes": self.hbm_bytes,
             "cache_bytes": self.cache_bytes,
-            "engine": self.plan.engine,
+            "kernel_style": self.plan.kernel_style,
             "launch": self.launch,
         }
         if timeline:
@@ -197,7 +197,7 @@ def breakdown_from_timeline(
 
 @dataclass(frozen=True)
 class KernelTimes:
-    """Per kernel, in issue order: its time alone on the device and the parts the engine schedules."""
+    """Per kernel, in issue order: its time alone on the device and the parts the event timer schedules."""
 
     total_s: np.ndarray
     fixed_s: np.ndarray
@@ -287,7 +287,7 @@ def stream_process(state: StepState, indices: list[int]) -> simpy.events.Process
         state.done[i].succeed()
 
 
-def run_engine(
+def run_events(
     plan: StepPlan,
     hardware: HardwareProfile,
     launch: str = "graph",
