@@ -358,8 +358,17 @@ def _predict_layer(
     "--output", "-o", required=True, type=click.Path(dir_okay=False), help="Trace (.npz or .jsonl)."
 )
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--max-memory-gb",
+    type=float,
+    default=DEFAULT_MAX_MEMORY_GB,
+    show_default=True,
+    help="Refuse a trace whose generation is estimated to need more memory.",
+)
 @handle_errors
-def generate_command(stats: str, sequences: int, tokens: int, output: str, seed: int) -> None:
+def generate_command(
+    stats: str, sequences: int, tokens: int, output: str, seed: int, max_memory_gb: float
+) -> None:
     """Synthetic trace from fitted statistics (fit → generate → fit round-trips)."""
     from moesim.simulator.routing.stats_file import load_routing_stats
     from moesim.simulator.routing.synthetic import generate_trace
@@ -367,7 +376,7 @@ def generate_command(stats: str, sequences: int, tokens: int, output: str, seed:
 
     check_output_path("--output", output)
     model = load_routing_stats(stats, field="--stats")
-    trace = generate_trace(model, sequences, tokens, seed)
+    trace = generate_trace(model, sequences, tokens, seed, max_memory_gb=max_memory_gb)
     save_trace(trace, output)
     click.echo(f"wrote {trace.n_tokens} tokens ({sequences} × {tokens}, {trace.n_layers} layers) to {output}")
 

@@ -20,6 +20,7 @@ from moesim.commands.parallel_options import layout_from_kwargs, parallel_option
 from moesim.commands.progress import progress
 from moesim.commands.simulate import scenario_from_flags, sd_options, step_options
 from moesim.errors import MoesimError
+from moesim.simulator.bounds import DEFAULT_MAX_MINUTES
 from moesim.simulator.models.overrides import OVERRIDE_OPTIONS
 from moesim.simulator.screening.backends import BACKENDS
 from moesim.simulator.screening.constraints import CONSTRAINT_KINDS, DEFAULT_TOLERANCE
@@ -58,6 +59,13 @@ def design_axis_options(func: Any) -> Any:
     "--sample", type=int, default=None, help="Evaluate N designs drawn (seeded) from the grid instead of all."
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --sample.")
+@click.option(
+    "--max-minutes",
+    type=float,
+    default=DEFAULT_MAX_MINUTES,
+    show_default=True,
+    help="Refuse a screen estimated to take longer (minutes on two cores).",
+)
 @click.option(
     "--constraint",
     "constraint_kinds",
@@ -243,6 +251,7 @@ def _scenario(options: dict[str, Any]) -> tuple[Any, list[Any], list[Any], Any]:
         scenario_from_flags(base, options["hardware"], options, layout=layout_from_kwargs(options)),
         batches=tuple(sorted(set(parse_int_list("--batch", options["batches"])))),
         draft_lens=tuple(sorted(set(parse_int_list("--draft-len", options["draft_lens"])))),
+        max_minutes=options["max_minutes"],
     )
     if options["top"] < 1:
         raise MoesimError("--top", f"must be ≥ 1, got {options['top']}")

@@ -23,6 +23,7 @@ from moesim.commands.common import (
 from moesim.commands.progress import progress
 from moesim.commands.simulate import scenario_from_flags, sd_options
 from moesim.errors import MoesimError
+from moesim.simulator.bounds import DEFAULT_MAX_MINUTES, check_count, check_serving
 from moesim.simulator.execution.launch import LAUNCH_MODES
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.scenario import (
@@ -92,6 +93,13 @@ def serve_options(func: Any) -> Any:
             help="Lengths uniform in [L(1 − r), L(1 + r)], as vLLM draws them.",
         ),
         click.option("--seed", type=int, default=0, show_default=True),
+        click.option(
+            "--max-minutes",
+            type=float,
+            default=DEFAULT_MAX_MINUTES,
+            show_default=True,
+            help="Refuse a run estimated to take longer (minutes on two cores).",
+        ),
         click.option(
             "--draft-len", type=int, default=DEFAULT_DRAFT_LEN, show_default=True, help="Draft tokens K."
         ),
@@ -287,6 +295,15 @@ def serve_command(
         else [None]
     )
     rates = parse_float_list("--request-rate", flags["request_rate"])
+    if flags["dataset_name"] == "random":  # the estimate before any request is drawn
+        check_count(flags["num_prompts"], "num_prompts", fix="give --num-prompts 1 or more")
+        check_serving(
+            flags["num_prompts"],
+            flags["random_output_len"] * (1 + abs(flags["random_range_ratio"])),
+            concurrencies,
+            2 * len(rates),
+            flags["max_minutes"],
+        )
     workload = build_workload(
         flags["dataset_name"],
         flags["num_prompts"],
@@ -307,6 +324,7 @@ def serve_command(
             seed=flags["seed"],
             options=options_from_flags(flags),
             progress=advance,
+            max_minutes=flags["max_minutes"],
         )
     if csv_path:
         result.write_csv(csv_path)

@@ -10,6 +10,7 @@ import click
 from moesim.atomic import check_output_dir
 from moesim.commands.common import emit_json, handle_errors, parse_int_list
 from moesim.errors import MoesimError
+from moesim.simulator.bounds import DEFAULT_MAX_MEMORY_GB, GPU_MAX_MEMORY_GB
 from moesim.simulator.scenario import DEFAULT_ACCEPTANCE, DEFAULT_DRAFTER, DEFAULT_SERVING_ENGINE
 from moesim.validation.reference.report import MEASURED_SCHEMA
 
@@ -120,6 +121,13 @@ Examples:
 )
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed of weights, inputs and routing samples."
+)
+@click.option(
+    "--max-memory-gb",
+    type=float,
+    default=None,
+    help="Refuse a measurement grid whose torch tensors are estimated to need more memory (GB; default "
+    f"{DEFAULT_MAX_MEMORY_GB:g} on a CPU, {GPU_MAX_MEMORY_GB:g} on a GPU).",
 )
 @click.option(
     "--cross-profile",
@@ -247,6 +255,7 @@ def validate_command(
     style: str,
     cache: str,
     seed: int,
+    max_memory_gb: float | None,
     cross_profiles: tuple[str, ...],
     measured_path: str | None,
     repredict_path: str | None,
@@ -367,6 +376,7 @@ def validate_command(
             clock=clock,
             cache=cache,
             style=style,
+            max_memory_gb=max_memory_gb,
         )
         progress = None if as_json else (lambda text: click.echo(f"  measuring {text}", err=True))
         cross = {name: load_profile(name) for name in cross_profiles}

@@ -20,6 +20,7 @@ from typing import Any
 
 from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
+from moesim.simulator.bounds import DEFAULT_MAX_MINUTES, check_serving
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.scenario import ResolvedScenario, Scenario
 from moesim.simulator.serving.draws import AcceptanceDraws
@@ -165,12 +166,16 @@ def serve(
     options: ServeOptions | None = None,
     step_cost: StepCost | None = None,
     progress: Callable[[int], None] | None = None,
+    max_minutes: float = DEFAULT_MAX_MINUTES,
 ) -> ServeResult:
     """SD and no-SD runs of `workload` at every (concurrency limit, request rate); `progress(n)` counts
-    finished requests (2 × requests per point)."""
+    finished requests (2 × requests per point). A run estimated above `max_minutes` is refused first."""
     options = options or ServeOptions()
     if len(concurrencies) * len(request_rates) > MAX_SWEEP_POINTS:
         raise MoesimError("max_concurrency", f"at most {MAX_SWEEP_POINTS} sweep points per call")
+    requests = len(workload.requests)
+    mean_output = sum(r.output_len for r in workload.requests) / max(1, requests)
+    check_serving(requests, mean_output, concurrencies, 2 * len(request_rates), max_minutes)
     resolved = resolve_serving(scenario)
     cost = step_cost or ScenarioStepCost(resolved)
     with_drafter = capacity_for(resolved, options, True)

@@ -23,7 +23,13 @@ from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.plan.step import check_step_inputs
 from moesim.simulator.plan.styles import kernel_style_builder
-from moesim.simulator.scenario import ResolvedScenario, Scenario, resolve_hardware, resolve_routing
+from moesim.simulator.scenario import (
+    ResolvedScenario,
+    Scenario,
+    check_routing_size,
+    resolve_hardware,
+    resolve_routing,
+)
 from moesim.simulator.speculative.acceptance import best_draft_len, peak_batch
 from moesim.simulator.speculative.drafters import parse_drafter
 from moesim.simulator.speculative.point import (
@@ -170,8 +176,12 @@ def run_sweep(
     skipped: list[dict[str, Any]] = []
     descriptions: dict[str, str] = {}
     for model in models:
+        what = f"{model.name} with draft length {max_k}"
+        check_routing_size(
+            model, base.routing, base.overlap, base.baseline_overlap, max_k + 1, base.max_memory_gb, what
+        )
         routing = resolve_routing(model, base.routing, base.overlap, base.baseline_overlap)
-        check_memory(routing, max_k + 1, base.max_memory_gb, f"{model.name} with draft length {max_k}")
+        check_memory(routing, max_k + 1, base.max_memory_gb, what)
         descriptions[model.name] = routing.description
         resolved_batches = []
         for batch in batches:
