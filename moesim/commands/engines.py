@@ -76,15 +76,30 @@ def _parse_engines(text: str) -> list[str]:
     return names
 
 
-def runs_validation(runs_path: str | None, serving_engines: str) -> dict[str, Any]:
-    """Every requested profile's validation of the runs, sharing the device times."""
+def runs_validation(runs_path: str | None, serving_engines: str, silicon: bool = False) -> dict[str, Any]:
+    """Every requested profile's validation of the runs, sharing the device times. With `silicon`, each run's
+    hardware is the bundled silicon profile of that GPU under the run's own serving engine, where one exists."""
+    from dataclasses import replace
+
+    from moesim.simulator.hardware.profile import silicon_profile_for
     from moesim.validation.runs.predict import prepare, validate_runs
     from moesim.validation.runs.schema import read_runs
 
     runs = read_runs(runs_path)
+    hardware: dict[str, str] = {}
+    if silicon:
+        mapped = []
+        for run in runs:
+            name = silicon_profile_for(run.hardware, run.serving_engine) or run.hardware
+            hardware[run.run_id] = name
+            mapped.append(replace(run, values={**run.values, "hardware": name}))
+        runs = mapped
     ready = prepare(runs)
     results = [validate_runs(runs, name, ready).to_json() for name in _parse_engines(serving_engines)]
-    return {"runs": runs_path or "bundled measured_runs.csv", "validations": results}
+    out: dict[str, Any] = {"runs": runs_path or "bundled measured_runs.csv", "validations": results}
+    if silicon:
+        out["hardware"] = hardware
+    return out
 
 
 def print_runs_validation(data: dict[str, Any]) -> None:
@@ -103,6 +118,9 @@ def print_runs_validation(data: dict[str, Any]) -> None:
             cells.append(f"{s['speedup_mape']:.1%} ({s['speedup_mean_error']:+.0%})")
         table.add_row(f"{source} ({int(validations[0]['by_source'][source]['rows'])})", *cells)
     console.print(table)
+    if "hardware" in data:
+        used = sorted(set(data["hardware"].values()))
+        console.print(f"hardware profiles (--silicon): {', '.join(used)}")
     rows = Table(title="per row: measured / predicted speedup and step ratio (first profile)")
     for column in ("run", "batch", "measured", "predicted", "ratio meas.", "ratio pred."):
         rows.add_column(column, justify="right")

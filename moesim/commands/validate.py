@@ -236,6 +236,12 @@ Examples:
 )
 @click.option("--plot", "plot_path", default=None, help="With --runs: write predicted vs measured as a PNG.")
 @click.option("--runs-schema", is_flag=True, help="Print the --runs CSV columns and exit.")
+@click.option(
+    "--silicon",
+    is_flag=True,
+    help="With --runs: price each run on the bundled silicon profile of its GPU under its own serving engine "
+    "(silicon/<system>-<framework>) where one exists, instead of the datasheet profile.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print {rows, summary, meta} as JSON.")
 @handle_errors
 def validate_command(
@@ -277,14 +283,17 @@ def validate_command(
     serving_engine: str,
     plot_path: str | None,
     runs_schema: bool,
+    silicon: bool,
     as_json: bool,
 ) -> None:
     if schema:
         click.echo(MEASURED_SCHEMA)
         return
     if runs_schema or runs_path is not None:
-        _runs(runs_path, runs_schema, serving_engine, plot_path, as_json)
+        _runs(runs_path, runs_schema, serving_engine, plot_path, as_json, silicon)
         return
+    if silicon:
+        raise MoesimError("--silicon", "only applies with --runs", "add --runs")
     if plot_path:
         raise MoesimError("--plot", "only applies with --runs", "use --report for the other validations")
     if profile is None:
@@ -397,7 +406,12 @@ def validate_command(
 
 
 def _runs(
-    runs_path: str | None, schema: bool, serving_engine: str, plot_path: str | None, as_json: bool
+    runs_path: str | None,
+    schema: bool,
+    serving_engine: str,
+    plot_path: str | None,
+    as_json: bool,
+    silicon: bool = False,
 ) -> None:
     from moesim.commands.engines import plot_runs_validation, print_runs_validation, runs_validation
 
@@ -413,7 +427,7 @@ def _runs(
                 need = "required" if c["required"] else "optional"
                 click.echo(f"{c['column']:<22} {c['type']:<7} {need:<9} {c['meaning']}{choices}")
         return
-    data = runs_validation(runs_path or None, serving_engine)
+    data = runs_validation(runs_path or None, serving_engine, silicon)
     if plot_path:
         plot_runs_validation(data, plot_path)
     if as_json:

@@ -96,9 +96,12 @@ class RunPredictor:
         self.resolved = resolved[0]
         self.timers = scenario_timers(self.resolved, FastTimer(hardware))
 
-    def point(self, profile: ServingEngineProfile, batch: int) -> SpeculativePoint:
+    def point(
+        self, profile: ServingEngineProfile, batch: int, acceptance_length: float | None = None
+    ) -> SpeculativePoint:
+        """The row's point at `batch` under `profile` (at the row's acceptance length unless given)."""
         r = self.resolved
-        tokens = float(self.run.acceptance_length)
+        tokens = float(self.run.acceptance_length if acceptance_length is None else acceptance_length)
         return engine_point(profile, r.drafter, batch, self.run.draft_len, tokens, r.launch, *self.timers)
 
     def predict(self, profile: ServingEngineProfile) -> tuple[float, float, int]:
