@@ -160,13 +160,11 @@ def resolve_model(model_name: str | None, model_config: str | None, options: dic
 
 
 def hardware_option(func: F) -> F:
-    """--hardware NAME|PATH."""
-    return click.option(
-        "--hardware",
-        default="h200",
-        show_default=True,
-        help="Hardware profile: a bundled name (see `moesim profiles`) or a path to a profile .toml.",
-    )(func)
+    """--hardware NAME|PATH (the Scenario's field)."""
+    from moesim.commands.fields import click_option
+    from moesim.simulator.scenario import Scenario
+
+    return click_option(Scenario, "hardware")(func)
 
 
 def make_console() -> Any:

@@ -16,26 +16,17 @@ from moesim.commands.common import (
     hardware_option,
     make_console,
     model_options,
-    parse_float_list,
-    parse_int_list,
     resolve_model,
 )
+from moesim.commands.fields import field_options, fields_of
 from moesim.commands.progress import progress
 from moesim.commands.simulate import scenario_from_flags, sd_options
 from moesim.errors import MoesimError
-from moesim.simulator.execution.launch import LAUNCH_MODES
+from moesim.options import option_fields
 from moesim.simulator.plan.layout import ParallelLayout
-from moesim.simulator.scenario import (
-    DEFAULT_DRAFT_LEN,
-    DEFAULT_KERNEL_STYLE,
-    DEFAULT_LAUNCH,
-    DEFAULT_SERVING_ENGINE,
-)
-from moesim.simulator.serving.options import SchedulerLimits, ServeOptions
-from moesim.simulator.serving.workload import DATASETS
+from moesim.simulator.scenario import Scenario
+from moesim.simulator.serving.options import BenchmarkClient, SchedulerLimits, ServeOptions
 
-LIMITS = SchedulerLimits()
-DEFAULTS = ServeOptions()
 SUMMARY_COLUMNS = (
     ("output_throughput", "out tok/s", "{:.0f}"),
     ("mean_tpot_ms", "TPOT ms", "{:.2f}"),
@@ -52,110 +43,25 @@ DETAIL_METRICS = (
 
 def serve_options(func: Any) -> Any:
     """The flags `vllm bench serve` and the engine share with moesim, under the same names."""
-    options = [
-        click.option("--num-prompts", type=int, default=1000, show_default=True, help="Requests to send."),
-        click.option(
-            "--max-concurrency",
-            default=None,
-            help="Most requests in flight (the client's semaphore); a comma list sweeps, e.g. 1,4,16,64.",
-        ),
-        click.option(
-            "--request-rate",
-            default="inf",
-            show_default=True,
-            help="Requests per second (inf: all at once); a comma list sweeps.",
-        ),
-        click.option(
-            "--burstiness",
-            type=float,
-            default=1.0,
-            show_default=True,
-            help="Gamma shape of the gaps between requests: 1 Poisson, < 1 burstier.",
-        ),
-        click.option(
-            "--dataset-name",
-            type=click.Choice(DATASETS),
-            default="random",
-            show_default=True,
-            help="random (vLLM's), chat (log-normal conversational lengths) or jsonl.",
-        ),
-        click.option(
-            "--dataset-path", default=None, help='JSONL of {"input_len": N, "output_len": M} per line.'
-        ),
-        click.option("--random-input-len", type=int, default=1024, show_default=True),
-        click.option("--random-output-len", type=int, default=128, show_default=True),
-        click.option(
-            "--random-range-ratio",
-            type=float,
-            default=0.0,
-            show_default=True,
-            help="Lengths uniform in [L(1 − r), L(1 + r)], as vLLM draws them.",
-        ),
-        click.option("--seed", type=int, default=0, show_default=True),
-        click.option(
-            "--draft-len", type=int, default=DEFAULT_DRAFT_LEN, show_default=True, help="Draft tokens K."
-        ),
-        click.option(
-            "--max-num-batched-tokens",
-            type=int,
-            default=LIMITS.max_num_batched_tokens,
-            show_default=True,
-            help="Token budget per step (vLLM's flag; its default on ≥ 70 GB GPUs).",
-        ),
-        click.option("--max-num-seqs", type=int, default=LIMITS.max_num_seqs, show_default=True),
-        click.option(
-            "--gpu-memory-utilization",
-            type=float,
-            default=DEFAULTS.gpu_memory_utilization,
-            show_default=True,
-            help="Share of device memory for weights and KV cache (vLLM's flag).",
-        ),
-        click.option(
-            "--kv-cache-tokens",
-            type=int,
-            default=None,
-            help="KV-cache capacity in tokens when known (vLLM logs it); else from the memory model.",
-        ),
-        click.option(
-            "--launch",
-            type=click.Choice(LAUNCH_MODES),
-            default=DEFAULT_LAUNCH,
-            show_default=True,
-            help="graph: CUDA-graph replay; eager: one host launch per kernel.",
-        ),
-        click.option(
-            "--tp",
-            type=int,
-            default=1,
-            show_default=True,
-            help="Tensor-parallel GPUs (experts split over them too, as `vllm serve -tp N` by default).",
-        ),
-        click.option("--kernel-style", default=DEFAULT_KERNEL_STYLE, show_default=True, help="Kernel style."),
-        click.option(
-            "--serving-engine",
-            "serving_engine",
-            default=DEFAULT_SERVING_ENGINE,
-            show_default=True,
-            help="What the serving engine adds to each step (see `moesim engines`): ideal, vllm, sglang, "
-            "trtllm, ... or a profile .toml.",
-        ),
-        click.option(
-            "--routing",
-            "routing_spec",
-            default=None,
-            help="typical (default), independent, or a routing statistics file.",
-        ),
-    ]
-    for option in reversed(options):
-        func = option(func)
+    for decorate in reversed(
+        (
+            field_options(BenchmarkClient, *option_fields(BenchmarkClient)),
+            field_options(Scenario, "draft_len"),
+            field_options(SchedulerLimits, *option_fields(SchedulerLimits)),
+            field_options(ServeOptions, "gpu_memory_utilization", "kv_cache_tokens"),
+            field_options(Scenario, "launch"),
+            field_options(ServeOptions, "tp"),
+            field_options(Scenario, "kernel_style", "serving_engine", "routing"),
+        )
+    ):
+        func = decorate(func)
     return func
 
 
 def options_from_flags(flags: dict[str, Any]) -> ServeOptions:
     return ServeOptions(
-        limits=SchedulerLimits(flags["max_num_batched_tokens"], flags["max_num_seqs"]),
-        gpu_memory_utilization=flags["gpu_memory_utilization"],
-        kv_cache_tokens=flags["kv_cache_tokens"],
+        limits=SchedulerLimits(**fields_of(SchedulerLimits, flags)),
+        **fields_of(ServeOptions, flags),
     )
 
 
@@ -248,23 +154,19 @@ def serve_command(
         resolve_model(model_name, model_config, flags),
         hardware,
         flags,
-        draft_len=flags["draft_len"],
         layout=tensor_parallel(flags["tp"]),
     )
-    concurrencies: list[int | None] = (
-        list(parse_int_list("--max-concurrency", flags["max_concurrency"]))
-        if flags["max_concurrency"]
-        else [None]
-    )
-    rates = parse_float_list("--request-rate", flags["request_rate"])
+    client = BenchmarkClient(**fields_of(BenchmarkClient, flags))
+    concurrencies: list[int | None] = list(client.max_concurrency or [None])
+    rates = list(client.request_rate)
     workload = build_workload(
-        flags["dataset_name"],
-        flags["num_prompts"],
-        input_len=flags["random_input_len"],
-        output_len=flags["random_output_len"],
-        range_ratio=flags["random_range_ratio"],
-        seed=flags["seed"],
-        dataset_path=flags["dataset_path"],
+        client.dataset_name,
+        client.num_prompts,
+        input_len=client.random_input_len,
+        output_len=client.random_output_len,
+        range_ratio=client.random_range_ratio,
+        seed=client.seed,
+        dataset_path=client.dataset_path,
     )
     total = 2 * len(workload.requests) * len(concurrencies) * len(rates)
     with progress("serve", total) as advance:
@@ -273,8 +175,8 @@ def serve_command(
             workload,
             concurrencies=concurrencies,
             request_rates=rates,
-            burstiness=flags["burstiness"],
-            seed=flags["seed"],
+            burstiness=client.burstiness,
+            seed=client.seed,
             options=options_from_flags(flags),
             progress=advance,
         )
