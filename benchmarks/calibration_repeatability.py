@@ -94,7 +94,7 @@ def main() -> int:
     if args.compare:
         profiles = [load_profile(path) for path in args.compare]
     else:
-        from moesim.calibrate.runner import calibrate
+        from moesim.calibrate.suites.runner import calibrate
 
         root = Path(args.out or tempfile.mkdtemp(prefix="moesim-repeat-"))
         for i in range(1, args.runs + 1):

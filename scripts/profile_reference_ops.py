@@ -13,9 +13,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from moesim.simulator.routing.presets import typical_routing
-from moesim.validation.reference import ReferenceModel
-from moesim.validation.routing_replay import sample_step_routing
-from moesim.validation.shapes import validation_model
+from moesim.validation.reference.routing_replay import sample_step_routing
+from moesim.validation.reference.shapes import validation_model
+from moesim.validation.reference.torch_model import ReferenceModel
 
 
 def main() -> None:

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from moesim.commands.validate import validate_command
 from moesim.errors import MoesimError
-from moesim.validation.bench_compare import pair_records
-from moesim.validation.bench_results import parse_record, read_bench_results, workload_of
+from moesim.validation.bench.compare import pair_records
+from moesim.validation.bench.results import parse_record, read_bench_results, workload_of
 
 DATA = resources.files("moesim") / "data"
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
-from moesim.calibrate.moe_block import ExpertBlock, forced_routing  # noqa: E402
+from moesim.calibrate.suites.moe_block import ExpertBlock, forced_routing  # noqa: E402
 from moesim.errors import MoesimError  # noqa: E402
 
 
@@ -86,7 +86,7 @@ def test_counts_known_on_the_host_give_the_same_output_without_a_sync() -> None:
 
 @given(seconds=st.floats(1e-7, 1.0), distinct=st.integers(1, 256))
 def test_gpu_moe_batches_fit_the_launch_queue(seconds: float, distinct: int) -> None:
-    from moesim.calibrate.moe import GPU_MAX_KERNELS_PER_BATCH, batch_calls, kernels_per_call
+    from moesim.calibrate.suites.moe import GPU_MAX_KERNELS_PER_BATCH, batch_calls, kernels_per_call
 
     gpu = batch_calls(seconds, 2e-3, distinct, is_gpu=True)
     cpu = batch_calls(seconds, 2e-3, distinct, is_gpu=False)

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moesim.calibrate import fit
-from moesim.calibrate.build import Measurements, build_profile
-from moesim.calibrate.fit_gemm import fit_gemm_table
-from moesim.calibrate.fit_launch import fit_launch_table
-from moesim.calibrate.fit_memory import fit_memory_table
-from moesim.calibrate.fit_moe import fit_moe_table
+from moesim.calibrate.fits import primitives as fit
+from moesim.calibrate.fits.build import Measurements, build_profile
+from moesim.calibrate.fits.gemm import fit_gemm_table
+from moesim.calibrate.fits.launch import fit_launch_table
+from moesim.calibrate.fits.memory import fit_memory_table
+from moesim.calibrate.fits.moe import fit_moe_table
 from moesim.simulator.execution.cost import CostParams, kernel_times_s
 from moesim.simulator.hardware.profile import profile_from_dict, profile_to_dict
 
@@ -411,7 +411,7 @@ _L2_AND_L3_SWEEP = [
 
 def test_outermost_cache_level_reports_the_last_level_whichever_curve_wins() -> None:
     """Whether the one- or two-level curve wins flips with a point or two; the reported LLC must not."""
-    from moesim.calibrate.fit_memory import outermost_cache_level
+    from moesim.calibrate.fits.memory import outermost_cache_level
 
     sizes = np.array([s for s, _ in _L2_AND_L3_SWEEP], dtype=float)
     bw = np.array([b for _, b in _L2_AND_L3_SWEEP])
@@ -425,7 +425,7 @@ def test_outermost_cache_level_reports_the_last_level_whichever_curve_wins() -> 
 
 
 def test_outermost_cache_level_keeps_a_single_clean_level() -> None:
-    from moesim.calibrate.fit_memory import outermost_cache_level
+    from moesim.calibrate.fits.memory import outermost_cache_level
 
     sizes = np.geomspace(2**20, 2**30, 30)
     bw = fit.cache_curve(sizes, 3000.0, 1000.0, 40 * 2**20, 6.0)

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moesim.calibrate.build import build_profile
-from moesim.calibrate.fit_gemm import cpu_bandwidths, m1_gemm_streaming_gbps
-from moesim.calibrate.fit_launch import fit_launch_table
+from moesim.calibrate.fits.build import build_profile
+from moesim.calibrate.fits.gemm import cpu_bandwidths, m1_gemm_streaming_gbps
+from moesim.calibrate.fits.launch import fit_launch_table
 from moesim.simulator.execution.cost import CostParams
 from moesim.simulator.execution.launch import LaunchParams
 from tests.test_calibrate_fit import MIB, synthetic_tables
@@ -174,8 +174,8 @@ def test_cpu_build_streams_gemms_at_their_rate_and_elementwise_at_the_sum_platea
 
 def test_chain_runs_on_cpu_and_the_suite_writes_its_rows() -> None:
     torch = pytest.importorskip("torch")
-    from moesim.calibrate import launch
-    from moesim.calibrate.timing import Timer, resolve_device
+    from moesim.calibrate.suites import launch
+    from moesim.calibrate.suites.timing import Timer, resolve_device
     from tests.test_calibrate_runner import MICRO
 
     chain = launch.make_chain(torch, "cpu", torch.float32)
@@ -193,7 +193,7 @@ def test_chain_runs_on_cpu_and_the_suite_writes_its_rows() -> None:
 @pytest.mark.slow
 def test_tiny_real_cpu_calibration_takes_eager_cost_from_the_chain(tmp_path) -> None:
     pytest.importorskip("torch")
-    from moesim.calibrate.runner import calibrate
+    from moesim.calibrate.suites.runner import calibrate
     from moesim.simulator.hardware.profile import load_profile
     from tests.test_calibrate_runner import TINY
 

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 
-from moesim.calibrate import runner  # noqa: E402
-from moesim.calibrate.plan import Plan  # noqa: E402
-from moesim.calibrate.runner import calibrate, read_rows, suite_path  # noqa: E402
+from moesim.calibrate.suites import runner  # noqa: E402
+from moesim.calibrate.suites.plan import Plan  # noqa: E402
+from moesim.calibrate.suites.runner import calibrate, read_rows, suite_path  # noqa: E402
 from moesim.commands.calibrate import calibrate_command  # noqa: E402
 from moesim.errors import MoesimError  # noqa: E402
 from moesim.simulator.hardware.profile import load_profile  # noqa: E402
@@ -205,8 +205,8 @@ MICRO = Plan(
 
 
 def test_each_suite_runs_at_tiny_size_on_cpu() -> None:
-    from moesim.calibrate import gemm, launch, memory, moe
-    from moesim.calibrate.timing import Timer, resolve_device
+    from moesim.calibrate.suites import gemm, launch, memory, moe
+    from moesim.calibrate.suites.timing import Timer, resolve_device
 
     device = resolve_device("cpu", 1)
     timer = Timer(device, MICRO.flush_bytes)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from moesim.calibrate import timing
+from moesim.calibrate.suites import timing
 
 
 def test_single_thread_cpu_uses_the_thread_clock() -> None:

@@ -18,7 +18,7 @@ from moesim.simulator.models.catalogue import (
     spec_to_dict,
     spec_to_toml,
 )
-from moesim.simulator.models.spec import params_as_published
+from moesim.simulator.models.weights import params_as_published
 
 REQUIRED = {
     "mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-next-80b-a3b", "deepseek-v3", "deepseek-r1",

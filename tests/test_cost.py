@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moesim.simulator.execution.cache import CacheState, repeat_traffic
 from moesim.simulator.execution.cost import CostParams, compute_time_s, kernel_time_s, kernel_times_s
 from moesim.simulator.execution.fastpath import residency
+from moesim.simulator.hardware.profile import ExpertGemmTerms, HardwareProfile
 from moesim.simulator.plan.kernels import Kernel, TensorRead
-from tests.core_fixtures import h200
+from moesim.simulator.simulate import simulate_expert_block
+from tests.core_fixtures import h200, model
 
 
 def params() -> CostParams:
@@ -139,7 +145,7 @@ def _with_gemm_launch(gemm_us: float | None):
 
 def _tiny_plan():
     from moesim.simulator.plan.reference import even_loads, reference_step_plan
-    from moesim.validation.shapes import validation_model
+    from moesim.validation.reference.shapes import validation_model
 
     spec = validation_model("fine", "cuda", "bf16", 2)
     loads = [even_loads(spec, 4, 12.0) for _ in range(spec.n_moe_layers)]
@@ -218,3 +224,68 @@ def test_gemm_compute_time_never_falls_as_rows_grow(m1: float, m2: float) -> Non
         lo, hi = sorted((m1, m2))
         t = compute_time_s(np.array([2.0 * lo, 2.0 * hi]), np.array([lo, hi]), p.peak("bf16"), p)
         assert t[0] <= t[1] * (1 + 1e-12)
+
+
+# --- The grouped expert GEMM: fixed + per distinct expert + per (token, expert) --------------------------------
+
+
+def _with_expert_terms(fraction: float, fixed_us: float = 0.0, per_expert_us: float = 0.0) -> HardwareProfile:
+    terms = ExpertGemmTerms(fixed_us=fixed_us, per_expert_us=per_expert_us, pair_flops_fraction=fraction)
+    hw = h200()
+    return dataclasses.replace(hw, empirical=dataclasses.replace(hw.empirical, expert_gemm={"bf16": terms}))
+
+
+def _qwen_block_s(hw: HardwareProfile, tokens: int) -> float:
+    spec = model("qwen3-30b-a3b")
+    return simulate_expert_block(spec, hw, tokens, min(spec.n_experts, tokens * spec.top_k))
+
+
+def test_fused_moe_keeps_growing_with_tokens_after_every_expert_is_loaded() -> None:
+    """Qwen3-30B-A3B's 128 experts are all hit from 16 tokens on; the time still grows with the pairs (the
+    measured sglang tables: +12% from 16 to 256 tokens, +33% to 1024), which a pure roofline leaves flat."""
+    times = [_qwen_block_s(h200(), m) for m in (16, 64, 256, 1024)]
+    assert all(b > a for a, b in itertools.pairwise(times))
+    assert 1.05 < times[2] / times[0] < 1.25
+    assert times[3] / times[0] > 1.2
+
+
+def test_a_slower_pair_rate_costs_more_and_only_once_tokens_grow() -> None:
+    fast, slow = _with_expert_terms(1.0), _with_expert_terms(0.3)
+    assert _qwen_block_s(slow, 1) == pytest.approx(_qwen_block_s(fast, 1), rel=0.01)  # 8 pairs: nothing
+    assert _qwen_block_s(slow, 512) > 1.2 * _qwen_block_s(fast, 512)
+
+
+def _grouped(flops: float, experts: float, terms: HardwareProfile, hbm: float, cache: float = 0.0):
+    p = CostParams.from_hardware(terms)
+    grouped = p.grouped_terms(np.array([experts]), ["bf16"])
+    args = (
+        np.array([flops]),
+        np.array([4.0]),
+        np.array([p.peak("bf16")]),
+        np.array([hbm]),
+        np.array([cache]),
+    )
+    return p, kernel_times_s(*args, p, grouped), kernel_times_s(*args, p)
+
+
+def test_grouped_expert_gemm_closed_form() -> None:
+    hw = _with_expert_terms(0.5, fixed_us=3.0, per_expert_us=0.2)
+    p, (total, _, _), _ = _grouped(2e9, 64.0, hw, hbm=300e6)
+    pair_s = 2e9 / (0.5 * p.peak("bf16"))
+    memory_s = (300e6 + p.half_bandwidth_bytes) / p.memory_bytes_per_s
+    assert total[0] == pytest.approx(p.fixed_s + 3e-6 + 64 * 0.2e-6 + memory_s + pair_s)
+
+
+def test_pair_work_overlaps_cache_re_reads_but_never_beats_the_roofline() -> None:
+    hw = _with_expert_terms(0.5)
+    p, (with_cache, _, _), _ = _grouped(2e9, 64.0, hw, hbm=300e6, cache=30e6)
+    _, (no_cache, _, _), _ = _grouped(2e9, 64.0, hw, hbm=300e6)
+    assert with_cache[0] == pytest.approx(no_cache[0])  # 30 MB from L2 take less than the pair work
+    _, (big, compute, _), (plain, _, _) = _grouped(4e13, 64.0, hw, hbm=300e6)
+    assert big[0] >= p.fixed_s + compute[0]
+    assert big[0] >= plain[0]  # the terms only add to the roofline
+
+
+def test_kernels_that_are_not_grouped_expert_gemms_keep_the_roofline() -> None:
+    _, (total, _, _), (plain, _, _) = _grouped(2e9, 0.0, _with_expert_terms(0.1), hbm=300e6)
+    assert total[0] == plain[0]

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from moesim.cli import cli
 from moesim.simulator.engines.profile import load_serving_engine
+from moesim.validation.runs.schema import read_runs
 
 
 def invoke(*args: str) -> tuple[int, str, str]:
@@ -35,11 +36,12 @@ def test_validate_runs_reports_per_source_and_lists_what_it_cannot_represent(tmp
     data = json.loads(out)
     ideal, sglang = data["validations"]
     assert (ideal["serving_engine"], sglang["serving_engine"]) == ("ideal", "sglang")
-    assert {"R1", "R2", "R4", "all"} <= set(ideal["by_source"])
+    assert {"R1", "R2", "R4", "R8", "all"} <= set(ideal["by_source"])
     assert ideal["not_represented"] and all(s["reason"] for s in ideal["not_represented"])
     represented = {r["run_id"] for r in ideal["rows"]} | {s["run_id"] for s in ideal["not_represented"]}
     code, schema, _ = invoke("validate", "--runs-schema", "--json")
-    assert code == 0 and len(represented) == 28 and json.loads(schema)["columns"]
+    bundled = {run.run_id for run in read_runs()}
+    assert code == 0 and represented == bundled and len(bundled) == 32 and json.loads(schema)["columns"]
 
 
 def test_calibrate_from_runs_writes_a_fitted_profile_that_loads(tmp_path: Path) -> None:

@@ -8,11 +8,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from moesim.calibrate.from_runs import fit_engine_profile, fit_parameters
 from moesim.errors import MoesimError
 from moesim.simulator.engines.profile import load_serving_engine
-from moesim.validation.runs import COLUMN_NAMES, MeasuredRun
-from moesim.validation.runs_predict import prepare, profile_for_run
+from moesim.validation.runs.fit import fit_engine_profile, fit_parameters
+from moesim.validation.runs.predict import prepare, profile_for_run
+from moesim.validation.runs.schema import COLUMN_NAMES, MeasuredRun
 
 
 def _run(run_id: str, source: str, batch: int, draft_len: int, drafter: str = "eagle") -> MeasuredRun:

@@ -362,3 +362,21 @@ def test_save_is_atomic_when_the_write_fails(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert path.read_bytes() == before
     assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["h200.toml"]
+
+
+def test_expert_gemm_terms_round_trip_and_are_bounded() -> None:
+    d = profile_to_dict(load_profile("h200"))
+    assert set(d["empirical"]["expert_gemm"]) >= {"bf16", "fp8"}
+    assert (
+        profile_from_dict(copy.deepcopy(d), "h200.toml").empirical.expert_gemm
+        == load_profile("h200").empirical.expert_gemm
+    )
+    d["empirical"]["expert_gemm"]["bf16"]["pair_flops_fraction"] = 1.5
+    _expect(d, "empirical.expert_gemm.bf16.pair_flops_fraction", "<= 1")
+
+
+def test_a_profile_without_expert_gemm_terms_gets_the_documented_defaults() -> None:
+    d = profile_to_dict(load_profile("h200"))
+    del d["empirical"]["expert_gemm"]
+    profile = profile_from_dict(d, "h200.toml")
+    assert profile.empirical.expert_gemm == load_profile("h200").empirical.expert_gemm

@@ -12,7 +12,7 @@ import pytest
 from moesim.errors import MoesimError
 from moesim.simulator.models.catalogue import load_model
 from moesim.simulator.models.hf import load_hf_config, spec_from_hf_config
-from moesim.simulator.models.spec import param_counts
+from moesim.simulator.models.weights import param_counts
 
 CONFIGS = Path(__file__).parent / "data" / "hf_configs"
 NAMES = sorted(path.stem for path in CONFIGS.glob("*.json"))

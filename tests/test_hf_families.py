@@ -15,9 +15,25 @@ from typing import Any
 import pytest
 
 from moesim.errors import MoesimError
-from moesim.simulator.models import spec as ms
+from moesim.simulator.models.flops import attention_flops_per_token
 from moesim.simulator.models.hf import FAMILIES, WRAPPERS, load_hf_config, spec_from_hf_config
+from moesim.simulator.models.sequence_state import (
+    INDEX_KEY_SCALE_BYTES,
+    attended_tokens,
+    cached_tokens,
+    kv_cache_bytes,
+    kv_cache_bytes_per_token,
+    linear_state_bytes,
+)
 from moesim.simulator.models.summary import model_summary
+from moesim.simulator.models.validate import validate_spec
+from moesim.simulator.models.weights import (
+    attention_projections,
+    attention_vector_params,
+    attention_weight_bytes,
+    param_counts,
+    total_weight_bytes,
+)
 
 FAMILY_DIR = Path(__file__).parent / "data" / "hf_configs" / "families"
 
@@ -55,13 +71,13 @@ def test_every_issue_family_has_a_reader_and_a_config() -> None:
 @pytest.mark.parametrize("family", FILES)
 def test_family_imports_as_moe_with_its_counts(family: str) -> None:
     spec = load_hf_config(FAMILY_DIR / f"{family}.json")
-    counts = ms.param_counts(spec)
+    counts = param_counts(spec)
     assert spec.is_moe and spec.top_k <= spec.n_experts
     assert 0 < counts.active < counts.total
     assert counts.routed_experts_active * spec.n_experts == counts.routed_experts * spec.top_k
     summary = model_summary(spec)
     assert summary["params"]["total"] == counts.total
-    assert summary["weight_bytes"]["total"] == ms.total_weight_bytes(spec)
+    assert summary["weight_bytes"]["total"] == total_weight_bytes(spec)
     assert len(summary["layer_pattern"]["attention"]) == spec.n_layers
     json.dumps(summary)  # JSON-ready
 
@@ -95,7 +111,7 @@ def test_param_total_matches_transformers_meta_model(family: str) -> None:
     expected = _meta_parameter_count(config)
     # Unmodelled parts (DeepSeek-V4's KV compressors and hyper-connection mixers, 0.12%) stay within 0.5%
     # and are stated in the spec's assumptions.
-    assert ms.param_counts(spec).total == pytest.approx(expected, rel=0.005)
+    assert param_counts(spec).total == pytest.approx(expected, rel=0.005)
 
 
 @pytest.mark.parametrize("family", FILES)
@@ -106,7 +122,7 @@ def test_config_file_is_what_the_configuration_class_writes(family: str) -> None
 
     fresh = CONFIG_MAPPING[family](**GENERATOR.SHAPES.get(family, {})).to_dict()
     imported = spec_from_hf_config(json.loads(json.dumps(fresh)), family)
-    assert ms.param_counts(imported) == ms.param_counts(load_hf_config(FAMILY_DIR / f"{family}.json"))
+    assert param_counts(imported) == param_counts(load_hf_config(FAMILY_DIR / f"{family}.json"))
 
 
 # --- What each family's reader must understand ----------------------------------------------------------------
@@ -116,14 +132,14 @@ def test_sparse_attention_reads_top_k_but_caches_every_token() -> None:
     spec = load_hf_config(FAMILY_DIR / "deepseek_v32.json")
     att = spec.attention
     assert att.index_topk == 2048 and att.is_mla
-    assert ms.attended_tokens(spec, "full", 100_000) == 2048
-    assert ms.attended_tokens(spec, "full", 1000) == 1000
-    assert ms.cached_tokens(spec, "full", 100_000) == 100_000
+    assert attended_tokens(spec, "full", 100_000) == 2048
+    assert attended_tokens(spec, "full", 1000) == 1000
+    assert cached_tokens(spec, "full", 100_000) == 100_000
     # the cache holds the latent and the fp8 index key of every token
-    per_token = (att.kv_lora_rank + att.qk_rope_head_dim) * 2 + att.index_head_dim + ms.INDEX_KEY_SCALE_BYTES
-    assert ms.kv_cache_bytes(spec, 100_000) == 61 * 100_000 * per_token
+    per_token = (att.kv_lora_rank + att.qk_rope_head_dim) * 2 + att.index_head_dim + INDEX_KEY_SCALE_BYTES
+    assert kv_cache_bytes(spec, 100_000) == 61 * 100_000 * per_token
     # the indexer scans the whole context: attention work keeps growing past top-k, but only by its share
-    short, long = (ms.attention_flops_per_token(spec, "full", n) for n in (4096, 8192))
+    short, long = (attention_flops_per_token(spec, "full", n) for n in (4096, 8192))
     indexer_growth = 2 * att.index_heads * att.index_head_dim * 4096
     assert long - short == pytest.approx(indexer_growth)
 
@@ -134,10 +150,10 @@ def test_compressed_attention_divides_the_cache() -> None:
     assert set(spec.layer_attention) == {"full", "compressed"}
     context = 65_536
     window = att.sliding_window
-    assert ms.cached_tokens(spec, "compressed", context) == context // 128 + window
-    assert ms.cached_tokens(spec, "full", context) == context // 4 + window
-    assert ms.attended_tokens(spec, "full", context) == att.index_topk + window
-    assert ms.kv_cache_bytes_per_token(spec, "full") == att.head_dim * 2  # one shared K=V head
+    assert cached_tokens(spec, "compressed", context) == context // 128 + window
+    assert cached_tokens(spec, "full", context) == context // 4 + window
+    assert attended_tokens(spec, "full", context) == att.index_topk + window
+    assert kv_cache_bytes_per_token(spec, "full") == att.head_dim * 2  # one shared K=V head
     assert any("compressor" in text for text in spec.assumptions)
 
 
@@ -169,7 +185,7 @@ def test_wrappers_read_the_text_model_and_say_what_they_left_out() -> None:
 
 def test_mixture_of_attention_stores_idle_experts_outside_the_step() -> None:
     spec = load_hf_config(FAMILY_DIR / "jetmoe.json")
-    names = [name for name, _, _ in ms.attention_projections(spec, "full")]
+    names = [name for name, _, _ in attention_projections(spec, "full")]
     assert {"idle_q", "idle_o"} <= set(names)
     att = spec.attention
     idle = att.attention_experts - att.num_heads // att.num_kv_heads
@@ -182,12 +198,12 @@ def test_hybrid_layers_map_onto_linear_attention() -> None:
     lin = mamba.linear_attention
     assert lin is not None
     assert (
-        ms.linear_state_bytes(mamba, 1)
+        linear_state_bytes(mamba, 1)
         >= config["mamba_n_heads"] * config["mamba_d_head"] * config["mamba_d_state"]
     )
     lfm = load_hf_config(FAMILY_DIR / "lfm2_moe.json")
     assert lfm.layer_attention.count("full") == 6 and lfm.layer_ffn[:2] == ("dense", "dense")
-    in_proj = dict((name, rows) for name, rows, _ in ms.attention_projections(lfm, "linear"))
+    in_proj = dict((name, rows) for name, rows, _ in attention_projections(lfm, "linear"))
     assert in_proj["in_proj_qkvz"] == 3 * lfm.hidden
 
 
@@ -321,8 +337,8 @@ def test_decode_plan_reads_every_attention_weight_once(family: str) -> None:
 
     spec = load_hf_config(FAMILY_DIR / f"{family}.json")
     plan = build_plan(spec, 1, 1, 2048)
-    vectors = sum(ms.attention_vector_params(spec, kind) for kind in spec.layer_attention) * 2
-    stored = sum(ms.attention_weight_bytes(spec, kind) for kind in spec.layer_attention) - vectors
+    vectors = sum(attention_vector_params(spec, kind) for kind in spec.layer_attention) * 2
+    stored = sum(attention_weight_bytes(spec, kind) for kind in spec.layer_attention) - vectors
     assert _attention_weight_reads(plan) == pytest.approx(stored, rel=1e-9)
 
 
@@ -374,7 +390,7 @@ def test_general_reader_unwraps_an_unknown_multimodal_config() -> None:
     assert any("no dedicated reader" in a for a in spec.assumptions)
     assert any("vision_config" in a and "not modelled" in a for a in spec.assumptions)
     # the general reader assumes no QK-norm: within 0.1% of the Qwen3 reader's count
-    assert ms.param_counts(spec).total == pytest.approx(ms.param_counts(known).total, rel=1e-3)
+    assert param_counts(spec).total == pytest.approx(param_counts(known).total, rel=1e-3)
 
 
 @pytest.mark.parametrize(
@@ -392,7 +408,7 @@ def test_impossible_attention_shapes_name_the_field(change: dict[str, Any], fiel
 
     spec = load_hf_config(FAMILY_DIR / "deepseek_v4.json")
     with pytest.raises(MoesimError) as err:
-        ms.validate_spec(replace(spec, attention=replace(spec.attention, **change)))
+        validate_spec(replace(spec, attention=replace(spec.attention, **change)))
     assert err.value.field == field
 
 

@@ -5,14 +5,24 @@ from __future__ import annotations
 import pytest
 
 from moesim.errors import MoesimError
-from moesim.validation.runs import COLUMN_NAMES, parse_runs, read_runs, unrepresentable_reason
+from moesim.validation.runs.schema import COLUMN_NAMES, parse_runs, read_runs, unrepresentable_reason
 
 
 def test_bundled_runs_parse_with_a_source_on_every_row() -> None:
     runs = read_runs()
     assert len(runs) >= 20
     assert all(r.source and r.notes for r in runs)
-    assert {r.source for r in runs} >= {"R1", "R2", "R3", "R4", "R5"}
+    assert {r.source for r in runs} >= {"R1", "R2", "R3", "R4", "R5", "R8"}
+
+
+def test_r8_rises_with_batch_and_its_speedups_are_its_published_throughputs() -> None:
+    """R8 (SGLang spec-v2, gpt-oss-120b + EAGLE-3 on 1xH100): the measured curve that rises at batch 64."""
+    r8 = {r.batches[0]: r for r in read_runs() if r.source == "R8" and r.model == "gpt-oss-120b"}
+    assert sorted(r8) == [1, 8, 64]
+    assert r8[64].speedup > r8[1].speedup > r8[8].speedup
+    for run in r8.values():
+        assert run.speedup == pytest.approx(run.sd_value / run.baseline_value, abs=0.001)
+        assert unrepresentable_reason(run) is None
 
 
 def test_every_unrepresentable_row_says_why_and_the_rest_have_k_and_al() -> None:

@@ -18,7 +18,9 @@ from moesim.simulator.hardware.profile import (
     NodeSpec,
     Provenance,
 )
-from moesim.simulator.models.spec import AttentionSpec, ModelSpec, kv_cache_bytes, total_weight_bytes
+from moesim.simulator.models.sequence_state import kv_cache_bytes
+from moesim.simulator.models.spec import AttentionSpec, ModelSpec
+from moesim.simulator.models.weights import total_weight_bytes
 from moesim.simulator.plan.layout import ParallelLayout, default_layout
 from moesim.simulator.plan.memory import (
     RESERVE_FRACTION,

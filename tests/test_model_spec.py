@@ -11,33 +11,31 @@ from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
 from moesim.simulator.models.catalogue import list_models, load_model
-from moesim.simulator.models.spec import (
-    OVERRIDE_OPTIONS,
-    WEIGHT_FORMATS,
-    apply_overrides,
-    attention_flops_per_token,
+from moesim.simulator.models.flops import attention_flops_per_token, expert_flops_per_token
+from moesim.simulator.models.layers import layer_pattern
+from moesim.simulator.models.overrides import OVERRIDE_OPTIONS, apply_overrides, with_overrides
+from moesim.simulator.models.sequence_state import (
+    kv_cache_bytes,
+    kv_cache_bytes_per_token,
+    linear_state_bytes,
+    sequence_state_bytes,
+)
+from moesim.simulator.models.spec import WEIGHT_FORMATS, weight_format
+from moesim.simulator.models.validate import validate_spec
+from moesim.simulator.models.weights import (
     attention_projections,
     attention_weight_bytes,
     dense_ffn_weight_bytes,
     embedding_bytes,
-    expert_flops_per_token,
     expert_matrices,
     expert_weight_bytes,
-    kv_cache_bytes,
-    kv_cache_bytes_per_token,
-    layer_pattern,
-    linear_state_bytes,
     lm_head_bytes,
     lm_head_read_bytes,
     mtp_weight_bytes,
     param_counts,
     router_weight_bytes,
-    sequence_state_bytes,
     shared_expert_weight_bytes,
     total_weight_bytes,
-    validate_spec,
-    weight_format,
-    with_overrides,
 )
 
 FORMATS = sorted(WEIGHT_FORMATS)

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from moesim.cli import cli
 from moesim.simulator.models.catalogue import load_model
-from moesim.simulator.models.spec import param_counts, total_weight_bytes
+from moesim.simulator.models.weights import param_counts, total_weight_bytes
 
 FAMILIES = Path(__file__).parent / "data" / "hf_configs" / "families"
 

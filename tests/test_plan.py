@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
-from moesim.simulator.models import spec as ms
+from moesim.simulator.models.weights import expert_weight_bytes, param_counts
 from moesim.simulator.plan.step import PlanBuilder, distinct_experts_by_layer, fused_layer
 from moesim.simulator.plan.styles import KERNEL_STYLES, build_plan, register_kernel_style
 from moesim.simulator.routing.independent import IndependentRouting
@@ -60,7 +60,7 @@ def test_expert_bytes_are_distinct_experts_times_exact_expert_bytes() -> None:
         ]
         total = sum(r.size_bytes for r in expert_reads)
         u = plan.distinct_experts_by_layer[0]
-        assert total == pytest.approx(u * ms.expert_weight_bytes(spec), rel=1e-6)
+        assert total == pytest.approx(u * expert_weight_bytes(spec), rel=1e-6)
 
 
 def test_fp8_weights_compute_in_fp8() -> None:
@@ -128,7 +128,7 @@ def test_per_token_refuses_huge_plans() -> None:
         build_plan(model("qwen3-30b-a3b"), 256, 8, 1024, "per-token", None, h200())
 
 
-def test_register_engine_style() -> None:
+def test_register_kernel_style() -> None:
     register_kernel_style(PlanBuilder("test-style", "a copy of fused for the test", fused_layer))
     try:
         assert build_plan(tiny_moe(), 1, 1, 64, "test-style", None, h200()).kernel_style == "test-style"
@@ -187,5 +187,5 @@ def test_decode_at_batch_one_reads_the_active_weights(name: str) -> None:
         for r in k.reads
         if any(x in r.tensor for x in roles) or r.tensor == "lm_head"
     )
-    active = ms.param_counts(spec).active_excl_embedding * spec.dense_format.value_bits / 8
+    active = param_counts(spec).active_excl_embedding * spec.dense_format.value_bits / 8
     assert weights == pytest.approx(active, rel=2e-3)  # norm vectors are left out

@@ -16,7 +16,7 @@ from moesim import sweep
 from moesim.cli import cli
 from moesim.simulator.routing.independent import expected_distinct_uniform
 from moesim.simulator.speculative.plots import plot_sweep
-from moesim.validation.report import plot_predicted_vs_measured
+from moesim.validation.reference.report import plot_predicted_vs_measured
 
 TITLE_MAX_CHARS = 90
 

@@ -92,7 +92,7 @@ def test_a_rank_doing_every_expert_matches_the_single_gpu_builder(name: str) -> 
             assert g == pytest.approx(w, rel=1e-9)
 
 
-def test_every_built_in_engine_style_is_registered_without_importing_it_first() -> None:
+def test_every_built_in_kernel_style_is_registered_without_importing_it_first() -> None:
     assert {"fused", "per-token", "torch-reference"} <= set(KERNEL_STYLES)
     code = (
         "from moesim.simulator.simulate import simulate_step\n"

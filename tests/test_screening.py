@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import moesim
 from moesim.commands.screen import screen_command
 from moesim.errors import MoesimError
-from moesim.simulator.models.spec import param_counts
+from moesim.simulator.models.weights import param_counts
 from moesim.simulator.scenario import Scenario
 from moesim.simulator.screening.backends import chunked, run_local, run_ray
 from moesim.simulator.screening.constraints import Constraint, apply_constraints

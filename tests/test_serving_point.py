@@ -27,6 +27,9 @@ from tests.core_fixtures import h200, model, tiny_moe
 REFERENCE = json.loads((Path(__file__).parent / "data" / "ideal_reference.json").read_text())
 # The reference ran on the bundled profiles of that commit; the datasheet defaults were revised later
 # (issue 15), so the comparison runs on those same profile files: it isolates what `ideal` adds, nothing.
+# "Bit for bit" holds on one CPU; numpy's SIMD kernels (pow, exp, pairwise sums) round differently on
+# AVX-512 and AVX2 machines, so across machines the figures agree to a few ulps (seen: 1 ulp, Intel vs AMD).
+SAME_FIGURE_REL = 1e-14
 REFERENCE_PROFILES = Path(__file__).parent / "data" / "profiles_before_default_revision"
 
 
@@ -46,7 +49,7 @@ def _timers(spec, drafter="eagle", layout=None, launch="graph"):  # type: ignore
     return scenario_timers(scenario.resolve(check_fit=False), FastTimer(h200()))
 
 
-def test_ideal_reproduces_the_sweep_of_main_before_serving_engines_bit_for_bit() -> None:
+def test_ideal_reproduces_the_sweep_of_main_before_serving_engines_to_a_few_ulps() -> None:
     """tests/data/ideal_reference.json: main's sweep at the merge of issue 9 (before serving engines)."""
     grids: dict[tuple[str, str, str, str], list[dict]] = {}
     for row in REFERENCE["sweep"]:
@@ -65,10 +68,12 @@ def test_ideal_reproduces_the_sweep_of_main_before_serving_engines_bit_for_bit()
         for want in rows:
             row = got[want["batch"], want["draft_len"]]
             for key in ("speedup", "decode_step_s", "verify_step_s", "draft_s"):
-                assert float(getattr(row, key)) == float.fromhex(want[key]), (name, want["batch"], key)
+                assert float(getattr(row, key)) == pytest.approx(
+                    float.fromhex(want[key]), rel=SAME_FIGURE_REL, abs=0
+                ), (name, want["batch"], key)
 
 
-def test_ideal_reproduces_simulate_of_main_before_serving_engines_bit_for_bit() -> None:
+def test_ideal_reproduces_simulate_of_main_before_serving_engines_to_a_few_ulps() -> None:
     for want in REFERENCE["simulate"]:
         result = simulate(
             model=want["model"],
@@ -77,9 +82,12 @@ def test_ideal_reproduces_simulate_of_main_before_serving_engines_bit_for_bit() 
             draft_len=want["draft_len"],
             drafter=want["drafter"],
         )
-        assert float(result.speedup) == float.fromhex(want["speedup"])
-        assert float(result.decode.step_s) == float.fromhex(want["decode_step_s"])
-        assert float(result.verify.step_s) == float.fromhex(want["verify_step_s"])
+        for got, key in (
+            (result.speedup, "speedup"),
+            (result.decode.step_s, "decode_step_s"),
+            (result.verify.step_s, "verify_step_s"),
+        ):
+            assert float(got) == pytest.approx(float.fromhex(want[key]), rel=SAME_FIGURE_REL, abs=0)
 
 
 @pytest.mark.parametrize("drafter", ["eagle", "ngram", "fraction:0.1"])
@@ -94,7 +102,9 @@ def test_ideal_point_is_the_kernel_stream_formula(drafter: str, launch: str) -> 
                 load_serving_engine("ideal"), parsed, batch, k, 2.5, launch, steps, drafts, piecewise
             )
             t_decode, t_verify = steps(batch, 1, launch).step_s, steps(batch, k + 1, launch).step_s
-            assert point.speedup == 2.5 * t_decode / (drafts(batch, k, launch) + t_verify)
+            assert point.speedup == 2.5 * t_decode / (
+                drafts(DrafterStyle(), batch, k, launch).total_s + t_verify
+            )
 
 
 def _profile(**changes: object) -> ServingEngineProfile:
@@ -144,7 +154,9 @@ def test_a_tree_verifies_its_draft_token_count() -> None:
     point = engine_point(tree, parse_drafter("eagle"), 2, 4, 2.5, "graph", step_timer, draft_timer, piecewise)
     assert point.verify.tokens_per_row == 16
     assert point.verify.device_s == step_timer(2, 16, "graph").step_s
-    assert point.draft_s == draft_timer(8, 4, "graph")  # 2 sequences × top-4 candidates per pass
+    cost = draft_timer(tree.drafter, 2, 4, "graph")
+    assert point.draft_s == cost.total_s
+    assert cost == draft_timer(DrafterStyle(), 8, 4, "graph")  # 2 sequences × top-4 candidates per pass
 
 
 @settings(max_examples=25, deadline=None)
@@ -224,4 +236,5 @@ def test_a_reduced_draft_vocabulary_makes_an_eagle_pass_cheaper() -> None:
     ).resolve(check_fit=False)  # fmt: skip
     _, full_drafts, _ = scenario_timers(full, FastTimer(h200()))
     _, small_drafts, _ = scenario_timers(small, FastTimer(h200()))
-    assert small_drafts(4, 3, "graph") < full_drafts(4, 3, "graph")
+    style = DrafterStyle()
+    assert small_drafts(style, 4, 3, "graph").total_s < full_drafts(style, 4, 3, "graph").total_s

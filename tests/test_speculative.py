@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
+from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.simulate import simulate_expert_block, simulate_step
 from moesim.simulator.speculative.acceptance import (
     best_draft_len,
@@ -16,7 +17,7 @@ from moesim.simulator.speculative.acceptance import (
     tokens_per_step,
 )
 from moesim.simulator.speculative.drafters import parse_drafter
-from tests.core_fixtures import h200, simulate_sd
+from tests.core_fixtures import h200, model, simulate_sd
 
 
 @given(st.floats(0, 1), st.integers(1, 16))
@@ -57,6 +58,49 @@ def test_drafters_cost_what_they_run(drafter: str) -> None:
     assert 0 < result.draft_s < 2 * 2 * result.decode.step_s
     if drafter == "ngram":
         assert result.draft_s < 1e-4
+
+
+def test_drafters_first_pass_runs_over_the_verified_positions() -> None:
+    """vLLM's proposer and SGLang's draft extend run a round's first drafter pass over every position just
+    verified (K + 1 per sequence, a tree's draft tokens), then K - 1 one-token passes (per candidate for a
+    tree): at batch that first pass is the dearer one, and the ideal engine's K one-token passes the floor."""
+    from moesim.simulator.engines.profile import DrafterStyle
+    from moesim.simulator.execution.timer import FastTimer
+    from moesim.simulator.routing.independent import IndependentRouting
+    from moesim.simulator.scenario import Scenario
+    from moesim.simulator.speculative.drafters import draft_pass_s
+    from moesim.simulator.speculative.point import scenario_timers
+
+    hw, k, batch = h200(), 3, 32
+    timer = FastTimer(hw)
+    scenario = Scenario("qwen3-30b-a3b", hw, batch, k, routing=IndependentRouting(), layout=ParallelLayout())
+    _, drafts, _ = scenario_timers(scenario.resolve(), timer)
+    target, eagle = model("qwen3-30b-a3b"), parse_drafter("eagle")
+
+    def one_pass(rows: int, q: int) -> float:
+        return draft_pass_s(
+            eagle,
+            target,
+            ParallelLayout(),
+            rows,
+            2048,
+            "fused",
+            IndependentRouting(),
+            timer,
+            "graph",
+            tokens_per_seq=q,
+        )
+
+    chain_one, chain_verified = DrafterStyle(), DrafterStyle(first_pass="verified")
+    floor, verified = drafts(chain_one, batch, k, "graph"), drafts(chain_verified, batch, k, "graph")
+    assert one_pass(batch, k + 1) > one_pass(batch, 1)
+    assert floor.first_pass_s == pytest.approx(one_pass(batch, 1))
+    assert verified.first_pass_s == pytest.approx(one_pass(batch, k + 1))
+    assert verified.total_s - floor.total_s == pytest.approx(one_pass(batch, k + 1) - one_pass(batch, 1))
+    tree = DrafterStyle(shape="tree", tree_draft_tokens=8, tree_topk=2, first_pass="verified")
+    cost = drafts(tree, batch, k, "graph")
+    assert cost.first_pass_s == pytest.approx(one_pass(batch, 8))
+    assert cost.total_s - cost.first_pass_s > (k - 1) * one_pass(2 * batch, 1) * 0.999
 
 
 def test_mtp_needs_an_mtp_layer() -> None:

@@ -19,7 +19,7 @@ pytest.importorskip("triton")
 CHECK = textwrap.dedent(
     """
     import torch
-    from moesim.calibrate.triton_kernels import grouped_mm_op, grouped_mm_triton, l2_read, moe_block_table
+    from moesim.calibrate.suites.triton_kernels import grouped_mm_op, grouped_mm_triton, l2_read, moe_block_table
 
     buffer = torch.rand(3 * 4096 + 123, dtype=torch.float32)
     for passes in (1, 3):
@@ -41,8 +41,8 @@ CHECK = textwrap.dedent(
     # the torch-fused reference step with the Triton kernel wired in (as on a GPU) computes the same logits
     from moesim.simulator.models.spec import AttentionSpec, ModelSpec
     from moesim.simulator.routing.independent import IndependentRouting
-    from moesim.validation.reference import ReferenceModel
-    from moesim.validation.routing_replay import sample_step_routing
+    from moesim.validation.reference.torch_model import ReferenceModel
+    from moesim.validation.reference.routing_replay import sample_step_routing
 
     spec = ModelSpec(
         name="tiny", hidden=32, vocab=48, layer_attention=("full",), layer_ffn=("moe",),

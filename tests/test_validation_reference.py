@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from moesim.errors import MoesimError
 from moesim.simulator.models.spec import AttentionSpec, ModelSpec
 from moesim.simulator.routing.independent import IndependentRouting
-from moesim.validation.routing_replay import (
+from moesim.validation.reference.routing_replay import (
     ReplayRouting,
     assignment_from_loads,
     loads_from_assignment,
@@ -22,9 +22,9 @@ torch = pytest.importorskip("torch")
 
 from moesim.simulator.plan.reference import reference_step_plan  # noqa: E402
 from moesim.simulator.plan.reference_fused import fused_reference_step_plan  # noqa: E402
-from moesim.validation.measure import aten_name  # noqa: E402
-from moesim.validation.predict import REFERENCE_PLANS  # noqa: E402
-from moesim.validation.reference import ReferenceModel, count_step_ops, dense_reference_logits  # noqa: E402
+from moesim.validation.reference.measure import aten_name  # noqa: E402
+from moesim.validation.reference.predict import REFERENCE_PLANS  # noqa: E402
+from moesim.validation.reference.torch_model import ReferenceModel, count_step_ops, dense_reference_logits  # noqa: E402
 
 
 def tiny_spec(

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from moesim.commands.validate import validate_command
 from moesim.errors import MoesimError
-from moesim.validation.predict import TERMS
-from moesim.validation.report import (
+from moesim.validation.reference.predict import TERMS
+from moesim.validation.reference.report import (
     add_errors_and_ratios,
     attribute_error,
     read_measured_csv,

@@ -13,12 +13,12 @@ from click.testing import CliRunner
 from moesim.commands.validate import validate_command
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.profile import load_profile
-from moesim.validation.configs import config_seed, default_routing, row_routing, run_layers
-from moesim.validation.predict import predict_reference_step
-from moesim.validation.report import add_errors_and_ratios, summarise
-from moesim.validation.repredict import repredict_result
-from moesim.validation.routing_replay import sample_step_routing
-from moesim.validation.shapes import validation_model
+from moesim.validation.reference.configs import config_seed, default_routing, row_routing, run_layers
+from moesim.validation.reference.predict import predict_reference_step
+from moesim.validation.reference.report import add_errors_and_ratios, summarise
+from moesim.validation.reference.repredict import repredict_result
+from moesim.validation.reference.routing_replay import sample_step_routing
+from moesim.validation.reference.shapes import validation_model
 
 GRID = [(1, 0), (1, 3), (4, 0), (4, 1)]
 
@@ -150,8 +150,8 @@ def test_a_measured_cpu_run_is_predicted_from_its_rows_alone():
     """Measurement writes rows (no predictions in them); prediction reads rows + meta only, and the saved
     run re-predicts to exactly the predictions made right after measuring. A CPU run starts each step cold."""
     pytest.importorskip("torch")
-    from moesim.validation.predict import MEASURED_KEYS, predict_rows
-    from moesim.validation.run import ValidationOptions, measure_validation
+    from moesim.validation.reference.predict import MEASURED_KEYS, predict_rows
+    from moesim.validation.reference.run import ValidationOptions, measure_validation
 
     hw = load_profile("h200")
     options = ValidationOptions(
@@ -181,7 +181,7 @@ def test_a_cold_start_never_predicts_a_faster_step_than_the_warm_steady_state():
 
 
 def test_the_cache_state_defaults_to_cold_on_a_cpu_and_warm_on_a_gpu():
-    from moesim.validation.run import cache_between_steps
+    from moesim.validation.reference.run import cache_between_steps
 
     assert cache_between_steps("auto", "cpu") == "cold"
     assert cache_between_steps("auto", "cuda") == "warm"

@@ -1,8 +1,11 @@
 """Calibration: short torch microbenchmarks on the local device, fitted into a hardware profile.
 
-torch is imported lazily by the suites (and triton by `triton_kernels`), so `import moesim.calibrate` works
-without them; `fit`, the per-suite fits (`fit_memory`, `fit_launch`, `fit_gemm`, `fit_moe`), `build` and
-`plan` never need them. Entry point: `moesim.calibrate.runner.calibrate`.
+- `suites/`: the measurements (torch imported lazily, triton by `triton_kernels`): `timing`, `memory`,
+  `launch`, `gemm`, `moe` with `moe_block`, the suite sizes (`plan`) and the resumable `runner`
+  (entry point: `moesim.calibrate.suites.runner.calibrate`);
+- `fits/`: pure, no torch: fit primitives (`primitives`), one fit per suite (`memory`, `launch`, `gemm`,
+  `moe`) and their assembly into a profile (`build`);
+- `routing_record`: routing traces recorded from `transformers` models.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from moesim.errors import MoesimError
 def _dtypes(text: str | None) -> list[str] | None:
     if text is None:
         return None
-    from moesim.calibrate.timing import DTYPES
+    from moesim.calibrate.suites.timing import DTYPES
 
     values = [part.strip().lower() for part in text.split(",") if part.strip()]
     if not values:
@@ -27,7 +27,7 @@ def _dtypes(text: str | None) -> list[str] | None:
 
 
 def _suites(text: str | None) -> tuple[str, ...]:
-    from moesim.calibrate.runner import SUITES
+    from moesim.calibrate.suites.runner import SUITES
 
     if text is None:
         return SUITES
@@ -145,7 +145,7 @@ def calibrate_command(
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from moesim.calibrate.runner import SuiteReporter, calibrate, rebuild_from_csv
+    from moesim.calibrate.suites.runner import SuiteReporter, calibrate, rebuild_from_csv
 
     check_output_path("--output", output)
     if is_special_target(output):

@@ -88,7 +88,7 @@ def _summary_table(summary: dict[str, Any]) -> Table:
 def _catalogue(as_json: bool) -> None:
     """The catalogue table: one row per bundled model with its computed parameter counts."""
     from moesim.simulator.models.catalogue import list_models, load_model
-    from moesim.simulator.models.spec import param_counts, params_as_published
+    from moesim.simulator.models.weights import param_counts, params_as_published
 
     rows: list[dict[str, Any]] = []
     for name in list_models():

@@ -78,8 +78,8 @@ def _parse_engines(text: str) -> list[str]:
 
 def runs_validation(runs_path: str | None, serving_engines: str) -> dict[str, Any]:
     """Every requested profile's validation of the runs, sharing the device times."""
-    from moesim.validation.runs import read_runs
-    from moesim.validation.runs_predict import prepare, validate_runs
+    from moesim.validation.runs.predict import prepare, validate_runs
+    from moesim.validation.runs.schema import read_runs
 
     runs = read_runs(runs_path)
     ready = prepare(runs)
@@ -150,9 +150,9 @@ def fit_from_runs(
     from dataclasses import replace
     from pathlib import Path
 
-    from moesim.calibrate.from_runs import DEFAULT_FIT, fit_engine_profile
     from moesim.simulator.engines.profile import load_serving_engine, save_profile
-    from moesim.validation.runs import read_runs
+    from moesim.validation.runs.fit import DEFAULT_FIT, fit_engine_profile
+    from moesim.validation.runs.schema import read_runs
 
     base = load_serving_engine(serving_engine)
     runs = read_runs(runs_path)

@@ -19,7 +19,7 @@ from moesim.commands.fields import field_options, fields_of
 from moesim.commands.parallel_options import layout_from_kwargs, parallel_options
 from moesim.commands.progress import progress
 from moesim.commands.simulate import scenario_from_flags, sd_options, step_options
-from moesim.simulator.models.spec import OVERRIDE_OPTIONS
+from moesim.simulator.models.overrides import OVERRIDE_OPTIONS
 from moesim.simulator.screening.constraints import CONSTRAINT_KINDS
 from moesim.simulator.screening.request import ScreenRequest
 

@@ -154,7 +154,7 @@ def simulate_command(
     table.add_row("kernels", str(decode["n_kernels"]), str(verify["n_kernels"]))
     console.print(table)
     console.print(
-        f"verify / decode = {data['verify_over_decode']:.3f}; draft {_ms(data['draft_s'])} ms; "
+        f"verify / decode = {data['verify_over_decode']:.3f}; draft {_ms(data['draft_s'])} ms{_first_pass(data)}; "
         f"expected tokens per step = {data['tokens_per_step']:.3f}"
     )
     serving = data["serving_engine"]
@@ -170,6 +170,12 @@ def simulate_command(
         f"[bold]speedup = {data['speedup']:.3f}×[/bold]  "
         f"(= {data['tokens_per_step']:.3f} × {_ms(decode['step_s'])} ms ÷ ({_ms(data['draft_s'])} + {_ms(verify['step_s'])}{sync}) ms)"
     )
+
+
+def _first_pass(data: dict[str, Any]) -> str:
+    """The drafter's first pass (over the positions just verified), when it runs one."""
+    first = data.get("draft_first_pass_s", 0.0)
+    return f" (of which {_ms(first)} ms its first pass, over the verified tokens)" if first else ""
 
 
 def _print_layout(console: Console, parallel: dict[str, Any], chosen: bool, device: str) -> None:

@@ -11,7 +11,7 @@ from moesim.atomic import check_output_dir
 from moesim.commands.common import emit_json, handle_errors, parse_int_list
 from moesim.errors import MoesimError
 from moesim.simulator.scenario import DEFAULT_ACCEPTANCE, DEFAULT_DRAFTER, DEFAULT_SERVING_ENGINE
-from moesim.validation.report import MEASURED_SCHEMA
+from moesim.validation.reference.report import MEASURED_SCHEMA
 
 _EXAMPLES = """
 \b
@@ -289,7 +289,7 @@ def validate_command(
         from moesim.commands.serve import tensor_parallel
         from moesim.simulator.scenario import DEFAULT_DRAFT_LEN, Scenario
         from moesim.simulator.serving.options import ServeOptions
-        from moesim.validation.bench_compare import validate_bench
+        from moesim.validation.bench.compare import validate_bench
 
         if not (bench_path and baseline_path and bench_model):
             raise MoesimError(
@@ -332,15 +332,15 @@ def validate_command(
     if measured_path and repredict_path:
         raise MoesimError("--repredict", "give --repredict or --measured, not both")
     if repredict_path:
-        from moesim.validation.repredict import load_result, repredict_result
+        from moesim.validation.reference.repredict import load_result, repredict_result
 
         cross = {name: load_profile(name) for name in cross_profiles}
         result = repredict_result(load_result(repredict_path), hardware, cross, source=repredict_path)
     elif measured_path:
         result = _measured(measured_path, profile, context_len, launch, kernel_style, routing)
     else:
-        from moesim.validation.run import ValidationOptions, run_torch_validation
-        from moesim.validation.shapes import SHAPES
+        from moesim.validation.reference.run import ValidationOptions, run_torch_validation
+        from moesim.validation.reference.shapes import SHAPES
 
         models = tuple(m.strip() for m in models_text.split(",") if m.strip())
         unknown = [m for m in models if m not in SHAPES]
@@ -375,7 +375,7 @@ def validate_command(
         sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "validate" else sys.argv[1:]
     )
     if report_dir:
-        from moesim.validation.report import write_report
+        from moesim.validation.reference.report import write_report
 
         paths = write_report(report_dir, result)
         if not as_json:
@@ -392,7 +392,7 @@ def _runs(
     from moesim.commands.engines import plot_runs_validation, print_runs_validation, runs_validation
 
     if schema:
-        from moesim.validation.runs import schema_rows
+        from moesim.validation.runs.schema import schema_rows
 
         columns = schema_rows()
         if as_json:
@@ -415,7 +415,7 @@ def _runs(
 def _measured(
     path: str, profile: str, context_len: int, launch: str, kernel_style: str, routing: str
 ) -> dict[str, Any]:
-    from moesim.validation.report import predict_measured, read_measured_csv, summarise
+    from moesim.validation.reference.report import predict_measured, read_measured_csv, summarise
 
     rows = predict_measured(read_measured_csv(path), profile, context_len, launch, kernel_style, routing)
     return {
@@ -503,7 +503,7 @@ def _print(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from moesim.validation.report import attribution_sentence
+    from moesim.validation.reference.report import attribution_sentence
 
     console = Console()
     table = Table(title=result["meta"].get("title", "validation"))

@@ -92,6 +92,7 @@ class SpeculativeResult:
     accept_s: float
     tokens_per_step: float
     speedup: float
+    draft_first_pass_s: float = 0.0  # of draft_s: the drafter's pass over the verified positions
     assumptions: dict[str, Any] = field(default_factory=dict)
     # The layout simulated and its memory use; "decode"/"verify" hold the parallel steps' summaries.
     parallel: dict[str, Any] = field(default_factory=dict)
@@ -114,6 +115,7 @@ class SpeculativeResult:
             "decode": self.decode.to_json(timeline),
             "verify": self.verify.to_json(timeline),
             "draft_s": self.draft_s,
+            "draft_first_pass_s": self.draft_first_pass_s,
             "accept_s": self.accept_s,
             "tokens_per_step": self.tokens_per_step,
             "verify_over_decode": self.verify_over_decode,
@@ -191,6 +193,7 @@ def _result(resolved: ResolvedScenario, point: SpeculativePoint) -> SpeculativeR
         decode=decode,
         verify=verify,
         draft_s=point.draft_s,
+        draft_first_pass_s=point.draft_first_pass_s,
         accept_s=accept_s,
         tokens_per_step=point.tokens_per_step,
         speedup=point.speedup,

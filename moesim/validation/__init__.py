@@ -1,6 +1,9 @@
-"""Validation: measured torch reference runs against the simulator's predictions for the same work.
+"""Validation: the simulator's predictions against measurements, by subject.
 
-Two halves joined by the rows a run writes: measure (`measure`, `run`; torch, imported lazily by
-`reference.py`) and predict (`predict.predict_rows`, `repredict`; pure, no torch), with `configs` telling
-both how a row's model and forced routing are rebuilt. Reports and error attribution in `report`.
+- `reference/`: the torch reference step, measured into rows (torch, imported lazily) and predicted from the
+  same rows (pure): measure | predict | report, with the configurations, forced routing and shapes both halves
+  rebuild a row from;
+- `runs/`: measured speculative-decoding serving runs: the CSV schema and reading, each row's prediction under
+  a serving engine and its score, and the serving-engine host parameters fitted to them;
+- `bench/`: vLLM / SGLang benchmark results read in, and measured against `moesim serve`.
 """

@@ -10,7 +10,8 @@
   so f = 0 is device + host, f = 1 is max(device, host), and host work never makes a step faster.
 - Speculative rounds: a chain verifies K + 1 tokens per sequence, a tree its draft-token count
   (`verify_tokens`), in one pass or as one-token rows by batch expansion (`verify_shape`); a tree's drafter passes extend `tree_topk` candidates per sequence
-  (`draft_sequences`); each drafter pass costs the host `draft_step_us`; the round ends with the
+  (`draft_sequences`); the first pass may run over the positions just verified (`first_draft_pass`); each
+  drafter pass costs the host `draft_step_us`; the round ends with the
   acceptance sync (`accept_sync_s`); n-gram drafting is host time (`ngram_draft_s`).
 """
 
@@ -121,6 +122,15 @@ def draft_sequences(style: DrafterStyle, sequences: int) -> int:
     return sequences * (style.tree_topk if style.shape == "tree" else 1)
 
 
+def first_draft_pass(style: DrafterStyle, sequences: int, draft_len: int) -> tuple[int, int]:
+    """(rows, tokens per row) of a round's first drafter pass: the K + 1 (chain) or tree positions just
+    verified per sequence when the engine's proposer runs over them (`first_pass = "verified"`), else one
+    token per drafted row like every later pass."""
+    if style.first_pass == "verified":
+        return sequences, verify_tokens(style, draft_len)
+    return draft_sequences(style, sequences), 1
+
+
 def drafter_launch(style: DrafterStyle, target_launch: str) -> str:
     """Launch mode of the drafter's passes: the style's own, or the target step's (piecewise counts as graph)."""
     if style.launch != "target":
@@ -152,6 +162,7 @@ __all__ = [
     "draft_sequences",
     "drafter_launch",
     "exposed_host_s",
+    "first_draft_pass",
     "host_time_s",
     "launch_for",
     "ngram_draft_s",

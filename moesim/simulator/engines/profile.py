@@ -35,6 +35,7 @@ UNCAPTURED_MODES = ("eager", "piecewise")
 DRAFT_SHAPES = ("chain", "tree")
 DRAFTER_LAUNCHES = ("target", "graph", "eager")
 VERIFY_MODES = ("multi_token", "batch_expansion")
+FIRST_PASSES = ("one_token", "verified")
 PROFILE_KINDS = ("ideal", "documented", "fitted")
 
 
@@ -118,7 +119,13 @@ class DrafterStyle:
     target step (`target`); a tree's drafter passes run `tree_topk` candidates per sequence;
     `draft_vocab_size` > 0 is a reduced drafter LM head (EAGLE-3). The target scores the drafts in one
     pass of q tokens per sequence (`multi_token`), or by batch expansion: q one-token rows per sequence,
-    each attending over the whole context (vLLM V0's scorer with CUDA graphs)."""
+    each attending over the whole context (vLLM V0's scorer with CUDA graphs).
+
+    `first_pass`: a round's first drafter pass runs one token per sequence like the others (`one_token`,
+    the ideal engine), or over the positions the round just verified (`verified`: K + 1 per sequence for a
+    chain, the tree's draft tokens), which puts the accepted tokens into the drafter's KV cache before it
+    proposes — vLLM 0.33.0 `v1/spec_decode/llm_base_proposer.py` `propose` and SGLang 0.5.23
+    `speculative/eagle_worker_v2.py` `_draft_extend_for_decode` both do so (`speculative.drafters`)."""
 
     shape: Literal["chain", "tree"] = "chain"
     tree_draft_tokens: int = 0
@@ -126,6 +133,7 @@ class DrafterStyle:
     launch: Literal["target", "graph", "eager"] = "target"
     draft_vocab_size: int = 0
     verify_mode: Literal["multi_token", "batch_expansion"] = "multi_token"
+    first_pass: Literal["one_token", "verified"] = "one_token"
 
 
 @dataclass(frozen=True)
@@ -297,6 +305,7 @@ def _read_drafter(source: str, data: Any) -> DrafterStyle:
         launch=t.choice("launch", "target", DRAFTER_LAUNCHES),
         draft_vocab_size=t.whole("draft_vocab_size", 0),
         verify_mode=t.choice("verify_mode", "multi_token", VERIFY_MODES),
+        first_pass=t.choice("first_pass", "one_token", FIRST_PASSES),
     )
     if style.shape == "tree" and style.tree_draft_tokens < 2:
         raise t.error(

@@ -6,6 +6,17 @@
             = FLOPs / (peak[bf16] × vector_flops_fraction)      for everything else (the profile's fact)
     memory  = (HBM bytes + ramp) / achieved bandwidth + cache bytes / cache bandwidth
 
+A grouped expert GEMM (a fused-MoE projection over U distinct experts, `Kernel.experts` = U) also pays a
+fixed part, a part per distinct expert and a part per (token, expert) pair (`hardware.profile.ExpertGemmTerms`):
+
+    time = fixed latency + expert fixed + U × per-expert
+           + max(compute, memory bytes' time + max(cache bytes' time, pair FLOPs / pair rate))
+
+The pair work (gathering each pair's activation row for every output tile, scaling and scattering its
+output) runs in series with the weight stream from memory, so the kernel keeps growing with tokens once
+every expert is loaded; it is never faster than its roofline compute. Both timers take this split from
+`kernel_parts_s`.
+
 The ramp charges small transfers: a kernel moving x bytes from memory reaches x / (x + h) of the streaming
 bandwidth, h = half_bandwidth_transfer_bytes, which is the same as adding h bytes (h / bandwidth = one
 memory latency) to every kernel that reads memory; calibration fits h with exactly this formula.
@@ -16,11 +27,12 @@ Everything here is pure and works on numpy arrays so the fast path can cost a wh
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.hardware.profile import HardwareProfile, expert_gemm_terms
 from moesim.simulator.plan.kernels import Kernel
 
 # A GEMM with one row uses each weight once (0.5 FLOP per fp32 byte, 1 per bf16 byte: far below any
@@ -47,6 +59,8 @@ class CostParams:
     gemm_eff: np.ndarray
     peak_flops: dict[str, float]
     non_gemm_flops_per_s: float
+    # dtype -> (fixed s, per-expert s, pair FLOP/s) of grouped expert GEMMs; empty: none in this pricing
+    expert_gemm: dict[str, tuple[float, float, float]] = field(default_factory=dict)
 
     @classmethod
     def from_hardware(cls, hw: HardwareProfile) -> CostParams:
@@ -66,6 +80,7 @@ class CostParams:
             gemm_eff=np.asarray(em.gemm_efficiency.efficiency, dtype=float),
             peak_flops=peaks,
             non_gemm_flops_per_s=hw.peak_flops_per_s("bf16") * float(em.vector_flops_fraction or 0.0),
+            expert_gemm=_expert_gemm_rates(hw, peaks),
         )
 
     @classmethod
@@ -96,6 +111,27 @@ class CostParams:
     def peak(self, dtype: str) -> float:
         return self.peak_flops.get(dtype, self.peak_flops["bf16"])
 
+    def grouped_terms(
+        self, experts: np.ndarray, dtypes: Sequence[str], dtype_index: np.ndarray | None = None
+    ) -> GroupedTerms | None:
+        """The grouped expert GEMM terms of kernels with `experts` distinct experts (0: not one), kernel i
+        computing in dtypes[dtype_index[i]] (in dtypes[i] without an index); None when no kernel is one or
+        this pricing has no such terms."""
+        experts = np.asarray(experts, dtype=float)
+        if not self.expert_gemm or not np.any(experts > 0):
+            return None
+        table = np.array(
+            [self.expert_gemm.get(d) or self.expert_gemm.get("bf16") or (0.0, 0.0, math.inf) for d in dtypes],
+            dtype=float,
+        ).reshape(-1, 3)
+        rows = table if dtype_index is None else table[np.asarray(dtype_index, dtype=np.int64)]
+        grouped = experts > 0
+        return GroupedTerms(
+            is_grouped=grouped,
+            extra_s=np.where(grouped, rows[:, 0] + experts * rows[:, 1], 0.0),
+            pair_flops_per_s=np.where(grouped, rows[:, 2], np.inf),
+        )
+
     def gemm_efficiency(self, m_tokens: np.ndarray | float) -> np.ndarray:
         """Achieved fraction of peak of a GEMM with M rows (M ≤ 1: a weight stream, see GEMV_EFFICIENCY)."""
         log_m = np.log(np.maximum(np.asarray(m_tokens, dtype=float), GEMV_M_TOKENS))
@@ -104,6 +140,26 @@ class CostParams:
         grid_m = np.concatenate([[math.log(GEMV_M_TOKENS)], grid_m[above]])
         grid_eff = np.concatenate([[GEMV_EFFICIENCY], grid_eff[above]])
         return np.exp(np.interp(log_m, grid_m, np.log(grid_eff)))
+
+
+def _expert_gemm_rates(hw: HardwareProfile, peaks: dict[str, float]) -> dict[str, tuple[float, float, float]]:
+    table = hw.empirical.expert_gemm or {}
+    if not table:
+        return {}
+    out = {}
+    for dtype, peak in peaks.items():
+        terms = expert_gemm_terms(table, dtype)
+        out[dtype] = (terms.fixed_us * 1e-6, terms.per_expert_us * 1e-6, peak * terms.pair_flops_fraction)
+    return out
+
+
+@dataclass(frozen=True)
+class GroupedTerms:
+    """Per-kernel arrays of the grouped expert GEMM terms; kernels that are not one have no extra cost."""
+
+    is_grouped: np.ndarray
+    extra_s: np.ndarray  # expert fixed + U × per-expert seconds
+    pair_flops_per_s: np.ndarray  # rate of the (token, expert) arithmetic
 
 
 def compute_time_s(
@@ -137,6 +193,35 @@ def memory_time_s(
     return (hbm + ramp) / bandwidth + np.asarray(cache_bytes, dtype=float) / params.cache_bytes_per_s
 
 
+def kernel_parts_s(
+    flops: np.ndarray,
+    m_tokens: np.ndarray,
+    peak_flops: np.ndarray,
+    hbm_bytes: np.ndarray,
+    cache_bytes: np.ndarray,
+    params: CostParams,
+    grouped: GroupedTerms | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(total, fixed, compute, memory-side) seconds of many kernels: total = fixed + max(compute,
+    memory-side).
+
+    The fixed part is the fixed latency, plus for a grouped expert GEMM its expert fixed and per-expert parts. The
+    memory side is the bytes' time; for a grouped expert GEMM it is the memory bytes' time plus the larger
+    of the cache-served re-reads and the (token, expert) rows' work: both run on the SMs' load path per
+    output tile, beside each other, but in series with the weights streaming from memory
+    (`hardware.profile.ExpertGemmTerms`)."""
+    compute = compute_time_s(flops, m_tokens, peak_flops, params)
+    is_gemm = np.asarray(m_tokens) > 0
+    memory = memory_time_s(hbm_bytes, cache_bytes, is_gemm, params)
+    fixed = np.full(compute.shape, params.fixed_s)
+    if grouped is not None:
+        from_memory = memory_time_s(hbm_bytes, 0.0, is_gemm, params)
+        pair_s = np.asarray(flops, dtype=float) / grouped.pair_flops_per_s
+        memory = np.where(grouped.is_grouped, from_memory + np.maximum(memory - from_memory, pair_s), memory)
+        fixed = fixed + grouped.extra_s
+    return fixed + np.maximum(compute, memory), fixed, compute, memory
+
+
 def kernel_times_s(
     flops: np.ndarray,
     m_tokens: np.ndarray,
@@ -144,11 +229,15 @@ def kernel_times_s(
     hbm_bytes: np.ndarray,
     cache_bytes: np.ndarray,
     params: CostParams,
+    grouped: GroupedTerms | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(total, compute, memory) seconds of many kernels at once; total = fixed + max(compute, memory)."""
-    compute = compute_time_s(flops, m_tokens, peak_flops, params)
-    memory = memory_time_s(hbm_bytes, cache_bytes, np.asarray(m_tokens) > 0, params)
-    return params.fixed_s + np.maximum(compute, memory), compute, memory
+    """(total, compute, memory-side) seconds of many kernels at once: total = serial + max(compute,
+    memory-side), which is fixed + max(compute, memory) for every kernel but a grouped expert GEMM
+    (`kernel_parts_s`)."""
+    total, _, compute, memory = kernel_parts_s(
+        flops, m_tokens, peak_flops, hbm_bytes, cache_bytes, params, grouped
+    )
+    return total, compute, memory
 
 
 def kernel_time_s(
@@ -163,5 +252,6 @@ def kernel_time_s(
         np.array([hbm_bytes]),
         np.array([cache_bytes]),
         params,
+        params.grouped_terms(np.array([kernel.experts]), [kernel.dtype]),
     )
     return float(total[0])

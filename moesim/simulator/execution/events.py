@@ -25,7 +25,7 @@ import numpy as np
 import simpy
 
 from moesim.simulator.execution.cache import CacheState, footprints
-from moesim.simulator.execution.cost import CostParams, kernel_times_s
+from moesim.simulator.execution.cost import CostParams, kernel_parts_s
 from moesim.simulator.execution.launch import LaunchParams
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.plan.kernels import CATEGORIES, Kernel
@@ -214,8 +214,8 @@ def run_events(
     peaks = np.array([params.peak(k.dtype) for k in kernels])
     flops = np.array([k.flops for k in kernels])
     m = np.array([k.m_tokens for k in kernels], dtype=float)
-    total, compute, memory = kernel_times_s(flops, m, peaks, hbm, cache, params)
-    fixed = np.full(n, params.fixed_s)
+    grouped = params.grouped_terms(np.array([k.experts for k in kernels]), [k.dtype for k in kernels])
+    total, fixed, compute, memory = kernel_parts_s(flops, m, peaks, hbm, cache, params, grouped)
     if external_time_s is not None:
         for i, kernel in enumerate(kernels):
             given = external_time_s(kernel)

@@ -39,6 +39,7 @@ class KernelArrays:
 
     flops: np.ndarray
     m_tokens: np.ndarray
+    experts: np.ndarray  # distinct experts of a grouped expert GEMM, 0 for other kernels
     dtype_index: np.ndarray  # index into `dtypes`
     dtypes: list[str]
     category: np.ndarray
@@ -56,7 +57,7 @@ class KernelArrays:
         return int(self.flops.size)
 
 
-_K_COLUMNS = 6  # flops, m_tokens, category, stream, join, dtype index
+_K_COLUMNS = 7  # flops, m_tokens, category, stream, join, dtype index, experts
 _A_COLUMNS = 7  # kernel, tensor id, size, reads, working set, is write, per-layer tensor
 
 
@@ -75,6 +76,7 @@ def _template_arrays(
                 kernel.stream,
                 float(kernel.join),
                 dtype,
+                kernel.experts,
             ]
         )
         for read in kernel.reads:
@@ -132,6 +134,7 @@ def plan_arrays(plan: StepPlan) -> KernelArrays:
     return KernelArrays(
         flops=k[:, 0],
         m_tokens=k[:, 1],
+        experts=k[:, 6],
         dtype_index=k[:, 5].astype(np.int64),
         dtypes=list(dtypes),
         category=k[:, 2].astype(np.int64),
@@ -287,7 +290,8 @@ def cost_plan(arrays: KernelArrays, params: CostParams) -> KernelCosts:
     """Cache traffic and device time of every kernel of a plan."""
     cache, hbm = kernel_traffic(arrays, params.cache_capacity_bytes)
     peaks = np.array([params.peak(d) for d in arrays.dtypes] or [0.0])[arrays.dtype_index]
-    total, compute, memory = kernel_times_s(arrays.flops, arrays.m_tokens, peaks, hbm, cache, params)
+    grouped = params.grouped_terms(arrays.experts, arrays.dtypes, arrays.dtype_index)
+    total, compute, memory = kernel_times_s(arrays.flops, arrays.m_tokens, peaks, hbm, cache, params, grouped)
     return KernelCosts(total, compute, memory, cache, hbm)
 
 

@@ -59,12 +59,41 @@ class GemmEfficiency:
         return np.exp(np.interp(log_m, np.log(self.m_tokens), np.log(self.efficiency)))
 
 
+@dataclass(frozen=True)
+class ExpertGemmTerms:
+    """What one grouped expert GEMM (a fused-MoE projection over U distinct experts) costs, for one dtype.
+
+        time = kernel_fixed_latency + fixed_us + U × per_expert_us + memory time of its bytes
+               + its (token, expert) FLOPs / (peak[dtype] × pair_flops_fraction)
+
+    The weights of the U experts are in the memory term (read once, repeats per M-tile from the cache); the
+    per-(token, expert) arithmetic is charged in series with them, not hidden under them: a grouped kernel
+    with a few rows per expert does not overlap its MMA work with the weight stream, so its time keeps
+    growing with tokens after every expert is loaded. Defaults and their sources: `hardware.defaults`.
+    """
+
+    fixed_us: float  # device time of one launch beyond kernel_fixed_latency (routing alignment, tactic floor)
+    per_expert_us: float  # device time per distinct expert beyond its weight bytes
+    pair_flops_fraction: float  # rate of the (token, expert) rows' arithmetic / dense peak of the dtype
+
+
+EXPERT_GEMM_FALLBACK_DTYPE = "bf16"
+
+
+def expert_gemm_terms(table: dict[str, ExpertGemmTerms], dtype: str) -> ExpertGemmTerms:
+    """The terms of `dtype`, else of bf16 (the tensor-core path every other dtype borrows), else the first."""
+    if dtype in table:
+        return table[dtype]
+    return table.get(EXPERT_GEMM_FALLBACK_DTYPE) or next(iter(table.values()))
+
+
 EXECUTION_FACTS = (
     "vector_flops_fraction",
     "launch_eager_gap_us",
     "gemm_panel_rows",
     "gemm_tile_m_expert",
     "gemm_tile_m_dense",
+    "expert_gemm",
 )
 
 
@@ -92,6 +121,8 @@ class Empirical:
     gemm_panel_rows: int | None = None  # weight rows a tiled GEMM's M-tiles re-read close together
     gemm_tile_m_expert: int | None = None  # rows of one M-tile in grouped expert GEMMs
     gemm_tile_m_dense: int | None = None  # rows of one M-tile in dense GEMMs
+    # Grouped expert GEMM terms per compute dtype (see ExpertGemmTerms); None = the documented defaults.
+    expert_gemm: dict[str, ExpertGemmTerms] | None = None
 
 
 @dataclass(frozen=True)
@@ -244,7 +275,7 @@ def profile_to_dict(p: HardwareProfile) -> dict[str, Any]:
     em = p.empirical
     empirical: dict[str, Any] = {}
     for f in fields(Empirical):
-        if f.name == "gemm_efficiency":
+        if f.name in ("gemm_efficiency", "expert_gemm"):
             continue
         value = getattr(em, f.name)
         if value is None:  # optional parameter not set: TOML has no null, so the key is left out
@@ -254,6 +285,11 @@ def profile_to_dict(p: HardwareProfile) -> dict[str, Any]:
         "m_tokens": [float(m) for m in em.gemm_efficiency.m_tokens],
         "efficiency": [float(e) for e in em.gemm_efficiency.efficiency],
     }
+    if em.expert_gemm is not None:
+        empirical["expert_gemm"] = {
+            dtype: {f.name: float(getattr(terms, f.name)) for f in fields(ExpertGemmTerms)}
+            for dtype, terms in em.expert_gemm.items()
+        }
     node = {
         "gpus_per_node": int(p.node.gpus_per_node),
         "scale_up_bandwidth_gbps": float(p.node.scale_up_bandwidth_gbps),
@@ -423,6 +459,32 @@ def _read_gemm_efficiency(r: _Reader) -> GemmEfficiency:
     return GemmEfficiency(m_tokens=tuple(m), efficiency=tuple(eff))
 
 
+# Bounds of the grouped expert GEMM terms: a fused-MoE launch floor above 1 ms or a per-expert overhead
+# above 100 us would be larger than any measured table row's whole time at those sizes.
+EXPERT_GEMM_MAX_FIXED_US = 1000.0
+EXPERT_GEMM_MAX_PER_EXPERT_US = 100.0
+
+
+def _read_expert_gemm(r: _Reader) -> dict[str, ExpertGemmTerms] | None:
+    dotted = "empirical.expert_gemm"
+    raw = r.data.get("expert_gemm")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise r.error(dotted, "must be a table of [empirical.expert_gemm.<dtype>] tables", "e.g. bf16")
+    # An empty table is a profile that prices grouped expert GEMMs by the roofline alone (as moesim did before
+    # the term existed); leaving the table out gives the documented defaults.
+    out: dict[str, ExpertGemmTerms] = {}
+    for dtype, table in raw.items():
+        g = _Reader(r.source, f"{dotted}.{dtype}", table, tuple(f.name for f in fields(ExpertGemmTerms)))
+        out[str(dtype)] = ExpertGemmTerms(
+            fixed_us=g.number("fixed_us", strict=False, maximum=EXPERT_GEMM_MAX_FIXED_US),
+            per_expert_us=g.number("per_expert_us", strict=False, maximum=EXPERT_GEMM_MAX_PER_EXPERT_US),
+            pair_flops_fraction=g.number("pair_flops_fraction", maximum=1.0),
+        )
+    return out
+
+
 def _read_empirical(source: str, data: Any) -> Empirical:
     r = _Reader(source, "empirical", data, tuple(f.name for f in fields(Empirical)))
     return Empirical(
@@ -450,6 +512,7 @@ def _read_empirical(source: str, data: Any) -> Empirical:
             name: r.integer(name, minimum=1) if name in r.data else None
             for name in ("gemm_panel_rows", "gemm_tile_m_expert", "gemm_tile_m_dense")
         },
+        expert_gemm=_read_expert_gemm(r),
     )
 
 

@@ -16,19 +16,16 @@ from typing import Any
 
 from moesim.errors import MoesimError
 from moesim.reading import parse_toml, read_table
+from moesim.simulator.models.layers import LayerPattern, layer_pattern
+from moesim.simulator.models.overrides import OVERRIDE_OPTIONS, apply_overrides, scalar_type
 from moesim.simulator.models.spec import (
     ATTENTION_KINDS,
     FFN_KINDS,
-    OVERRIDE_OPTIONS,
     AttentionSpec,
-    LayerPattern,
     LinearAttentionSpec,
     ModelSpec,
-    apply_overrides,
-    layer_pattern,
-    scalar_type,
-    validate_spec,
 )
+from moesim.simulator.models.validate import validate_spec
 
 _STRUCTURED = (
     "layer_attention",

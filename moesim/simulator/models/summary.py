@@ -5,15 +5,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from moesim.simulator.models.spec import (
-    AttentionSpec,
-    ModelSpec,
-    attention_for,
-    kv_cache_bytes_per_token,
-    layer_pattern,
-    param_counts,
-    total_weight_bytes,
-)
+from moesim.simulator.models.layers import layer_pattern
+from moesim.simulator.models.sequence_state import kv_cache_bytes_per_token
+from moesim.simulator.models.spec import AttentionSpec, ModelSpec, attention_for
+from moesim.simulator.models.weights import param_counts, total_weight_bytes
 
 
 def layer_pattern_summary(spec: ModelSpec) -> dict[str, Any]:

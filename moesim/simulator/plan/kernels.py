@@ -76,3 +76,5 @@ class Kernel:
     stream: int = 0  # kernels on different streams may run side by side
     write_tensor: str = ""  # name of the tensor written (write_bytes of it), so later reads can hit the cache
     join: bool = False  # waits for every kernel issued before it on the other streams (an event wait)
+    # Distinct experts of a grouped expert GEMM (one fused-MoE projection over them); 0 for any other kernel.
+    experts: float = 0.0

@@ -24,24 +24,24 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from moesim.errors import MoesimError
-from moesim.simulator.models.spec import (
-    ModelSpec,
-    attention_for,
-    attention_projections,
-    attention_vector_params,
+from moesim.simulator.models.sequence_state import (
     cached_tokens,
-    dense_ffn_weight_bytes,
-    embedding_bytes,
-    expert_weight_bytes,
-    high_precision_format,
     index_key_bytes_per_token,
     indexed_tokens,
     kv_cache_bytes_per_token,
-    layer_norm_bytes,
     linear_state_bytes,
+    sequence_state_bytes,
+)
+from moesim.simulator.models.spec import ModelSpec, attention_for, high_precision_format
+from moesim.simulator.models.weights import (
+    attention_projections,
+    attention_vector_params,
+    dense_ffn_weight_bytes,
+    embedding_bytes,
+    expert_weight_bytes,
+    layer_norm_bytes,
     lm_head_bytes,
     router_weight_bytes,
-    sequence_state_bytes,
     shared_expert_weight_bytes,
     total_weight_bytes,
 )

@@ -21,20 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from moesim.simulator.models import spec as ms
-from moesim.simulator.models.spec import AttentionLayerKind, FfnLayerKind, ModelSpec
+from moesim.simulator.models.sequence_state import attended_tokens
+from moesim.simulator.models.spec import AttentionLayerKind, FfnLayerKind, ModelSpec, attention_for
+from moesim.simulator.plan.blocks import ACT_BYTES, GENERIC_DEVICE, LAYER_PREFIX, PlanContext, PlanDevice
 from moesim.simulator.plan.kernels import Kernel, TensorRead
-from moesim.simulator.plan.step import (
-    ACT_BYTES,
-    GENERIC_DEVICE,
-    LAYER_PREFIX,
-    PlanBuilder,
-    PlanContext,
-    PlanDevice,
-    StepPlan,
-    distinct_experts_by_layer,
-    kv_bytes_per_token,
-)
+from moesim.simulator.plan.shapes import kv_bytes_per_token
+from moesim.simulator.plan.step import PlanBuilder, StepPlan, distinct_experts_by_layer
 from moesim.simulator.plan.styles import kernel_style_builder, plan_from_context
 from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.routing.independent import IndependentRouting, expected_distinct_uniform
@@ -79,9 +71,9 @@ class MixedContext(PlanContext):
 
 def prefill_attention_kernel(model: ModelSpec, kind: AttentionLayerKind, chunks: PrefillChunks) -> Kernel:
     """Causal (flash) attention of the prefill chunks' queries over their prefixes and themselves."""
-    a = ms.attention_for(model, kind)  # full layers may have their own heads (as in the decode kernel)
+    a = attention_for(model, kind)  # full layers may have their own heads (as in the decode kernel)
     mean_keys = chunks.query_key_pairs / max(1, chunks.tokens)
-    pairs = chunks.tokens * ms.attended_tokens(model, kind, round(mean_keys))
+    pairs = chunks.tokens * attended_tokens(model, kind, round(mean_keys))
     if a.is_mla:
         qk = (a.qk_nope_head_dim or 0) + (a.qk_rope_head_dim or 0)
         flops = 2.0 * pairs * a.num_heads * (qk + (a.v_head_dim or 0))

@@ -32,6 +32,16 @@ import numpy as np
 from moesim.errors import MoesimError
 from moesim.simulator.models.spec import AttentionLayerKind, FfnLayerKind, ModelSpec
 from moesim.simulator.plan import step as pl
+from moesim.simulator.plan.attention import attention_kernels
+from moesim.simulator.plan.blocks import ACT_BYTES, GENERIC_DEVICE, LOGIT_BYTES, PlanContext, PlanDevice
+from moesim.simulator.plan.ffn import (
+    combine_kernel,
+    dense_ffn_kernels,
+    fused_expert_kernels,
+    router_kernels,
+    shared_expert_kernels,
+)
+from moesim.simulator.plan.head import epilogue_kernels, prologue_kernels
 from moesim.simulator.plan.kernels import Collective, Kernel
 from moesim.simulator.plan.layout import ParallelLayout, moe_traffic
 from moesim.simulator.plan.styles import build_plan
@@ -132,31 +142,29 @@ def _wait_for_collectives(kernels: list[Kernel]) -> list[Kernel]:
     return out
 
 
-def _moe_kernels(ctx: pl.PlanContext, layout: ParallelLayout, work: RankExperts) -> list[Kernel]:
+def _moe_kernels(ctx: PlanContext, layout: ParallelLayout, work: RankExperts) -> list[Kernel]:
     """Router, dispatch, shared experts, the slowest rank's expert GEMMs, combine."""
     if layout.ep == 1:
         # Experts tensor-parallel over every rank: all tokens, every hit expert's slice, outputs summed by
         # one all-reduce; shared experts beside the routed ones on a side stream, as on one GPU.
         distinct = float(work.total_distinct)
-        shared = pl.shared_expert_kernels(ctx, stream=1)
+        shared = shared_expert_kernels(ctx, stream=1)
         return [
-            *pl.router_kernels(ctx, distinct),
+            *router_kernels(ctx, distinct),
             *shared,
-            *pl.fused_expert_kernels(ctx, distinct),
-            pl.combine_kernel(ctx, join=bool(shared)),
+            *fused_expert_kernels(ctx, distinct),
+            combine_kernel(ctx, join=bool(shared)),
             comm_kernel("moe_all_reduce"),
         ]
     distinct, assignments = float(work.max_distinct), float(work.max_tokens)
-    shared = pl.shared_expert_kernels(ctx, stream=0)
+    shared = shared_expert_kernels(ctx, stream=0)
     kernels = [
-        *pl.router_kernels(ctx, distinct),
+        *router_kernels(ctx, distinct),
         comm_kernel("dispatch"),
         *shared,  # on the main stream while dispatch is in flight
-        *pl.fused_expert_kernels(
-            ctx, distinct, assignments, ("dispatch_recv", assignments * ctx.model.hidden)
-        ),
+        *fused_expert_kernels(ctx, distinct, assignments, ("dispatch_recv", assignments * ctx.model.hidden)),
         comm_kernel("combine"),
-        pl.combine_kernel(ctx, join=False),
+        combine_kernel(ctx, join=False),
     ]
     if shared and layout.shared_mode == "split" and layout.tp > 1:
         kernels.append(comm_kernel("shared_all_reduce"))
@@ -164,18 +172,18 @@ def _moe_kernels(ctx: pl.PlanContext, layout: ParallelLayout, work: RankExperts)
 
 
 def _layer(
-    ctx: pl.PlanContext,
+    ctx: PlanContext,
     layout: ParallelLayout,
     attention: AttentionLayerKind,
     ffn: FfnLayerKind,
     work: RankExperts | None,
 ) -> list[Kernel]:
-    kernels = pl.attention_kernels(ctx, attention)
+    kernels = attention_kernels(ctx, attention)
     kernels[0] = _join(kernels[0])  # waits for the previous layer's last collective
     if layout.tp > 1:
         kernels.append(comm_kernel("attn_all_reduce"))
     if ffn == "dense":
-        kernels += pl.dense_ffn_kernels(ctx)
+        kernels += dense_ffn_kernels(ctx)
         if layout.tp > 1:
             kernels.append(comm_kernel("mlp_all_reduce"))
     else:
@@ -184,8 +192,8 @@ def _layer(
     return _wait_for_collectives(kernels)
 
 
-def _epilogue(ctx: pl.PlanContext, layout: ParallelLayout) -> list[Kernel]:
-    kernels = pl.epilogue_kernels(ctx)
+def _epilogue(ctx: PlanContext, layout: ParallelLayout) -> list[Kernel]:
+    kernels = epilogue_kernels(ctx)
     kernels[0] = _join(kernels[0])
     if layout.tp > 1:
         head = next(i for i, k in enumerate(kernels) if k.name == "lm_head")
@@ -194,7 +202,7 @@ def _epilogue(ctx: pl.PlanContext, layout: ParallelLayout) -> list[Kernel]:
 
 
 def _dispatch_bytes_per_value(model: ModelSpec) -> float:
-    return FP8_DISPATCH_BYTES if model.expert_format.compute_dtype == "fp8" else float(pl.ACT_BYTES)
+    return FP8_DISPATCH_BYTES if model.expert_format.compute_dtype == "fp8" else float(ACT_BYTES)
 
 
 def step_collectives(
@@ -212,14 +220,14 @@ def step_collectives(
     step_tokens = batch * tokens_per_seq
     out: dict[str, Collective] = {}
     if layout.tp > 1:
-        hidden = Collective("all_reduce", layout.tp, group_tokens * h * pl.ACT_BYTES)
+        hidden = Collective("all_reduce", layout.tp, group_tokens * h * ACT_BYTES)
         out["attn_all_reduce"] = out["mlp_all_reduce"] = out["shared_all_reduce"] = hidden
-        logits = group_tokens * math.ceil(model.vocab / layout.tp) * layout.tp * pl.LOGIT_BYTES
+        logits = group_tokens * math.ceil(model.vocab / layout.tp) * layout.tp * LOGIT_BYTES
         out["logits_all_gather"] = Collective("all_gather", layout.tp, logits)
     if work is not None and model.is_moe:
         if layout.ep > 1:
             traffic = moe_traffic(
-                layout, h, step_tokens, work, _dispatch_bytes_per_value(model), float(pl.ACT_BYTES)
+                layout, h, step_tokens, work, _dispatch_bytes_per_value(model), float(ACT_BYTES)
             )
             out["dispatch"] = Collective(
                 "all_to_all",
@@ -234,7 +242,7 @@ def step_collectives(
                 float(traffic.combine_recv_bytes),
             )
         else:
-            out["moe_all_reduce"] = Collective("all_reduce", layout.gpus, step_tokens * h * pl.ACT_BYTES)
+            out["moe_all_reduce"] = Collective("all_reduce", layout.gpus, step_tokens * h * ACT_BYTES)
     return out
 
 
@@ -265,7 +273,7 @@ def build_parallel_plan(
     batch: int,
     tokens_per_seq: int,
     layout: ParallelLayout,
-    device: pl.PlanDevice = pl.GENERIC_DEVICE,
+    device: PlanDevice = GENERIC_DEVICE,
     context_len: int = 2048,
     kernel_style: str = "fused",
     routing: RoutingModel | None = None,
@@ -286,7 +294,7 @@ def build_parallel_plan(
     pl.check_step_inputs(model, batch, tokens_per_seq, context_len)
     rank = rank_model(model, layout)
     group_batch = layout.sequences_per_group(batch)
-    ctx = pl.PlanContext(rank, group_batch, tokens_per_seq, context_len, device)
+    ctx = PlanContext(rank, group_batch, tokens_per_seq, context_len, device)
     work_by_layer: list[RankExperts] = []
     distinct_total: list[float] = []
     per_layer = not isinstance(routing, IndependentRouting)
@@ -296,7 +304,7 @@ def build_parallel_plan(
             routing, model.n_experts, model.top_k, batch, tokens_per_seq, layout.ep, layout.placement
         )
     templates: dict[tuple[str, str, float, float], tuple[Kernel, ...]] = {}
-    segments = [pl.Segment(tuple(pl.prologue_kernels(ctx)))]
+    segments = [pl.Segment(tuple(prologue_kernels(ctx)))]
     # Layers whose routing parameters are equal do the same per-rank work: compute it once per parameter set.
     layer_key = getattr(routing, "layer_params", lambda layer: layer)
     work_cache: dict[object, RankExperts] = {}

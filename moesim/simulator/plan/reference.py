@@ -1,4 +1,4 @@
-"""The `torch-reference` kernel style: exactly the kernels `moesim/validation/reference.py` launches.
+"""The `torch-reference` kernel style: exactly the kernels `moesim/validation/reference/torch_model.py` launches.
 
 One plain-torch aten call is one kernel here, in the same order, with the bytes it reads and writes and
 its FLOPs. Per layer: RMSNorm as six element-wise kernels (pow, mean, add, rsqrt, mul, mul), one fused
@@ -35,12 +35,10 @@ import numpy as np
 
 from moesim.errors import MoesimError
 from moesim.simulator.models.spec import AttentionLayerKind, FfnLayerKind, ModelSpec
+from moesim.simulator.plan.blocks import GENERIC_DEVICE, LAYER_PREFIX, PlanContext
 from moesim.simulator.plan.kernels import Category, Kernel, TensorRead
 from moesim.simulator.plan.step import (
-    GENERIC_DEVICE,
-    LAYER_PREFIX,
     PlanBuilder,
-    PlanContext,
     Segment,
     StepPlan,
     check_step_inputs,

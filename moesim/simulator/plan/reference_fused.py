@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from moesim.simulator.models.spec import AttentionLayerKind, FfnLayerKind, ModelSpec
+from moesim.simulator.plan.blocks import GENERIC_DEVICE, PlanContext
 from moesim.simulator.plan.kernels import Kernel, TensorRead
 from moesim.simulator.plan.reference import (
     REFERENCE_STYLE,
@@ -30,7 +31,7 @@ from moesim.simulator.plan.reference import (
     layer_kernels,
     reference_step_plan,
 )
-from moesim.simulator.plan.step import GENERIC_DEVICE, PlanBuilder, PlanContext, StepPlan
+from moesim.simulator.plan.step import PlanBuilder, StepPlan
 
 STYLE_NAME = "torch-fused"
 

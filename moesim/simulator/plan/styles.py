@@ -12,15 +12,13 @@ from __future__ import annotations
 
 from moesim.errors import MoesimError
 from moesim.simulator.models.spec import ModelSpec
+from moesim.simulator.plan.blocks import GENERIC_DEVICE, PlanContext, PlanDevice
+from moesim.simulator.plan.ffn import MAX_PER_TOKEN_LAUNCHES
 from moesim.simulator.plan.kernels import Kernel
 from moesim.simulator.plan.reference import REFERENCE_STYLE
 from moesim.simulator.plan.reference_fused import FUSED_REFERENCE_STYLE
 from moesim.simulator.plan.step import (
-    GENERIC_DEVICE,
-    MAX_PER_TOKEN_LAUNCHES,
     PlanBuilder,
-    PlanContext,
-    PlanDevice,
     Segment,
     StepPlan,
     check_step_inputs,

@@ -24,6 +24,7 @@ from moesim.simulator.routing.correlated import (
     chain_parents,
     sample_sequences,
 )
+from moesim.simulator.routing.root import brent_root
 from moesim.simulator.routing.stats import (
     baseline_overlap,
     inclusion_frequency,
@@ -45,9 +46,7 @@ def successive_inclusion(weights: np.ndarray, top_k: int) -> np.ndarray:
     def excess(log_lam: float) -> float:
         return float(np.sum(-np.expm1(-np.exp(log_lam) * w))) - top_k
 
-    from scipy.optimize import brentq  # lazily: scipy.optimize slows every start
-
-    log_lam = brentq(excess, -30.0, 60.0, xtol=1e-12)
+    log_lam = brent_root(excess, -30.0, 60.0, xtol=1e-12)
     return -np.expm1(-np.exp(log_lam) * w)
 
 
@@ -159,9 +158,7 @@ def zipf_for_baseline(n_experts: int, top_k: int, baseline: float) -> np.ndarray
         raise MoesimError(
             "baseline_overlap", f"{baseline:g} is too close to 1 to reach with a popularity skew"
         )
-    from scipy.optimize import brentq
-
-    alpha = brentq(lambda a: overlap(a) - baseline, 0.0, 8.0, xtol=1e-6)
+    alpha = brent_root(lambda a: overlap(a) - baseline, 0.0, 8.0, xtol=1e-6)
     weights = ranks**-alpha
     return weights / weights.sum()
 

@@ -14,7 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from moesim.errors import MoesimError
-from moesim.simulator.models.spec import ModelSpec, apply_overrides, param_counts
+from moesim.simulator.models.overrides import apply_overrides
+from moesim.simulator.models.spec import ModelSpec
+from moesim.simulator.models.weights import param_counts
 from moesim.simulator.screening.space import Design, Value, field_name
 
 CONSTRAINT_KINDS = ("active-params", "total-params", "fits")

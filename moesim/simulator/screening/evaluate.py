@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from moesim.simulator.hardware.profile import HardwareProfile
-from moesim.simulator.models.spec import ModelSpec, param_counts, total_weight_bytes
+from moesim.simulator.models.spec import ModelSpec
+from moesim.simulator.models.weights import param_counts, total_weight_bytes
 from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.scenario import Scenario, resolve_hardware, resolve_routing
 from moesim.simulator.screening.request import DEFAULT_BATCHES, DEFAULT_DRAFT_LENS

@@ -1,6 +1,6 @@
 """Design spaces around a base model: value lists and ranges of override fields, CSV files, seeded samples.
 
-A design is the base model with some override fields (those of `models.spec.OVERRIDE_OPTIONS`) set. Values
+A design is the base model with some override fields (those of `models.overrides.OVERRIDE_OPTIONS`) set. Values
 of one field are written as a list (`64,128,256`), a doubling range (`256..2048` = 256, 512, 1024, 2048:
 widths and counts of MoE designs are conventionally powers of two) or a stepped range (`256..2048:256`).
 A grid is every combination; a sample draws `n` combinations (without repeats) with a seeded generator; a
@@ -21,7 +21,7 @@ import numpy as np
 
 from moesim.errors import MoesimError
 from moesim.reading import read_text
-from moesim.simulator.models.spec import OVERRIDE_OPTIONS
+from moesim.simulator.models.overrides import OVERRIDE_OPTIONS
 
 # A grid is enumerated (and each design evaluated) before anything is printed: refuse spaces larger than
 # this up front rather than run for days; sample them (`--sample N`) instead.

@@ -36,10 +36,10 @@ from moesim.errors import MoesimError
 from moesim.simulator.engines import overheads as ov
 from moesim.simulator.execution.collectives import all_reduce_s, node_link
 from moesim.simulator.execution.timer import FastTimer, StepTimer
+from moesim.simulator.plan.blocks import ACT_BYTES
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.plan.mixed import MIXED_APPROXIMATIONS, PrefillChunks, build_mixed_plan
 from moesim.simulator.plan.parallel import rank_model
-from moesim.simulator.plan.step import ACT_BYTES
 from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.scenario import ResolvedScenario
 from moesim.simulator.speculative.point import (

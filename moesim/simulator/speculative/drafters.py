@@ -8,7 +8,16 @@
                 projection + the shared LM head), K passes;
 - `ngram`       prompt-lookup drafting on the host: NGRAM_BASE_US + NGRAM_PER_SEQUENCE_US × B per step;
 - `fraction:F`  F × T_decode(B) per draft token.
-The K passes of a drafter run back to back (captured in one graph in graph mode): one launch and one sync.
+A device drafter's round is K passes run back to back (captured in one graph in graph mode: one launch and
+one sync). The first runs over the q positions each sequence just verified (K + 1 for a chain, a tree's
+draft tokens): it puts the accepted tokens into the drafter's KV cache, conditioned on the target's hidden
+states, and proposes the first draft token; the K − 1 others run one token per sequence (per candidate for a
+tree). Every engine read does it so: vLLM 0.33.0 `v1/spec_decode/llm_base_proposer.py` `propose` (a first
+pass over all the step's target tokens, `set_inputs_first_pass`, then `num_speculative_tokens − 1` one-token
+passes); SGLang 0.5.23 `speculative/eagle_worker_v2.py` (`_draft_extend_for_decode` over
+`speculative_num_draft_tokens` per request after verification, then `speculative_num_steps − 1` passes in
+`draft_forward`). TensorRT-LLM's sources are not available here (unverified; aiconfigurator-core 0.12.0
+`sdk/speculative.py` prices its MTP modules at B·(K+1) tokens, like this first pass).
 
 The drafter proposes K tokens, *then* the target verifies them; the two never overlap, whichever GPUs they
 run on, because verification needs the drafts and the next draft needs the verified tokens.
@@ -35,12 +44,15 @@ from dataclasses import dataclass, replace
 from moesim.errors import MoesimError
 from moesim.simulator.execution.collectives import node_link
 from moesim.simulator.execution.timer import StepTimer, time_parallel
-from moesim.simulator.models import spec as ms
+from moesim.simulator.models.sequence_state import kv_cache_bytes, sequence_state_bytes
 from moesim.simulator.models.spec import AttentionSpec, ModelSpec
+from moesim.simulator.models.weights import attention_weight_bytes, dense_ffn_weight_bytes, mtp_weight_bytes
+from moesim.simulator.plan.blocks import PlanContext, PlanDevice, gemm_kernel
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.plan.memory import drafter_memory_bytes
 from moesim.simulator.plan.parallel import build_parallel_plan, rank_model
-from moesim.simulator.plan.step import Matrix, PlanContext, PlanDevice, Segment, StepPlan, gemm_kernel
+from moesim.simulator.plan.shapes import Matrix
+from moesim.simulator.plan.step import Segment, StepPlan
 from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.routing.base import RoutingModel
 
@@ -167,11 +179,11 @@ def drafter_bytes(drafter: Drafter, target: ModelSpec, batch: int, context_len: 
     if drafter.kind == "eagle":
         head = drafter_model(drafter, target)
         assert head is not None
-        layer = ms.attention_weight_bytes(head, "full") + ms.dense_ffn_weight_bytes(head)
+        layer = attention_weight_bytes(head, "full") + dense_ffn_weight_bytes(head)
         fusion = head.dense_format.matrix_bytes(head.hidden, 2 * head.hidden)
-        return layer + fusion + batch * ms.sequence_state_bytes(head, context_len)
+        return layer + fusion + batch * sequence_state_bytes(head, context_len)
     if drafter.kind == "mtp":
-        return target.mtp_layers * ms.mtp_weight_bytes(target) + batch * ms.kv_cache_bytes(
+        return target.mtp_layers * mtp_weight_bytes(target) + batch * kv_cache_bytes(
             drafter_model(drafter, target) or target, context_len
         )
     return 0.0
@@ -186,14 +198,17 @@ def drafter_pass_plan(
     kernel_style: str,
     routing: RoutingModel | None,
     load_model: Callable[[str], ModelSpec] | None = None,
+    *,
+    tokens_per_seq: int = 1,
 ) -> StepPlan:
-    """The plan of one drafter pass on one GPU: B sequences, one token each."""
+    """The plan of one drafter pass on one GPU: B sequences, `tokens_per_seq` tokens each."""
     model = drafter_model(drafter, target, load_model)
     assert model is not None
     style = kernel_style if kernel_style in ("fused", "per-token") else "fused"
-    plan = build_plan(model, batch, 1, context_len, style, routing, device)
+    plan = build_plan(model, batch, tokens_per_seq, context_len, style, routing, device)
     if drafter.kind in ("eagle", "mtp"):
-        plan = with_fusion_projection(plan, model, PlanContext(model, batch, 1, context_len, device))
+        context = PlanContext(model, batch, tokens_per_seq, context_len, device)
+        plan = with_fusion_projection(plan, model, context)
     return plan
 
 
@@ -229,15 +244,18 @@ def draft_pass_s(
     timer: StepTimer,
     launch: str,
     load_model: Callable[[str], ModelSpec] | None = None,
+    *,
+    tokens_per_seq: int = 1,
 ) -> float:
-    """Device seconds of one drafter pass for `batch` sequences under `layout` (no launch, no sync); 0 for a
-    drafter without device passes."""
+    """Device seconds of one drafter pass for `batch` sequences of `tokens_per_seq` tokens under `layout`
+    (no launch, no sync); 0 for a drafter without device passes."""
     if not runs_on_device(drafter):
         return 0.0
     hardware = timer.hardware
+    q = tokens_per_seq
     if layout.is_single or layout.draft_on == "separate":
         plan = drafter_pass_plan(
-            drafter, target, hardware, batch, context_len, kernel_style, routing, load_model
+            drafter, target, hardware, batch, context_len, kernel_style, routing, load_model, tokens_per_seq=q
         )
         return timer.step(plan, launch, include_launch_and_sync=False).step_s
     draft = drafter_model(drafter, target, load_model)
@@ -246,16 +264,16 @@ def draft_pass_s(
     if draft_layout.is_single:  # nothing to split: every rank drafts its group's sequences whole
         group = layout.sequences_per_group(batch)
         plan = drafter_pass_plan(
-            drafter, target, hardware, group, context_len, kernel_style, routing, load_model
+            drafter, target, hardware, group, context_len, kernel_style, routing, load_model, tokens_per_seq=q
         )
         return timer.step(plan, launch, include_launch_and_sync=False).step_s
     draft_batch = batch if draft_layout is layout else layout.sequences_per_group(batch)
     step = build_parallel_plan(
-        draft, draft_batch, 1, draft_layout, hardware, context_len, kernel_style, routing
+        draft, draft_batch, q, draft_layout, hardware, context_len, kernel_style, routing
     )
     if drafter.kind in ("eagle", "mtp"):
         rank = rank_model(draft, draft_layout)
-        context = PlanContext(rank, draft_layout.sequences_per_group(draft_batch), 1, context_len, hardware)
+        context = PlanContext(rank, draft_layout.sequences_per_group(draft_batch), q, context_len, hardware)
         step = replace(step, plan=with_fusion_projection(step.plan, rank, context))
     return time_parallel(timer, step, launch, include_launch_and_sync=False).step_s
 
@@ -285,12 +303,14 @@ def draft_time_s(
     batch: int,
     draft_len: int,
     t_decode_s: float,
+    first_pass_s: float,
     pass_s: float,
     launch_overhead_s: float,
     handoff: float = 0.0,
 ) -> float:
-    """Seconds the drafter takes to propose `draft_len` tokens for each of `batch` sequences: K passes of
-    `pass_s` sharing one launch + sync (`launch_overhead_s`), plus the handoff to a drafter of its own."""
+    """Seconds the drafter takes to propose `draft_len` tokens for each of `batch` sequences: the first pass
+    over the verified positions (`first_pass_s`) and K − 1 passes of `pass_s`, sharing one launch + sync
+    (`launch_overhead_s`), plus the handoff to a drafter of its own (module docstring)."""
     if draft_len < 1:
         raise MoesimError("draft_len", f"must be ≥ 1, got {draft_len}")
     if drafter.kind == "fraction":
@@ -298,5 +318,5 @@ def draft_time_s(
     elif drafter.kind == "ngram":
         own = (NGRAM_BASE_US + NGRAM_PER_SEQUENCE_US * batch) * 1e-6
     else:
-        own = draft_len * pass_s + launch_overhead_s
+        own = first_pass_s + (draft_len - 1) * pass_s + launch_overhead_s
     return own + handoff

@@ -5,7 +5,8 @@ under the scenario's serving engine (`simulator/engines`).
     decode  = device(B', 1) + exposed host          B' = B padded up to the engine's next captured size
     verify  = device(B', q) + exposed host          q = K + 1 (chain) or a tree's draft tokens;
                                                     batch expansion: B·q rows of one token
-    draft   = K drafter passes in the drafter's launch mode + K·draft_step_us (n-gram: host time)
+    draft   = K drafter passes in the drafter's launch mode + K·draft_step_us (n-gram: host time); the
+              first pass runs over the q verified positions per sequence (`speculative.drafters`)
     point.speedup == tokens_per_step × decode ÷ (draft + verify + acceptance sync)
 
 Each step's launch is the engine's for its size: a graph when captured, else eager or piecewise. The
@@ -21,10 +22,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from moesim.simulator.engines import overheads as ov
-from moesim.simulator.engines.profile import ServingEngineProfile
+from moesim.simulator.engines.profile import DrafterStyle, ServingEngineProfile
 from moesim.simulator.execution.launch import LaunchParams
 from moesim.simulator.execution.timer import StepTimer, TimedStep, time_parallel
 from moesim.simulator.plan.layout import ParallelLayout
@@ -50,7 +51,16 @@ class TimedPlan:
 
 
 StepTimes = Callable[[int, int, str], TimedPlan]  # (rows, tokens per row, "graph"|"eager") -> the step
-DraftTimes = Callable[[int, int, str], float]  # (rows, draft length, "graph"|"eager") -> drafter seconds
+
+
+class DraftCost(NamedTuple):
+    """A round's drafting on the device: its seconds, and of them the first pass over the verified positions."""
+
+    total_s: float
+    first_pass_s: float
+
+
+DraftTimes = Callable[[DrafterStyle, int, int, str], DraftCost]  # (style, sequences, K, launch) -> drafting
 
 
 @dataclass(frozen=True)
@@ -126,6 +136,7 @@ class SpeculativePoint:
     draft_host_s: float
     accept_sync_s: float
     tokens_per_step: float
+    draft_first_pass_s: float = 0.0  # of draft_s: the first pass, over the q verified positions per sequence
 
     @property
     def round_s(self) -> float:
@@ -177,7 +188,7 @@ def scenario_timers(
     once per (model, batch) and every draft length reuses the decode step and the drafter pass."""
     r = resolved
     steps: dict[tuple[int, int, str], TimedPlan] = {}
-    passes: dict[tuple[int, str], float] = {}
+    passes: dict[tuple[int, int, str], float] = {}
     # an EAGLE head with a reduced vocabulary (EAGLE-3's draft vocabulary) has a smaller LM head
     draft_vocab = r.serving_engine.drafter.draft_vocab_size
     target = (
@@ -192,20 +203,37 @@ def scenario_timers(
             steps[key] = time_step(r, timer, tokens_per_seq, rows=rows, launch=launch)
         return steps[key]
 
-    def draft_times(rows: int, draft_len: int, launch: str) -> float:
-        if (rows, launch) not in passes:
-            passes[rows, launch] = draft_pass_s(
-                r.drafter, target, r.layout, rows, r.context_len, r.kernel_style, r.routing, timer, launch
+    def pass_s(rows: int, tokens_per_seq: int, launch: str) -> float:
+        key = (rows, tokens_per_seq, launch)
+        if key not in passes:
+            passes[key] = draft_pass_s(
+                r.drafter,
+                target,
+                r.layout,
+                rows,
+                r.context_len,
+                r.kernel_style,
+                r.routing,
+                timer,
+                launch,
+                tokens_per_seq=tokens_per_seq,
             )
-        return draft_time_s(
+        return passes[key]
+
+    def draft_times(style: DrafterStyle, sequences: int, draft_len: int, launch: str) -> DraftCost:
+        rows = ov.draft_sequences(style, sequences)
+        first = pass_s(*ov.first_draft_pass(style, sequences, draft_len), launch)
+        total = draft_time_s(
             r.drafter,
             rows,
             draft_len,
             step_times(rows, 1, launch).step_s if r.drafter.kind == "fraction" else 0.0,  # F × decode
-            passes[rows, launch],
+            first,
+            pass_s(rows, 1, launch),
             LaunchParams.from_hardware(r.hardware, launch).overhead_s,
             handoff_s(r.drafter, r.model, timer, r.layout, rows, draft_len),
         )
+        return DraftCost(total, first)
 
     em = r.hardware.empirical
     piecewise = PiecewiseCosts(r.model.n_layers, em.graph_launch_us * 1e-6, em.launch_eager_us * 1e-6)
@@ -259,7 +287,7 @@ def draft_cost_s(
         return ov.ngram_draft_s(profile, batch), 0.0
     draft_host_s = ov.draft_host_s(profile, draft_len)
     launch = ov.drafter_launch(profile.drafter, verify_launch)
-    return drafts(ov.draft_sequences(profile.drafter, batch), draft_len, launch) + draft_host_s, draft_host_s
+    return drafts(profile.drafter, batch, draft_len, launch).total_s + draft_host_s, draft_host_s
 
 
 def engine_point(
@@ -278,12 +306,17 @@ def engine_point(
     rows, tokens_per_row = ov.verify_shape(profile.drafter, batch, draft_len)
     verify = engine_step(profile, rows, tokens_per_row, requested_launch, steps, piecewise)
     draft_s, draft_host_s = draft_cost_s(profile, drafter, batch, draft_len, verify.launch, drafts)
+    first_pass_s = 0.0
+    if drafter.kind != "ngram" and profile.drafter.first_pass == "verified":
+        launch = ov.drafter_launch(profile.drafter, verify.launch)
+        first_pass_s = drafts(profile.drafter, batch, draft_len, launch).first_pass_s
     return SpeculativePoint(
         draft_len=draft_len,
         decode=decode,
         verify=verify,
         draft_s=draft_s,
         draft_host_s=draft_host_s,
+        draft_first_pass_s=first_pass_s,
         accept_sync_s=ov.accept_sync_s(profile),
         tokens_per_step=tokens_per_step,
     )
@@ -329,6 +362,7 @@ def speculative_point(
 
 
 __all__ = [
+    "DraftCost",
     "EngineStep",
     "PiecewiseCosts",
     "SpeculativePoint",

@@ -17,7 +17,8 @@ from moesim.errors import MoesimError
 from moesim.reading import read_json_table
 from moesim.simulator.models.hf import deepseek, general, gqa_moe, hybrid, qwen
 from moesim.simulator.models.hf.reader import HfConfig
-from moesim.simulator.models.spec import ModelSpec, validate_spec
+from moesim.simulator.models.spec import ModelSpec
+from moesim.simulator.models.validate import validate_spec
 
 Reader = Callable[[HfConfig, str], dict[str, Any]]
 

@@ -11,8 +11,8 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from moesim.calibrate.plan import Plan
-from moesim.calibrate.timing import DeviceInfo, Timer, torch_dtype
+from moesim.calibrate.suites.plan import Plan
+from moesim.calibrate.suites.timing import DeviceInfo, Timer, torch_dtype
 
 Row = dict[str, Any]
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from moesim.calibrate import fit
-from moesim.calibrate.fit import Row, column
+from moesim.calibrate.fits import primitives as fit
+from moesim.calibrate.fits.primitives import Row, column
 
 
 def fit_moe_table(rows: list[Row]) -> dict[str, fit.FitResult]:

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.isotonic import IsotonicRegression
 
-from moesim.calibrate import fit
-from moesim.calibrate.fit import Row, column
+from moesim.calibrate.fits import primitives as fit
+from moesim.calibrate.fits.primitives import Row, column
 from moesim.errors import MoesimError
 
 

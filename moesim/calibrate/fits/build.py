@@ -12,13 +12,13 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from moesim.calibrate import fit
-from moesim.calibrate.fit import Row
-from moesim.calibrate.fit_gemm import cpu_bandwidths, fit_gemm_table, m1_gemm_streaming_gbps
-from moesim.calibrate.fit_launch import LaunchParams, fit_launch_table
-from moesim.calibrate.fit_memory import MemoryParams, fit_memory_table
-from moesim.calibrate.fit_moe import fit_moe_table
-from moesim.calibrate.timing import name_slug
+from moesim.calibrate.fits import primitives as fit
+from moesim.calibrate.fits.gemm import cpu_bandwidths, fit_gemm_table, m1_gemm_streaming_gbps
+from moesim.calibrate.fits.launch import LaunchParams, fit_launch_table
+from moesim.calibrate.fits.memory import MemoryParams, fit_memory_table
+from moesim.calibrate.fits.moe import fit_moe_table
+from moesim.calibrate.fits.primitives import Row
+from moesim.calibrate.suites.timing import name_slug
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.profile import (
     Datasheet,

@@ -19,7 +19,7 @@ import numpy as np
 from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
 from moesim.reading import read_text
-from moesim.validation.predict import TERMS
+from moesim.validation.reference.predict import TERMS
 
 # --------------------------------------------------------------------------------------------- summary
 
@@ -264,8 +264,8 @@ def predict_measured(
     from moesim.simulator.hardware.profile import load_profile
     from moesim.simulator.models.catalogue import load_model
     from moesim.simulator.plan.styles import build_plan
-    from moesim.validation.configs import default_routing
-    from moesim.validation.predict import cost_terms, simulate_plan
+    from moesim.validation.reference.configs import default_routing
+    from moesim.validation.reference.predict import cost_terms, simulate_plan
 
     hardware = load_profile(hardware_name)
     params = CostParams.from_hardware(hardware)

@@ -14,9 +14,9 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from moesim.calibrate.plan import Plan
-from moesim.calibrate.timing import DeviceInfo, Timer, summarise
-from moesim.calibrate.triton_kernels import l2_read, triton_available
+from moesim.calibrate.suites.plan import Plan
+from moesim.calibrate.suites.timing import DeviceInfo, Timer, summarise
+from moesim.calibrate.suites.triton_kernels import l2_read, triton_available
 
 Row = dict[str, Any]
 TINY_BYTES = 4096

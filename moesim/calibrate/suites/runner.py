@@ -21,9 +21,9 @@ from typing import Any
 
 from moesim import __version__
 from moesim.atomic import atomic_write_text
-from moesim.calibrate.build import Measurements, build_profile, bundled_match, default_name, fit_rows
-from moesim.calibrate.plan import Plan, make_plan
-from moesim.calibrate.timing import (
+from moesim.calibrate.fits.build import Measurements, build_profile, bundled_match, default_name, fit_rows
+from moesim.calibrate.suites.plan import Plan, make_plan
+from moesim.calibrate.suites.timing import (
     Timer,
     check_dtype,
     cpu_caches,
@@ -433,17 +433,17 @@ def _run_suite(
     suite: str, timer: Any, device: Any, plan: Plan, dtypes: list[str], progress: Callable[[float], None]
 ) -> list[Row]:
     if suite == "memory":
-        from moesim.calibrate.memory import run_memory
+        from moesim.calibrate.suites.memory import run_memory
 
         return run_memory(timer, device, plan, progress)
     if suite == "launch":
-        from moesim.calibrate.launch import run_launch
+        from moesim.calibrate.suites.launch import run_launch
 
         return run_launch(timer, device, plan, progress)
     if suite == "gemm":
-        from moesim.calibrate.gemm import run_gemm
+        from moesim.calibrate.suites.gemm import run_gemm
 
         return run_gemm(timer, device, plan, dtypes, progress)
-    from moesim.calibrate.moe import run_moe
+    from moesim.calibrate.suites.moe import run_moe
 
     return run_moe(timer, device, plan, dtypes[0], progress)

@@ -13,8 +13,8 @@ import numpy as np
 from scipy.optimize import least_squares
 from sklearn.isotonic import IsotonicRegression
 
-from moesim.calibrate import fit
-from moesim.calibrate.fit import Row, column
+from moesim.calibrate.fits import primitives as fit
+from moesim.calibrate.fits.primitives import Row, column
 from moesim.errors import MoesimError
 from moesim.simulator.execution.cost import CostParams, kernel_times_s
 from moesim.simulator.hardware.profile import GemmEfficiency

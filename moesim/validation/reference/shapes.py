@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 
 from moesim.errors import MoesimError
 from moesim.simulator.models.catalogue import load_model
-from moesim.simulator.models.spec import ModelSpec, apply_overrides
+from moesim.simulator.models.overrides import apply_overrides
+from moesim.simulator.models.spec import ModelSpec
 
 
 @dataclass(frozen=True)

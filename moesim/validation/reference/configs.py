@@ -15,8 +15,8 @@ from typing import Any
 from moesim.errors import MoesimError
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.routing.base import RoutingModel
-from moesim.validation.routing_replay import StepRouting, sample_step_routing
-from moesim.validation.shapes import SHAPES, validation_model
+from moesim.validation.reference.routing_replay import StepRouting, sample_step_routing
+from moesim.validation.reference.shapes import SHAPES, validation_model
 
 BATCHES = (1, 2, 4, 8, 16, 32)
 DRAFT_LENS = (0, 1, 3, 7)

@@ -19,11 +19,12 @@ import numpy as np
 
 from moesim.errors import MoesimError
 from moesim.simulator.engines.profile import ServingEngineProfile, load_serving_engine
-from moesim.simulator.models.spec import ModelSpec, with_overrides
+from moesim.simulator.models.overrides import with_overrides
+from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.scenario import DEFAULT_CONTEXT_LEN
 from moesim.simulator.speculative.point import SpeculativePoint, engine_point, scenario_timers
-from moesim.validation.runs import MeasuredRun, unrepresentable_reason
+from moesim.validation.runs.schema import MeasuredRun, unrepresentable_reason
 
 PER_RUN = "per-run"  # each row under the preset of the engine it was measured with
 

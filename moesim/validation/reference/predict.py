@@ -22,7 +22,7 @@ from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.reference import reference_step_plan
 from moesim.simulator.plan.reference_fused import fused_reference_step_plan
 from moesim.simulator.plan.step import StepPlan
-from moesim.validation.configs import row_routing, row_spec
+from moesim.validation.reference.configs import row_routing, row_spec
 
 TERMS = ("launch", "fixed", "compute", "memory", "cache")
 # The exact step plan of each reference style the torch side runs (validation/reference.py).

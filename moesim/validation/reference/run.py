@@ -14,11 +14,11 @@ from typing import Any
 
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.profile import HardwareProfile
-from moesim.validation.configs import default_routing, validation_grid
-from moesim.validation.measure import MeasureSettings, clock_name, measure_model
-from moesim.validation.predict import predict_rows
-from moesim.validation.report import score_rows
-from moesim.validation.shapes import SHAPES, validation_model
+from moesim.validation.reference.configs import default_routing, validation_grid
+from moesim.validation.reference.measure import MeasureSettings, clock_name, measure_model
+from moesim.validation.reference.predict import predict_rows
+from moesim.validation.reference.report import score_rows
+from moesim.validation.reference.shapes import SHAPES, validation_model
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def measure_validation(
 
     `hardware` only chooses the thread count and dtype a measured CPU profile was calibrated with.
     """
-    from moesim.calibrate.timing import (
+    from moesim.calibrate.suites.timing import (
         cache_flush_bytes,
         machine_description,
         machine_kind,

@@ -11,12 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from moesim.calibrate.timing import today
+from moesim.calibrate.suites.timing import today
 from moesim.errors import MoesimError
 from moesim.reading import read_json_table
 from moesim.simulator.hardware.profile import HardwareProfile
-from moesim.validation.predict import predict_rows
-from moesim.validation.report import score_rows
+from moesim.validation.reference.predict import predict_rows
+from moesim.validation.reference.report import score_rows
 
 
 def load_result(path: str | Path) -> dict[str, Any]:

@@ -13,8 +13,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from moesim.calibrate.plan import Plan
-from moesim.calibrate.timing import DeviceInfo, Timer, torch_dtype
+from moesim.calibrate.suites.plan import Plan
+from moesim.calibrate.suites.timing import DeviceInfo, Timer, torch_dtype
 
 Row = dict[str, Any]
 
@@ -73,7 +73,7 @@ def run_moe(
 ) -> list[Row]:
     """Rows: size_class, m, distinct, slots, hidden, width, n_experts, top_k, expert_bytes, layers, median_s, iqr_s."""
     torch = timer.torch
-    from moesim.calibrate.moe_block import ExpertBlock, forced_routing
+    from moesim.calibrate.suites.moe_block import ExpertBlock, forced_routing
 
     dtype = torch_dtype(dtype_name)
     generator = torch.Generator().manual_seed(1234)

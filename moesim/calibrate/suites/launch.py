@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from moesim.calibrate.plan import Plan
-from moesim.calibrate.timing import DeviceInfo, Timer, lead_seconds, summarise
+from moesim.calibrate.suites.plan import Plan
+from moesim.calibrate.suites.timing import DeviceInfo, Timer, lead_seconds, summarise
 
 Row = dict[str, Any]
 

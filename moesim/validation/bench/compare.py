@@ -18,7 +18,7 @@ from moesim.simulator.scenario import Scenario
 from moesim.simulator.serving.metrics import speedups
 from moesim.simulator.serving.options import ServeOptions
 from moesim.simulator.serving.run import serve
-from moesim.validation.bench_results import BenchRecord, read_bench_results, workload_of
+from moesim.validation.bench.results import BenchRecord, read_bench_results, workload_of
 
 
 def pair_records(sd: list[BenchRecord], baseline: list[BenchRecord]) -> list[tuple[BenchRecord, BenchRecord]]:

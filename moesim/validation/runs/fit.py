@@ -23,8 +23,8 @@ import numpy as np
 
 from moesim.errors import MoesimError
 from moesim.simulator.engines.profile import HOST_PARAMETERS, ServingEngineProfile
-from moesim.validation.runs import MeasuredRun
-from moesim.validation.runs_predict import RunPredictor, prepare, profile_for_run
+from moesim.validation.runs.predict import RunPredictor, prepare, profile_for_run
+from moesim.validation.runs.schema import MeasuredRun
 
 DEFAULT_FIT = ("step_us", "per_sequence_us", "per_token_us", "draft_step_us", "accept_sync_us")
 # Typical size of each parameter: the unit the fit and the rank test measure it in.

@@ -27,8 +27,8 @@ import torch.nn.functional as F
 
 from moesim.errors import MoesimError
 from moesim.simulator.models.spec import ModelSpec
-from moesim.validation.configs import moe_layers
-from moesim.validation.routing_replay import StepRouting
+from moesim.validation.reference.configs import moe_layers
+from moesim.validation.reference.routing_replay import StepRouting
 
 RMS_EPS = 1e-6
 ROPE_THETA = 1e6
@@ -122,7 +122,7 @@ class ReferenceModel:
         # (torch._grouped_mm on CUDA wants bf16 on sm90+), registered as one torch op either way.
         self._triton_grouped_mm: Any = None
         if style == "torch-fused" and torch.device(device).type == "cuda":
-            from moesim.calibrate.triton_kernels import grouped_mm_op, triton_available
+            from moesim.calibrate.suites.triton_kernels import grouped_mm_op, triton_available
 
             if triton_available():
                 self._triton_grouped_mm = grouped_mm_op()
@@ -297,7 +297,7 @@ class ReferenceModel:
                 ),
             )
             if self._triton_grouped_mm is not None:
-                from moesim.calibrate.triton_kernels import moe_block_table
+                from moesim.calibrate.suites.triton_kernels import moe_block_table
 
                 assert plan.offsets is not None
                 plan.block_table = moe_block_table(plan.offsets)

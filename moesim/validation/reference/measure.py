@@ -31,8 +31,8 @@ import numpy as np
 from moesim.errors import MoesimError
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.routing.base import RoutingModel
-from moesim.validation.configs import config_routing
-from moesim.validation.routing_replay import StepRouting, sample_step_routing
+from moesim.validation.reference.configs import config_routing
+from moesim.validation.reference.routing_replay import StepRouting, sample_step_routing
 
 
 @dataclass(frozen=True)
@@ -81,10 +81,10 @@ def measure_model(
 ) -> list[dict[str, Any]]:
     """Measured rows of every (batch, draft length) of `grid` for one model; with `check`, also record
     there whether the plan lists exactly the aten ops one small step of this model issues."""
-    from moesim.calibrate.timing import import_torch
+    from moesim.calibrate.suites.timing import import_torch
 
     torch = import_torch()
-    from moesim.validation.reference import ReferenceModel
+    from moesim.validation.reference.torch_model import ReferenceModel
 
     model = ReferenceModel(spec, device=device, seed=seed, style=style)
     cuda = model.device.type == "cuda"
@@ -199,7 +199,7 @@ def clock_name(clock: str, cuda: bool, threads: int) -> str:
 
 def _small_step(model: Any, routing: RoutingModel, context_len: int, seed: int) -> tuple[Any, Any]:
     """(prepared inputs, plan of the model's style) of the small step (B = 2, T = 2) the kernel checks run."""
-    from moesim.validation.predict import REFERENCE_PLANS
+    from moesim.validation.reference.predict import REFERENCE_PLANS
 
     spec = model.spec
     step_routing = sample_step_routing(routing, spec.n_experts, spec.top_k, 2, 2, model.moe_layers, seed)
@@ -209,7 +209,7 @@ def _small_step(model: Any, routing: RoutingModel, context_len: int, seed: int) 
 
 
 def _plan_matches_torch(model: Any, routing: RoutingModel, context_len: int, seed: int) -> bool:
-    from moesim.validation.reference import count_step_ops
+    from moesim.validation.reference.torch_model import count_step_ops
 
     inputs, plan = _small_step(model, routing, context_len, seed)
     kernels, views = count_step_ops(model, inputs)

@@ -1,0 +1,308 @@
+"""Attention layers as kernels: one builder per attention kind (grouped-query, multi-head latent, linear),
+the attention kernel over each sequence's cache, and the sparse-attention indexer.
+
+Each builder returns a layer's kernels from its input norm's output to the output projection into the
+residual; `attention_kernels` picks the builder of a layer kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from moesim.simulator.models.sequence_state import (
+    attended_tokens,
+    index_key_bytes_per_token,
+    indexed_tokens,
+    linear_state_bytes,
+)
+from moesim.simulator.models.spec import AttentionLayerKind, attention_for
+from moesim.simulator.plan.blocks import (
+    ACT_BYTES,
+    INDEX_BYTES,
+    LAYER_PREFIX,
+    PlanContext,
+    activation_read,
+    elementwise_kernel,
+    gemm_kernel,
+    make_kernel,
+    norm_kernel,
+)
+from moesim.simulator.plan.kernels import Category, Kernel, TensorRead
+from moesim.simulator.plan.shapes import KV_BYTES, Matrix, attention_matrices, kv_bytes_per_token
+
+
+def attention_core_kernel(
+    ctx: PlanContext, kind: AttentionLayerKind, q_tensor: str, q_elems: float, out: tuple[str, float]
+) -> Kernel:
+    """Paged / flash decoding attention: every sequence's T new queries against its cached context."""
+    model, b, t = ctx.model, ctx.batch, ctx.tokens_per_seq
+    a = attention_for(model, kind)
+    length = attended_tokens(model, kind, ctx.context_len + t)
+    cache = b * length * kv_bytes_per_token(model, kind)
+    if a.is_mla:
+        latent, rope = a.kv_lora_rank or 0, a.qk_rope_head_dim or 0
+        flops = 2.0 * b * t * a.num_heads * length * (2 * latent + rope)
+        m_rows = t * a.num_heads
+    else:
+        flops = 2.0 * b * t * a.num_heads * (a.head_dim + a.value_head_dim) * length
+        m_rows = t * max(1, a.num_heads // max(1, a.num_kv_heads))
+    intensity = flops / max(cache, 1.0)
+    category: Category = "attention" if intensity > ctx.device.ridge_flops_per_byte else "kv_cache"
+    return make_kernel(
+        "attention",
+        category,
+        flops=flops,
+        reads=(TensorRead(LAYER_PREFIX + "kv", cache), activation_read(q_tensor, q_elems)),
+        write=(out[0], out[1] * ACT_BYTES),
+        m=m_rows,
+    )
+
+
+def indexer_kernels(
+    ctx: PlanContext, kind: AttentionLayerKind, mats: dict[str, Matrix], latent: str
+) -> list[Kernel]:
+    """A sparse-attention indexer (DeepSeek-V3.2 / GLM-5 DSA, DeepSeek-V4 CSA): its projections, then a
+    scan scoring every cached entry's fp8 index key for each query, whose top-k the attention reads."""
+    if "index" not in mats:
+        return []
+    model, m, P = ctx.model, ctx.m_tokens, LAYER_PREFIX
+    a = attention_for(model, kind)
+    entries = indexed_tokens(model, kind, ctx.context_len + ctx.tokens_per_seq)
+    keys = ctx.batch * entries * index_key_bytes_per_token(model, kind)
+    flops = 2.0 * m * a.index_heads * a.index_head_dim * entries
+    category: Category = (
+        "attention" if flops / max(keys, 1.0) > ctx.device.ridge_flops_per_byte else "kv_cache"
+    )
+    out = [
+        gemm_kernel(ctx, "index_proj", "dense_weights", P + "attn.index", mats["index"], m, "h", "index_k")
+    ]
+    if "index_q" in mats:
+        out.append(
+            gemm_kernel(
+                ctx,
+                "index_q_proj",
+                "dense_weights",
+                P + "attn.index_q",
+                mats["index_q"],
+                m,
+                latent,
+                "index_q",
+            )
+        )
+    out.append(
+        make_kernel(
+            "index_scan",
+            category,
+            flops=flops,
+            reads=(
+                TensorRead(P + "index_keys", keys),
+                activation_read("index_q", m * a.index_heads * a.index_head_dim),
+            ),
+            write=("index_topk", m * (a.index_topk or 0) * INDEX_BYTES),
+            m=ctx.tokens_per_seq * a.index_heads,
+        )
+    )
+    return out
+
+
+def linear_attention_kernels(
+    ctx: PlanContext, kind: AttentionLayerKind, mats: dict[str, Matrix]
+) -> list[Kernel]:
+    """Gated delta-rule linear attention (Qwen3-Next): input projection, causal conv1d over its state, the
+    recurrent state update, gated norm, output projection; a fixed state per sequence, no KV cache."""
+    model, m = ctx.model, ctx.m_tokens
+    P = LAYER_PREFIX
+    out: list[Kernel] = []
+    la = model.linear_attention
+    assert la is not None
+    qk = la.num_key_heads * la.key_head_dim
+    v = la.num_value_heads * la.value_head_dim
+    conv_dim = 2 * qk + v
+    conv_state = ctx.batch * conv_dim * (la.conv_kernel - 1) * KV_BYTES
+    state = ctx.batch * linear_state_bytes(model, KV_BYTES) - conv_state
+    out += [
+        gemm_kernel(ctx, "in_proj", "dense_weights", P + "attn.in_proj", mats["in_proj"], m, "h", "qkvz"),
+        make_kernel(
+            "conv1d",
+            "attention",
+            flops=2.0 * m * conv_dim * la.conv_kernel,
+            reads=(
+                TensorRead(P + "attn.conv", mats["conv"].bytes),
+                TensorRead(P + "conv_state", conv_state),
+                activation_read("qkvz", m * conv_dim),
+            ),
+            write=(P + "conv_state", conv_state),
+        ),
+        make_kernel(
+            "delta_rule",
+            "kv_cache",
+            flops=6.0 * m * la.num_value_heads * la.key_head_dim * la.value_head_dim,
+            reads=(TensorRead(P + "ssm_state", state), activation_read("qkvz", m * conv_dim)),
+            write=(P + "ssm_state", state),
+        ),
+        elementwise_kernel(
+            "gated_norm", "attention", (("attn_core", m * v), ("qkvz", m * v)), ("attn_out", m * v)
+        ),
+        gemm_kernel(
+            ctx,
+            "out_proj",
+            "dense_weights",
+            P + "attn.out_proj",
+            mats["out_proj"],
+            m,
+            "attn_out",
+            "resid",
+        ),
+    ]
+    return out
+
+
+def mla_attention_kernels(
+    ctx: PlanContext, kind: AttentionLayerKind, mats: dict[str, Matrix]
+) -> list[Kernel]:
+    """Multi-head latent attention in its absorbed form (DeepSeek): the query and KV latents, the query
+    absorbed into the latent space, attention over the cached latents, the value up-projection, output."""
+    model, m = ctx.model, ctx.m_tokens
+    P = LAYER_PREFIX
+    a = attention_for(model, kind)
+    kv_token = kv_bytes_per_token(model, kind)
+    out: list[Kernel] = []
+    nope, rope, v_dim = a.qk_nope_head_dim or 0, a.qk_rope_head_dim or 0, a.v_head_dim or 0
+    latent = a.kv_lora_rank or 0
+    qa = mats["q_a_kv_a"]
+    out.append(gemm_kernel(ctx, "q_a_kv_a_proj", "dense_weights", P + "attn.q_a_kv_a", qa, m, "h", "qkv_a"))
+    out.append(
+        elementwise_kernel("q_a_kv_a_norm", "attention", (("qkv_a", m * qa.rows),), ("qkv_a", m * qa.rows))
+    )
+    if "q_b" in mats:
+        out.append(
+            gemm_kernel(ctx, "q_b_proj", "dense_weights", P + "attn.q_b", mats["q_b"], m, "qkv_a", "q")
+        )
+    out += indexer_kernels(ctx, kind, mats, "qkv_a")
+    kb = mats["kv_b_k"]
+    out.append(
+        make_kernel(
+            "q_absorb",
+            "dense_weights",
+            flops=2.0 * m * kb.params,
+            reads=(TensorRead(P + "attn.kv_b_k", kb.bytes), activation_read("q", m * a.num_heads * nope)),
+            write=("q_latent", m * a.num_heads * (latent + rope) * ACT_BYTES),
+            m=m,
+            dtype=kb.fmt.compute_dtype,
+        )
+    )
+    out.append(
+        elementwise_kernel(
+            "rotary",
+            "attention",
+            (("q_latent", m * a.num_heads * rope), ("qkv_a", m * rope)),
+            ("q_latent", m * a.num_heads * rope),
+        )
+    )
+    out.append(
+        make_kernel(
+            "kv_store",
+            "kv_cache",
+            reads=(activation_read("qkv_a", m * (latent + rope)),),
+            write=(P + "kv_new", m * kv_token),
+        )
+    )
+    out.append(
+        attention_core_kernel(
+            ctx,
+            kind,
+            "q_latent",
+            m * a.num_heads * (latent + rope),
+            ("attn_latent", m * a.num_heads * latent),
+        )
+    )
+    kv = mats["kv_b_v"]
+    out.append(
+        make_kernel(
+            "v_up",
+            "dense_weights",
+            flops=2.0 * m * kv.params,
+            reads=(
+                TensorRead(P + "attn.kv_b_v", kv.bytes),
+                activation_read("attn_latent", m * a.num_heads * latent),
+            ),
+            write=("attn_out", m * a.num_heads * v_dim * ACT_BYTES),
+            m=m,
+            dtype=kv.fmt.compute_dtype,
+        )
+    )
+    out.append(gemm_kernel(ctx, "o_proj", "dense_weights", P + "attn.o", mats["o"], m, "attn_out", "resid"))
+    return out
+
+
+def gqa_attention_kernels(
+    ctx: PlanContext, kind: AttentionLayerKind, mats: dict[str, Matrix]
+) -> list[Kernel]:
+    """Grouped-query attention (full, sliding-window or compressed layers): fused QKV projection (low-rank
+    query and grouped low-rank output where the model has them), an optional indexer, q/k norm, rotary,
+    KV store, attention over the cache, output projection."""
+    model, m = ctx.model, ctx.m_tokens
+    P = LAYER_PREFIX
+    a = attention_for(model, kind)
+    kv_token = kv_bytes_per_token(model, kind)
+    out: list[Kernel] = []
+    qkv = mats["qkv"]
+    q_elems = m * a.num_heads * a.head_dim
+    kv_elems = m * 2 * a.num_kv_heads * a.head_dim
+    out.append(gemm_kernel(ctx, "qkv_proj", "dense_weights", P + "attn.qkv", qkv, m, "h", "qkv"))
+    if "q_b" in mats:  # low-rank query: qkv_proj produced the query latent
+        out.append(
+            gemm_kernel(ctx, "q_b_proj", "dense_weights", P + "attn.q_b", mats["q_b"], m, "qkv", "qkv")
+        )
+    out += indexer_kernels(ctx, kind, mats, "qkv")
+    if a.qk_norm:
+        out.append(
+            elementwise_kernel(
+                "qk_norm",
+                "attention",
+                (("qkv", q_elems + kv_elems / 2),),
+                ("qkv", q_elems + kv_elems / 2),
+                weights=(TensorRead(P + "qk_norm", 2 * a.head_dim * ACT_BYTES),),
+            )
+        )
+    out.append(
+        elementwise_kernel(
+            "rotary", "attention", (("qkv", q_elems + kv_elems / 2),), ("qkv", q_elems + kv_elems / 2)
+        )
+    )
+    out.append(
+        make_kernel(
+            "kv_store",
+            "kv_cache",
+            reads=(activation_read("qkv", kv_elems),),
+            write=(P + "kv_new", m * kv_token),
+        )
+    )
+    out.append(attention_core_kernel(ctx, kind, "qkv", q_elems, ("attn_out", q_elems)))
+    if "o_b" in mats:  # grouped low-rank output: o_a per group, then o_b
+        out.append(
+            gemm_kernel(ctx, "o_a_proj", "dense_weights", P + "attn.o", mats["o"], m, "attn_out", "o_latent")
+        )
+        out.append(
+            gemm_kernel(ctx, "o_b_proj", "dense_weights", P + "attn.o_b", mats["o_b"], m, "o_latent", "resid")
+        )
+        return out
+    out.append(gemm_kernel(ctx, "o_proj", "dense_weights", P + "attn.o", mats["o"], m, "attn_out", "resid"))
+    return out
+
+
+AttentionBuilder = Callable[[PlanContext, AttentionLayerKind, dict[str, Matrix]], list[Kernel]]
+
+
+def attention_kernels(ctx: PlanContext, kind: AttentionLayerKind) -> list[Kernel]:
+    """Norm through output projection of one attention layer, as fused serving engines launch them: the
+    input norm, then the builder of the layer's attention kind (linear, MLA or grouped-query)."""
+    mats = attention_matrices(ctx.model, kind)
+    out: list[Kernel] = [norm_kernel(ctx, "input_norm", LAYER_PREFIX + "ln1")]
+    if kind == "linear":
+        builder: AttentionBuilder = linear_attention_kernels
+    elif attention_for(ctx.model, kind).is_mla:
+        builder = mla_attention_kernels
+    else:
+        builder = gqa_attention_kernels
+    return out + builder(ctx, kind, mats)

@@ -1,0 +1,65 @@
+"""Brent's root finder without scipy: the same float as scipy.optimize.brentq, and its error paths."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.optimize import brentq
+
+from moesim.errors import MoesimError
+from moesim.simulator.routing.fit import successive_inclusion, zipf_for_baseline
+from moesim.simulator.routing.root import brent_root
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    root=st.floats(-5, 5),
+    slope=st.floats(0.05, 20),
+    cubic=st.floats(0, 3),
+    wiggle=st.floats(-0.9, 0.9),
+    left=st.floats(0.01, 10),
+    right=st.floats(0.01, 10),
+    xtol=st.sampled_from([1e-12, 1e-9, 1e-6, 1e-3]),
+)
+def test_bit_identical_to_scipy_brentq(
+    root: float, slope: float, cubic: float, wiggle: float, left: float, right: float, xtol: float
+) -> None:
+    def f(x: float) -> float:  # increasing, one root at `root`
+        d = x - root
+        return slope * d + cubic * d**3 + wiggle * slope * math.sin(d) * 0.5
+
+    a, b = root - left, root + right
+    assert brent_root(f, a, b, xtol=xtol) == brentq(f, a, b, xtol=xtol)
+
+
+@pytest.mark.parametrize("n_experts, top_k", [(8, 2), (64, 6), (128, 8), (256, 8), (512, 10)])
+def test_the_roots_typical_routing_solves_match_scipy(n_experts: int, top_k: int) -> None:
+    ranks = np.arange(1, n_experts + 1, dtype=float)
+    for alpha in (0.0, 0.3, 1.0, 2.5):
+        w = ranks**-alpha / np.max(ranks**-alpha)
+
+        def excess(log_lam: float, w: np.ndarray = w) -> float:
+            return float(np.sum(-np.expm1(-np.exp(log_lam) * w))) - top_k
+
+        assert brent_root(excess, -30.0, 60.0, xtol=1e-12) == brentq(excess, -30.0, 60.0, xtol=1e-12)
+    inclusion = successive_inclusion(zipf_for_baseline(n_experts, top_k, 1.2 * top_k / n_experts), top_k)
+    assert inclusion.sum() == pytest.approx(top_k, abs=1e-9)  # successive draws include k experts
+    assert np.sum(inclusion**2) / top_k == pytest.approx(1.2 * top_k / n_experts, rel=1e-4)
+
+
+def test_converges_to_tolerance_on_a_closed_form() -> None:
+    assert brent_root(lambda x: x * x - 2.0, 0.0, 2.0, xtol=1e-14) == pytest.approx(math.sqrt(2), abs=1e-14)
+    assert brent_root(lambda x: x - 1.0, 1.0, 3.0) == 1.0  # a root at the bracket's end
+
+
+def test_unbracketed_and_non_converging_calls_say_so() -> None:
+    with pytest.raises(MoesimError, match="same sign"):
+        brent_root(lambda x: x * x + 1.0, -1.0, 1.0)
+    with pytest.raises(MoesimError, match="no convergence"):
+        brent_root(lambda x: math.exp(8 * x) - 1.5, 0.0, 1.0, xtol=1e-300, maxiter=3)
+    with pytest.raises(ValueError):
+        brent_root(lambda x: x, -1.0, 1.0, xtol=0.0)

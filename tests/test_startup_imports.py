@@ -1,0 +1,49 @@
+"""Start-up: heavy modules load only when their feature runs (no scipy on the default `simulate` path).
+
+Each command runs in a fresh interpreter, as a user starts it; the test reads `sys.modules` at exit.
+(That `--help` imports no numpy is checked in the CLI's contract tests.)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+# Loaded only by the features that need them: optimisers and statistics (fits), trace fitting, plots,
+# Parquet, the calibration and validation measurements, Hugging Face configs, clusters.
+HEAVY = ("scipy", "sklearn", "matplotlib", "pyarrow", "torch", "triton", "transformers", "ray", "pandas")
+
+_RUN = """
+import atexit, json, sys
+atexit.register(lambda: sys.__stderr__.write("MODULES " + json.dumps(sorted(sys.modules)) + "\\n"))
+sys.argv = ["moesim", *json.loads(sys.argv[1])]
+from moesim.cli import main
+main()
+"""
+
+
+def modules_loaded(*args: str) -> set[str]:
+    """Top-level packages `moesim ARGS` has imported when it exits."""
+    result = subprocess.run(
+        [sys.executable, "-c", _RUN, json.dumps(list(args))], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    line = next(x for x in result.stderr.splitlines() if x.startswith("MODULES "))
+    return {name.split(".")[0] for name in json.loads(line.removeprefix("MODULES "))}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--help",),
+        ("simulate", "--model", "qwen3-30b-a3b", "--hardware", "h200", "--batch", "1", "--draft-len", "3"),
+    ],
+    ids=["help", "simulate"],
+)
+def test_default_paths_import_no_heavy_module(args: tuple[str, ...]) -> None:
+    loaded = modules_loaded(*args)
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+    assert "moesim" in loaded
