@@ -56,7 +56,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Measure this device's costs and fit a hardware profile.",
     ),
     "validate": (
-        "moesim.commands.validate:validate_command",
+        "moesim.commands.validate:validate_group",
         "Predictions against measurements: torch, CSVs, runs, benchmarks.",
     ),
 }

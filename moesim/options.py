@@ -28,7 +28,8 @@ class OptionInfo:
     default's type, str when the default is None); `choices`: the allowed values (or a function giving
     them, so that a light module need not import the one that defines them); `default_text`: what the
     help says the default is when the field's default is None (filled in later, e.g. per device);
-    `list_of`: int or float when the flag takes a comma list (the field holds a tuple); `path`: the value
+    `list_of`: int, float or str when the flag takes a comma list (the field holds a tuple;
+    `minimum` is the least integer it may hold, default 1); `path`: the value
     is a file path."""
 
     help: str
@@ -37,6 +38,7 @@ class OptionInfo:
     choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None
     default_text: str | None = None
     list_of: type | None = None
+    minimum: int | None = None
     metavar: str | None = None
     path: bool = False
 

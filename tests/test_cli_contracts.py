@@ -134,3 +134,59 @@ def test_library_option_fields_are_documented() -> None:
         for name, (field, info) in option_fields(cls).items():
             assert info.help.strip(), f"{cls.__name__}.{name} has no help"
             assert isinstance(field, dataclasses.Field)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (
+            ["--profile", "h200", "--measured", "m.csv", "--json"],
+            ["measured", "m.csv", "--profile", "h200", "--json"],
+        ),
+        (["--measured=m.csv", "--profile", "h200"], ["measured", "m.csv", "--profile", "h200"]),
+        (["--profile", "h200", "--schema"], ["measured", "--profile", "h200", "--schema"]),
+        (["--repredict", "r.json", "--profile", "h200"], ["repredict", "r.json", "--profile", "h200"]),
+        (["--runs", "--serving-engine", "vllm"], ["runs", "--serving-engine", "vllm"]),
+        (["--runs", "runs.csv", "--json"], ["runs", "runs.csv", "--json"]),
+        (["--runs-schema", "--json"], ["runs", "--schema", "--json"]),
+        (
+            ["--profile", "h200", "--model", "m", "--bench-result", "sd.json", "--baseline", "b.json"],
+            ["bench", "sd.json", "--profile", "h200", "--model", "m", "--baseline", "b.json"],
+        ),
+        (
+            ["--profile", "cpu.toml", "--device", "cpu", "--quick"],
+            ["reference", "--profile", "cpu.toml", "--device", "cpu", "--quick"],
+        ),
+    ],
+)
+def test_old_validate_spellings_become_sub_commands(old: list[str], new: list[str]) -> None:
+    from moesim.commands.validate import _new_spelling
+
+    assert _new_spelling(old) == new
+
+
+def test_an_old_validate_spelling_gives_the_same_result_and_one_deprecation_line() -> None:
+    example = Path(moesim.__file__).parent / "data" / "validation_example.csv"
+    code, new, _ = _invoke("validate", "measured", str(example), "--profile", "h200", "--json")
+    old_code, old, err = _invoke("validate", "--profile", "h200", "--measured", str(example), "--json")
+    assert code == old_code == 0
+    strip = lambda out: {**json.loads(out), "meta": {**json.loads(out)["meta"], "command": None}}  # noqa: E731
+    assert strip(new) == strip(old)
+    assert [line for line in err.splitlines() if "deprecated" in line] == [
+        "warning: `moesim validate --measured` is deprecated and goes in the next release; "
+        "write `moesim validate measured`"
+    ]
+
+
+def test_validate_help_lists_its_examples_one_per_line_and_its_sub_commands_in_order() -> None:
+    code, out, _ = _invoke("validate", "--help")
+    assert code == 0
+    lines = out.splitlines()
+    examples = [line.strip() for line in lines if line.strip().startswith("moesim validate ")]
+    assert len(examples) == 7 and all(line.count("moesim validate") == 1 for line in examples)
+    listed = [
+        line.split()[0]
+        for line in lines[lines.index("Commands:") + 1 :]
+        if line.startswith("  ") and line[2] != " "
+    ]
+    assert listed == ["reference", "measured", "repredict", "runs", "bench"]

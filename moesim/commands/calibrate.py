@@ -85,7 +85,7 @@ def _suites(text: str | None) -> tuple[str, ...]:
     type=click.Path(dir_okay=False, exists=True),
     default=None,
     help="Measure nothing: fit --serving-engine's host parameters to measured serving runs (a CSV as "
-    "`moesim validate --runs-schema`), cross-validated, and write the fitted engine profile to --output.",
+    "`moesim validate runs --schema`), cross-validated, and write the fitted engine profile to --output.",
 )
 @click.option(
     "--serving-engine", "serving_engine", default=None, help="With --from-runs: the profile to start from."

@@ -1,5 +1,5 @@
 """Serving-engine commands: `moesim engines` (the profiles and their provenance), and the renderers of
-`moesim validate --runs` and `moesim calibrate --from-runs`."""
+`moesim validate runs` and `moesim calibrate --from-runs`."""
 
 from __future__ import annotations
 

@@ -82,18 +82,25 @@ def field_options(cls: type, *names: str, **replace: dict[str, Any]) -> Callable
     return decorate
 
 
-def fields_of(cls: type, flags: dict[str, Any]) -> dict[str, Any]:
-    """The values in `flags` of the option fields of `cls` that a command offers, comma lists parsed."""
+def _parse_list(flag: str, text: str, info: OptionInfo) -> tuple[Any, ...]:
     from moesim.commands.common import parse_float_list, parse_int_list
 
+    if info.list_of is int:
+        return tuple(parse_int_list(flag, text, 1 if info.minimum is None else info.minimum))
+    if info.list_of is float:
+        return tuple(parse_float_list(flag, text))
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def fields_of(cls: type, flags: dict[str, Any]) -> dict[str, Any]:
+    """The values in `flags` of the option fields of `cls` that a command offers, comma lists parsed."""
     values = {}
     for name, (_, info) in option_fields(cls).items():
         if name not in flags:
             continue
         value = flags[name]
         if info.list_of is not None and isinstance(value, str):
-            parse = parse_int_list if info.list_of is int else parse_float_list
-            value = tuple(parse(_flag(name, info), value))
+            value = _parse_list(_flag(name, info), value, info)
         values[name] = value
     return values
 
