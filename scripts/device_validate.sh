@@ -3,6 +3,9 @@
 # the Triton multi-pass kernel where triton is present), then validation of both reference styles
 # (torch-reference: a GEMM pair per distinct expert; torch-fused: one Triton grouped GEMM per projection)
 # in eager and graph replay, everything under one folder, each step time-boxed so the whole stays < 8 min.
+# The drift probe (an HBM read, a bf16 GEMM and a burst of tiny launches, CUDA events / host clock) runs
+# before and after every calibration suite and beside every validation row, so the run reports the GPU's
+# own drift: the calibration's probe spread, and each validation's MAPE raw and drift-corrected.
 #
 # Usage (repository root, a CUDA build of torch in python3):
 #   OUT=/tmp/moesim-device DEPS=deps bash scripts/device_validate.sh
@@ -63,6 +66,9 @@ try:
     em = q["empirical"]
     print("calibrated:", {k: em[k] for k in ("kernel_fixed_latency_us", "launch_graph_gap_us", "memory_bandwidth_fraction",
                                              "cache_bandwidth_gbps", "cache_effective_bytes")})
+    probe = q.get("fit_quality", {}).get("drift_probe", {})
+    print("drift probe during calibration:", {k: round(v, 4) for k, v in probe.items()
+                                              if k.endswith(("_spread", "_drift", "_gbps", "_tflops", "_us"))})
 except (OSError, KeyError, ValueError) as exc:
     print("calibration result unreadable:", exc)
 for path in sorted((out / "validate").glob("*.json")):
@@ -71,7 +77,11 @@ for path in sorted((out / "validate").glob("*.json")):
     except (ValueError, KeyError):
         print(path.stem, "no result (see its .log)")
         continue
+    drift = s.get("drift") or {}
+    corrected = (drift.get("corrected") or {}).get("mape")
+    spread = ", ".join(f"{k} {v:.1%}" for k, v in drift.get("probe_spread", {}).items())
     print(f"{path.stem:26s} n={s['n']} MAPE {s['mape']:.1%} p90 {s['p90_abs_error']:.1%} "
-          f"bias {s['median_error']:+.1%} noise {s['noise_floor']:.1%}")
+          f"bias {s['median_error']:+.1%} noise {s['noise_floor']:.1%} "
+          f"drift-corrected MAPE {'-' if corrected is None else format(corrected, '.1%')}; probe spread {spread or '-'}")
 PY
 echo "total: ${SECONDS}s" | tee -a "$OUT/steps.txt"

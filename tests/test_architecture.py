@@ -7,6 +7,7 @@
 - screening/ builds on speculative/ and the scenario, never on the API or the CLI above it;
 - torch is imported only by the calibration suites, the routing recorder and the torch reference
   (calibrate/suites/, calibrate/routing_record.py, validation/reference/);
+- no import circles between moesim's modules, lazy imports included;
 - the roofline (fixed latency + max(compute, memory)) is written in one module, execution/cost.py.
 """
 
@@ -61,20 +62,34 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 }
 
 
+def runtime_imports(source: str) -> list[ast.Import | ast.ImportFrom]:
+    """The absolute import statements of a source file, at the top or inside functions, leaving out
+    TYPE_CHECKING blocks (never run) and `if __name__ == "__main__":` blocks (run as another module)."""
+    tree = ast.parse(source)
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        test = ast.unparse(node.test) if isinstance(node, ast.If) else ""
+        if "TYPE_CHECKING" in test or "__name__ == '__main__'" in test:
+            skipped.update(id(child) for stmt in node.body for child in ast.walk(stmt))
+    return [
+        node
+        for node in ast.walk(tree)
+        if id(node) not in skipped
+        and (
+            isinstance(node, ast.Import)
+            or (isinstance(node, ast.ImportFrom) and node.module and node.level == 0)
+        )
+    ]
+
+
 def imported_modules(source: str) -> set[str]:
     """Every module a source file imports, at the top or inside functions (TYPE_CHECKING blocks excluded)."""
-    tree = ast.parse(source)
-    type_only: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            type_only.update(id(child) for stmt in node.body for child in ast.walk(stmt))
     out: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in type_only:
-            continue
+    for node in runtime_imports(source):
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        else:
+            assert node.module is not None
             out.add(node.module)
             out.update(f"{node.module}.{alias.name}" for alias in node.names)
     return out
@@ -167,3 +182,91 @@ def test_every_room_says_what_it_owns_and_may_import() -> None:
         assert doc and "import" in doc.lower(), (
             f"simulator/{room}/__init__.py needs a docstring with its import rule"
         )
+
+
+def module_name(path: Path) -> str:
+    parts = ("moesim", *path.relative_to(PACKAGE).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(files: dict[str, str]) -> dict[str, set[str]]:
+    """module -> the moesim modules it imports at run time. `from package import submodule` is an import of
+    the submodule (a package's own `__init__` importing its submodules is no circle)."""
+    graph: dict[str, set[str]] = {}
+    for name, source in files.items():
+        edges: set[str] = set()
+        for node in runtime_imports(source):
+            if isinstance(node, ast.Import):
+                edges.update(alias.name for alias in node.names)
+                continue
+            assert node.module is not None
+            submodules = {f"{node.module}.{alias.name}" for alias in node.names} & set(files)
+            edges.update(submodules)
+            if len(submodules) < len(node.names):
+                edges.add(node.module)
+        graph[name] = {m for m in edges if m in files and m != name}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted: every import circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(circles)
+
+
+def package_sources() -> dict[str, str]:
+    return {module_name(p): p.read_text() for p in PACKAGE.rglob("*.py")}
+
+
+def test_no_import_circles_between_modules() -> None:
+    assert import_circles(import_graph(package_sources())) == []
+
+
+def test_an_import_circle_is_caught() -> None:
+    files = {
+        "moesim.a": "from moesim.b import x\n",
+        "moesim.b": "def f():\n    from moesim.c import y\n",
+        "moesim.c": "import moesim.a\n",
+        "moesim.d": "from moesim.a import z\n",
+    }
+    assert import_circles(import_graph(files)) == [["moesim.a", "moesim.b", "moesim.c"]]
+    typed = {
+        **files,
+        "moesim.c": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import moesim.a\n",
+    }
+    assert import_circles(import_graph(typed)) == []
+    package = {
+        "moesim.p": "from moesim.p import q\n",
+        "moesim.p.q": "from moesim.p import r\n",
+        "moesim.p.r": "X = 1\n",
+    }
+    assert import_circles(import_graph(package)) == []

@@ -12,8 +12,11 @@ from click.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 
+from moesim.calibrate.fits.drift import DRIFT_THRESHOLD, ProbeSample  # noqa: E402
+from moesim.calibrate.fits.drift import PROBE_KEY as DRIFT_KEY  # noqa: E402
 from moesim.calibrate.suites import runner  # noqa: E402
 from moesim.calibrate.suites.plan import Plan  # noqa: E402
+from moesim.calibrate.suites.probe import Probe, ProbePlan  # noqa: E402
 from moesim.calibrate.suites.runner import calibrate, read_rows, suite_path  # noqa: E402
 from moesim.commands.calibrate import calibrate_command  # noqa: E402
 from moesim.errors import MoesimError  # noqa: E402
@@ -45,9 +48,39 @@ TINY = Plan(
 )
 
 
+TINY_PROBE = ProbePlan(read_bytes=1 * MIB, gemm_n=32, dtype="fp32", read_inner=1, gemm_inner=1, repeats=3)
+
+
+class ScriptedProbe:
+    """A drift probe whose memory speed is scripted per (label, occurrence); 1.0 elsewhere."""
+
+    plan = TINY_PROBE
+
+    def __init__(self, memory_speed: dict[tuple[str, int], float]) -> None:
+        self.memory_speed = memory_speed
+        self.seen: dict[str, int] = {}
+
+    def sample(self, label: str) -> ProbeSample:
+        self.seen[label] = self.seen.get(label, 0) + 1
+        speed = self.memory_speed.get((label, self.seen[label]), 1.0)
+        return ProbeSample(label, 0.0, 12.0 * speed, 0.06)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(autouse=True)
+def steady_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A drift probe that sees a steady machine: these tests check the run, not the machine's speed."""
+    monkeypatch.setattr(runner, "_start_probe", lambda timer, device: ScriptedProbe({}))
+
+
 @pytest.mark.slow
-def test_tiny_real_calibration_writes_a_loadable_profile_and_csvs(tmp_path: Path) -> None:
+def test_tiny_real_calibration_writes_a_loadable_profile_and_csvs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "cpu.toml"
+    monkeypatch.setattr(runner, "_start_probe", lambda timer, device: Probe(timer, device, TINY_PROBE))
     result = calibrate("cpu", out, plan=TINY, name="tiny-cpu")
     assert result.failures == {}
     profile = load_profile(str(out))
@@ -60,6 +93,8 @@ def test_tiny_real_calibration_writes_a_loadable_profile_and_csvs(tmp_path: Path
         meta, rows = read_rows(suite_path(out, suite))
         assert meta["suite"] == suite and rows
     assert result.fit_path.is_file()
+    probe = profile.fit_quality["drift_probe"]  # the real probe ran before and after every suite
+    assert probe["n_probes"] >= 8 and probe["memory_gbps"] > 0 and probe["compute_tflops"] > 0
     moe_rows = read_rows(suite_path(out, "moe"))[1]
     assert {r["size_class"] for r in moe_rows} == {"small", "large"}
 
@@ -94,7 +129,12 @@ def test_failed_suite_keeps_the_others_and_a_rerun_measures_only_it(
         calibrate("cpu", out, plan=TINY)  # a CPU has no datasheet to fall back on for the GEMM curve
     assert calls == ["memory", "launch", "gemm", "moe"]  # the failure did not stop the later suite
     assert not out.exists()
-    assert {p.name for p in tmp_path.iterdir()} == {"p.memory.csv", "p.launch.csv", "p.moe.csv"}
+    assert {p.name for p in tmp_path.iterdir()} == {
+        "p.memory.csv",
+        "p.launch.csv",
+        "p.moe.csv",
+        "p.probe.csv",
+    }
 
     calls.clear()
     monkeypatch.setattr(runner, "_run_suite", fake_suites(calls))
@@ -112,7 +152,8 @@ def test_interrupt_leaves_completed_suites_and_no_partial_files(
     monkeypatch.setattr(runner, "_run_suite", fake_suites(calls, interrupt="gemm"))
     with pytest.raises(KeyboardInterrupt):
         calibrate("cpu", out, plan=TINY)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.launch.csv", "p.memory.csv"]  # no temp files
+    # No temp files; the probes of the completed suites are checkpointed with them.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.launch.csv", "p.memory.csv", "p.probe.csv"]
     calls.clear()
     monkeypatch.setattr(runner, "_run_suite", fake_suites(calls))
     calibrate("cpu", out, plan=TINY)
@@ -191,7 +232,7 @@ def test_cli_json_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 
     data = json.loads(result.output[result.output.index("{") :])
     assert data["profile"]["provenance"]["kind"] == "measured"
-    assert set(data["csv"]) == set(runner.SUITES)
+    assert set(data["csv"]) == {*runner.SUITES, runner.PROBE_TABLE}
 
 
 MICRO = Plan(
@@ -294,3 +335,38 @@ def test_from_csv_errors(tmp_path: Path) -> None:
     assert nothing.exit_code == 2 and "no suite CSV" in nothing.output
     clash = cli(["--device", "cuda", "--from-csv", "--quick", "--output", out])
     assert clash.exit_code == 2 and "--quick" in clash.output
+
+
+def test_a_suite_the_machine_drifted_through_is_repeated_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "p.toml"
+    calls: list[str] = []
+    monkeypatch.setattr(runner, "_run_suite", fake_suites(calls))
+    probe = ScriptedProbe({("after:gemm", 1): 0.7})  # the first gemm run drifts 30%, the repeat not at all
+    monkeypatch.setattr(runner, "_start_probe", lambda timer, device: probe)
+    result = calibrate("cpu", out, plan=TINY)
+    assert calls == ["memory", "launch", "gemm", "gemm", "moe"]
+    assert any("drifted 30.0% during the gemm suite" in note for note in result.notes)
+    assert any("gemm suite repeated" in note and "kept the repeat" in note for note in result.notes)
+    figures = result.profile.fit_quality[DRIFT_KEY]
+    assert figures["gemm_drift"] == 0.0 and figures["threshold"] == DRIFT_THRESHOLD
+    assert len(read_rows(suite_path(out, "probe"))[1]) == 8  # before and after each suite, the kept run's
+
+    # The probes travel with the suite CSVs: a rebuild from them normalises exactly as the run did.
+    again = runner.rebuild_from_csv("cpu", tmp_path / "again.toml", source=tmp_path / "p")
+    assert again.profile.fit_quality[DRIFT_KEY] == figures
+    assert again.profile.empirical == result.profile.empirical
+
+
+def test_a_drift_that_persists_keeps_the_calmer_run_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(runner, "_run_suite", fake_suites(calls))
+    probe = ScriptedProbe({("after:launch", 1): 0.8, ("after:launch", 2): 0.6})
+    monkeypatch.setattr(runner, "_start_probe", lambda timer, device: probe)
+    result = calibrate("cpu", tmp_path / "p.toml", plan=TINY)
+    assert calls.count("launch") == 2  # repeated once, not until calm
+    assert any("kept the first run (still above the threshold" in note for note in result.notes)
+    assert result.profile.fit_quality[DRIFT_KEY]["launch_drift"] == pytest.approx(0.2)

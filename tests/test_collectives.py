@@ -17,7 +17,7 @@ from moesim.simulator.execution.collectives import (
     node_link,
     reduce_scatter_s,
 )
-from moesim.simulator.hardware.profile import NodeSpec
+from moesim.simulator.hardware.sections import NodeSpec
 
 LINK = Link(bandwidth_gbps=400.0, latency_us=2.0)
 ranks_st = st.integers(min_value=2, max_value=64)

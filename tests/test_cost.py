@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from moesim.simulator.execution.cache import CacheState, repeat_traffic
 from moesim.simulator.execution.cost import CostParams, compute_time_s, kernel_time_s, kernel_times_s
 from moesim.simulator.execution.fastpath import residency
-from moesim.simulator.hardware.profile import ExpertGemmTerms, HardwareProfile
+from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.hardware.sections import ExpertGemmTerms
 from moesim.simulator.plan.kernels import Kernel, TensorRead
 from moesim.simulator.simulate import simulate_expert_block
 from tests.core_fixtures import h200, model

@@ -13,13 +13,8 @@ from hypothesis import strategies as st
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.defaults import default_empirical
 from moesim.simulator.hardware.derive import datasheet_from_file, derive_profile, load_derive_target
-from moesim.simulator.hardware.profile import (
-    GemmEfficiency,
-    HardwareProfile,
-    load_profile,
-    profile_to_dict,
-    save_profile,
-)
+from moesim.simulator.hardware.profile import HardwareProfile, load_profile, profile_to_dict, save_profile
+from moesim.simulator.hardware.sections import GemmEfficiency
 
 
 def _measured(base: str = "h100-sxm", **changes: float) -> HardwareProfile:

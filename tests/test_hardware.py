@@ -16,14 +16,9 @@ from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
 from moesim.simulator.hardware import profile as hardware
-from moesim.simulator.hardware.defaults import (
-    JUSTIFICATIONS,
-    default_assumption_notes,
-    default_empirical,
-    render_datasheet_profile,
-)
+from moesim.simulator.hardware.datasheet_profiles import render_datasheet_profile
+from moesim.simulator.hardware.defaults import JUSTIFICATIONS, default_assumption_notes, default_empirical
 from moesim.simulator.hardware.profile import (
-    GemmEfficiency,
     HardwareProfile,
     list_profiles,
     load_profile,
@@ -31,6 +26,7 @@ from moesim.simulator.hardware.profile import (
     profile_to_dict,
     save_profile,
 )
+from moesim.simulator.hardware.sections import GemmEfficiency
 
 SHIPPED = [
     "a100-80gb",

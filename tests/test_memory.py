@@ -10,14 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moesim.errors import MoesimError
-from moesim.simulator.hardware.profile import (
-    Datasheet,
-    Empirical,
-    GemmEfficiency,
-    HardwareProfile,
-    NodeSpec,
-    Provenance,
-)
+from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.hardware.sections import Datasheet, Empirical, GemmEfficiency, NodeSpec, Provenance
 from moesim.simulator.models.sequence_state import kv_cache_bytes
 from moesim.simulator.models.spec import AttentionSpec, ModelSpec
 from moesim.simulator.models.weights import total_weight_bytes

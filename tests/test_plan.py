@@ -86,6 +86,63 @@ def test_mla_and_linear_attention_plans() -> None:
     assert state_bytes(long, "attention") > state_bytes(short, "attention")
 
 
+def test_verification_reads_each_sequences_cache_once_per_query_tile() -> None:
+    """The engines run a verification of T tokens as one attention pass per sequence (a decode with
+    q_len > 1): the cache is read once per query tile of T × the heads sharing a KV head. With 16 MLA heads
+    per rank (TP 8) a 3-token verification still fits one 64-row tile; with all 128 heads on one GPU it
+    takes 6 tiles, each re-reading its sequence's latent cache, the repeats within one sequence's cache."""
+    from moesim.simulator.plan.layout import ParallelLayout
+    from moesim.simulator.plan.parallel import build_parallel_plan
+
+    spec = model("deepseek-v3")
+
+    def kv_read(plan):  # type: ignore[no-untyped-def]
+        return next(k for k in plan.kernels if k.name.endswith(".attention")).reads[0]
+
+    whole = {t: kv_read(build_plan(spec, 4, t, 4096, "fused", None, h200())) for t in (1, 3)}
+    assert (whole[1].reads, whole[3].reads) == (2, 6)  # 128 rows, then 384, in 64-row tiles
+    assert whole[3].size_bytes == pytest.approx(whole[1].size_bytes, rel=1e-3)  # + the 2 new tokens
+    assert whole[3].working_set_bytes == pytest.approx(whole[3].size_bytes / 4)  # one sequence's cache
+    layout = ParallelLayout(gpus=8, tp=8, ep=8)
+    ranked = {t: kv_read(build_parallel_plan(spec, 4, t, layout, h200(), 4096).plan) for t in (1, 3)}
+    assert (ranked[1].reads, ranked[3].reads) == (1, 1)
+    assert ranked[3].size_bytes == whole[3].size_bytes  # TP replicates the single latent KV head
+
+
+def test_mla_attention_maths_run_in_whole_query_tiles() -> None:
+    """MLA's absorbed attention: 2·(2·kv_lora_rank + rope) FLOPs per key per query row, in 64-row tiles.
+    16 heads per rank (TP 8): a decode pays a whole tile, so verifying up to 4 tokens costs the same maths
+    and stays memory-bound; 128 heads on one GPU: 3 tokens are 6 tiles, compute-bound on a long context."""
+    from moesim.simulator.execution.timer import FastTimer
+    from moesim.simulator.plan.layout import ParallelLayout
+    from moesim.simulator.plan.parallel import build_parallel_plan
+
+    spec, hw = model("deepseek-v3"), h200()
+    a = spec.attention
+
+    def core(plan):  # type: ignore[no-untyped-def]
+        return next(k for k in plan.kernels if k.name.endswith(".attention"))
+
+    layout = ParallelLayout(gpus=8, tp=8, ep=8)
+    ranked = {t: core(build_parallel_plan(spec, 64, t, layout, hw, 8192).plan) for t in (1, 3, 4, 5)}
+    per_row_key = 2.0 * (2 * (a.kv_lora_rank or 0) + (a.qk_rope_head_dim or 0))
+    assert ranked[1].flops == pytest.approx(64 * 64 * (8192 + 1) * per_row_key)
+    assert ranked[3].flops == pytest.approx(ranked[1].flops * (8192 + 3) / (8192 + 1))
+    assert ranked[5].flops == pytest.approx(2 * ranked[4].flops * (8192 + 5) / (8192 + 4))  # a second tile
+    assert {ranked[t].category for t in (1, 3)} == {"kv_cache"}
+    whole = {t: core(build_plan(spec, 64, t, 8192, "fused", None, hw)) for t in (1, 3)}
+    assert whole[3].category == "attention"  # 384 rows per sequence against its 8k-token latent cache
+    timer = FastTimer(hw)
+    seconds = {t: timer.step(build_plan(spec, 64, t, 8192, "fused", None, hw), "graph") for t in (1, 3)}
+    assert seconds[3].breakdown_s["attention"] > 2 * seconds[1].breakdown_s["attention"]
+    # a profile that predates the term (mla_query_tile_rows = 0) prices the useful rows only
+    from dataclasses import replace
+
+    untiled = replace(hw, empirical=replace(hw.empirical, mla_query_tile_rows=0))
+    plain = core(build_parallel_plan(spec, 64, 1, layout, untiled, 8192).plan)
+    assert plain.flops == pytest.approx(ranked[1].flops / 4)  # 16 of the tile's 64 rows
+
+
 def test_sliding_window_caps_the_kv_read() -> None:
     spec = model("gpt-oss-20b")
     plan = build_plan(spec, 1, 1, 16384, "fused", None, h200())

@@ -167,6 +167,8 @@ def test_a_tree_verifies_its_draft_token_count() -> None:
     overlap=st.floats(0, 1),
     draft_step_us=st.floats(0, 500),
     accept_sync_us=st.floats(0, 500),
+    sd_overlap_kept=st.floats(0, 1),
+    sd_per_sequence_us=st.floats(0, 50),
     batch=st.sampled_from([1, 5, 24]),
 )
 def test_engine_host_cost_never_makes_a_step_or_a_round_faster(
@@ -176,6 +178,8 @@ def test_engine_host_cost_never_makes_a_step_or_a_round_faster(
     overlap: float,
     draft_step_us: float,
     accept_sync_us: float,
+    sd_overlap_kept: float,
+    sd_per_sequence_us: float,
     batch: int,
 ) -> None:
     spec = tiny_moe()
@@ -189,6 +193,8 @@ def test_engine_host_cost_never_makes_a_step_or_a_round_faster(
         overlap_fraction=overlap,
         draft_step_us=draft_step_us,
         accept_sync_us=accept_sync_us,
+        sd_overlap_kept=sd_overlap_kept,
+        sd_per_sequence_us=sd_per_sequence_us,
     )
     drafter = parse_drafter("eagle")
     base = engine_point(ideal, drafter, batch, 3, 2.5, "graph", *timers)
@@ -196,7 +202,53 @@ def test_engine_host_cost_never_makes_a_step_or_a_round_faster(
     assert loaded.decode.step_s >= base.decode.step_s
     assert loaded.verify.step_s >= base.verify.step_s
     assert loaded.round_s >= base.round_s
-    assert loaded.accept_sync_s == pytest.approx(accept_sync_us * 1e-6)
+    assert loaded.verify.sd_host_s == pytest.approx(sd_per_sequence_us * batch * 1e-6)
+    # the SD round hides overlap × sd_overlap_kept of the acceptance sync behind its verification
+    sync_s, hidden = accept_sync_us * 1e-6, overlap * sd_overlap_kept
+    expected_sync = sync_s - hidden * min(sync_s, loaded.verify.device_s)
+    assert loaded.accept_sync_s == pytest.approx(expected_sync, rel=1e-9, abs=1e-15)
+
+
+def _with_sd_overlap(kept: float) -> ServingEngineProfile:
+    sglang = load_serving_engine("sglang")
+    return replace(sglang, name=f"kept-{kept}", host=replace(sglang.host, sd_overlap_kept=kept))
+
+
+def test_a_scheduler_that_stops_overlapping_under_sd_pays_host_time_that_grows_with_the_batch() -> None:
+    """Mechanism 5: the run without SD keeps its overlap either way; an engine whose SD rounds run
+    synchronously (SGLang spec v1, vLLM V0) pays the round's whole host work, which grows with sequences,
+    so it loses speedup against the overlapped engine (SGLang spec-v2, vLLM V1) at every batch, by more
+    seconds per round as the batch grows, while the decode steps are the same."""
+    spec = model("qwen3-30b-a3b")
+    timers = _timers(spec)
+    drafter = parse_drafter("eagle")
+    extra_s = []
+    for batch in (1, 8, 64):
+        kept = engine_point(_with_sd_overlap(1.0), drafter, batch, 3, 2.5, "graph", *timers)
+        off = engine_point(_with_sd_overlap(0.0), drafter, batch, 3, 2.5, "graph", *timers)
+        assert off.decode.step_s == kept.decode.step_s
+        assert off.verify.device_s == kept.verify.device_s and off.verify.host_s == kept.verify.host_s
+        assert off.verify.engine_host_s == off.verify.host_s  # nothing hidden
+        assert off.speedup < kept.speedup
+        extra_s.append(off.round_s - kept.round_s)
+    assert 0.0 < extra_s[0] < extra_s[1] < extra_s[2]
+
+
+def test_sd_bookkeeping_grows_with_sequences_and_is_a_breakdown_row() -> None:
+    spec = model("qwen3-30b-a3b")
+    timers = _timers(spec)
+    profile = _with_sd_overlap(0.0)
+    drafter = parse_drafter("eagle")
+    small, large = (engine_point(profile, drafter, b, 3, 2.5, "graph", *timers) for b in (2, 32))
+    per_sequence_s = profile.host.sd_per_sequence_us * 1e-6
+    assert small.verify.sd_host_s == pytest.approx(2 * per_sequence_s)
+    assert large.verify.sd_host_s == pytest.approx(32 * per_sequence_s)
+    breakdown = large.verify.breakdown_s()
+    assert breakdown["sd_bookkeeping"] == pytest.approx(large.verify.sd_host_s)  # f = 0: all exposed
+    assert sum(breakdown.values()) == pytest.approx(large.verify.step_s)
+    assert (
+        "sd_bookkeeping" in large.decode.breakdown_s() and large.decode.breakdown_s()["sd_bookkeeping"] == 0
+    )
 
 
 def test_every_preset_is_at_least_the_ideal_step_at_captured_sizes() -> None:

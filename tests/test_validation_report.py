@@ -189,3 +189,16 @@ def test_report_files_are_complete(tmp_path):
     assert len(csv_lines) == 4 and "term_launch_s" in csv_lines[0]
     assert rows_to_csv(rows) == "\n".join(csv_lines) + "\n"
     assert not list((tmp_path / "out").glob(".*tmp"))  # atomic writes leave no temporaries
+
+
+def test_a_measured_csv_with_the_old_engine_column_reads_it_as_the_kernel_style(tmp_path: Path) -> None:
+    from moesim.validation.reference.report import read_measured_csv
+
+    new = EXAMPLE.read_text()
+    assert ",kernel_style," in new
+    old = tmp_path / "old.csv"
+    old.write_text(new.replace(",kernel_style,", ",engine,"))
+    assert read_measured_csv(old) == [
+        {**row, "source_dir": str(tmp_path)} for row in read_measured_csv(EXAMPLE)
+    ]
+    assert {row["kernel_style"] for row in read_measured_csv(old)} == {"torch-reference"}

@@ -15,7 +15,7 @@ from moesim.errors import MoesimError
 from moesim.simulator.hardware.profile import load_profile
 from moesim.validation.reference.configs import config_seed, default_routing, row_routing, run_layers
 from moesim.validation.reference.predict import predict_reference_step
-from moesim.validation.reference.report import add_errors_and_ratios, summarise
+from moesim.validation.reference.report import add_errors_and_ratios, markdown_report, summarise
 from moesim.validation.reference.repredict import repredict_result
 from moesim.validation.reference.routing_replay import sample_step_routing
 from moesim.validation.reference.shapes import validation_model
@@ -188,3 +188,41 @@ def test_the_cache_state_defaults_to_cold_on_a_cpu_and_warm_on_a_gpu():
     assert cache_between_steps("warm", "cpu") == "warm"
     with pytest.raises(MoesimError, match="--cache"):
         cache_between_steps("lukewarm", "cpu")
+
+
+def _probed(profile_name: str, memory_gbps: float, dispatch_us: float) -> tuple[object, dict]:
+    """A profile that recorded a calibration probe, and a run whose rows the probe measured at these rates."""
+    hw = load_profile(profile_name)
+    reference = {"memory_gbps": 4000.0, "compute_tflops": 700.0, "dispatch_us": 5.0}
+    hw = replace(hw, fit_quality=hw.fit_quality | {"drift_probe": reference})
+    run = fake_run(profile_name)
+    for row in run["rows"]:
+        row |= {
+            "probe_memory_gbps": memory_gbps,
+            "probe_compute_tflops": 700.0,
+            "probe_dispatch_us": dispatch_us,
+        }
+    return hw, run
+
+
+def test_rows_are_also_predicted_at_the_machine_speed_the_probe_measured_beside_them():
+    hw, steady = _probed("h200", 4000.0, 5.0)
+    same = repredict_result(steady, hw)
+    assert all(r["drift_predicted_s"] == pytest.approx(r["predicted_s"], rel=1e-12) for r in same["rows"])
+    assert same["summary"]["drift"]["corrected"]["mape"] == pytest.approx(same["summary"]["mape"])
+
+    hw, slow = _probed("h200", 2000.0, 10.0)  # HBM at half speed, the host twice as slow per launch
+    drifted = repredict_result(slow, hw)
+    for row in drifted["rows"]:
+        assert row["speed_ratio"] == {"memory": 0.5, "compute": 1.0, "dispatch": 0.5}
+        assert row["drift_predicted_s"] > row["predicted_s"]  # a slower machine: a longer step
+        assert row["drift_error"] == pytest.approx(row["drift_predicted_s"] / row["measured_s"] - 1.0)
+    assert "drift-corrected" in markdown_report(drifted)
+
+
+def test_without_a_calibration_probe_rows_keep_one_prediction():
+    _, run = _probed("h200", 2000.0, 10.0)
+    plain = repredict_result(run, load_profile("h200"))  # the bundled profile recorded no probe
+    assert all("drift_predicted_s" not in r for r in plain["rows"])
+    assert plain["summary"]["drift"]["corrected"] is None  # the probe's spread is still reported
+    assert plain["summary"]["drift"]["probe_spread"]["memory"] == 0.0

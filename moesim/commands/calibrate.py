@@ -249,6 +249,15 @@ def calibrate_command(
         console.print(
             "  suite wall time       " + ", ".join(f"{k} {v:.2f} s" for k, v in result.wall_s.items())
         )
+    probe = result.profile.fit_quality.get("drift_probe")
+    if probe:
+        console.print(
+            f"  drift probe           memory {probe['memory_spread']:.1%}, compute {probe['compute_spread']:.1%} "
+            f"spread over {probe['n_probes']:.0f} probes; largest drift within a suite {probe['max_suite_drift']:.1%}"
+        )
+    for note in result.notes:
+        if note.startswith("warning:") or " suite repeated: " in note:
+            console.print(f"[yellow]  {note}[/yellow]")
     if result.failures:
         for suite, message in result.failures.items():
             console.print(f"[yellow]  {suite} suite failed: {message}[/yellow]")

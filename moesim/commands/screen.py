@@ -91,6 +91,7 @@ def screen_command(**options: Any) -> None:
     --free expert-width --free-multiple 64 --plot front.png
     """
     from moesim.simulator.screening.screen import screen
+    from moesim.validation.runs.nearby import engine_of, nearby_errors
 
     to_stdout = check_outputs(  # bad outputs refused before any work
         csv=options["csv_path"],
@@ -119,11 +120,23 @@ def screen_command(**options: Any) -> None:
         from moesim.simulator.screening.plots import plot_front
 
         plot_front(result, options["plot_path"])
+    nearby = nearby_errors(
+        engine_of(options["serving_engine"]),
+        (
+            (b, n, n > 0)
+            for r in result.results
+            for n in [int({**r.overrides, **r.solved}.get("n_experts", base.n_experts) or 0)]
+            for b in settings.batches
+        ),
+    )
     if options["as_json"]:
-        emit_json(result.to_json())
+        emit_json({**result.to_json(), "measured_runs_error": [n.to_json() for n in nearby]})
         return
     if not to_stdout:  # standard output carries the CSV, the table or the plot
         _print(result, request.top)
+        console = make_console()
+        for line in nearby:
+            console.print(line.text)
 
 
 def _scenario(options: dict[str, Any]) -> tuple[Any, list[Any], ScreenRequest, Any]:

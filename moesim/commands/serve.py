@@ -148,6 +148,7 @@ def serve_command(
     from moesim.simulator.serving.plots import plot_serving
     from moesim.simulator.serving.run import serve
     from moesim.simulator.serving.workload import build_workload
+    from moesim.validation.runs.nearby import engine_of, nearby_errors
 
     to_stdout = check_outputs(csv=csv_path, plot=plot_path, as_json=as_json)
     scenario = scenario_from_flags(
@@ -184,13 +185,20 @@ def serve_command(
         result.write_csv(csv_path)
     if plot_path:
         plot_serving(result, plot_path)
+    spec = scenario.model  # the batch of a point: the mean decode batch its SD run ran
+    nearby = nearby_errors(
+        engine_of(flags["serving_engine"]),
+        ((max(1, round(p.sd.mean_decode_batch)), spec.n_experts, spec.is_moe) for p in result.points),
+    )
     if as_json:
-        emit_json(result.to_json())
+        emit_json({**result.to_json(), "measured_runs_error": [n.to_json() for n in nearby]})
         return
     if to_stdout:  # standard output carries the CSV or the plot
         return
     console = make_console()
     render_result(result, console)
+    for line in nearby:
+        console.print(line.text)
     for path in (csv_path, plot_path):
         if path:
             console.print(f"wrote {path}")

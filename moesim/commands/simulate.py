@@ -39,6 +39,7 @@ CATEGORY_LABELS = {
     "launch_idle": "launch / idle",
     "padding": "padding to the captured graph size",
     "engine_host": "serving-engine host work (not hidden)",
+    "sd_bookkeeping": "SD host bookkeeping (not hidden)",
 }
 
 
@@ -105,6 +106,7 @@ def simulate_command(
     """
     from moesim.simulator.hardware.profile import load_profile
     from moesim.simulator.simulate import simulate
+    from moesim.validation.runs.nearby import engine_of, nearby_error
 
     request = layout_from_kwargs(flags)
     spec = resolve_model(model_name, model_config, flags)
@@ -117,6 +119,8 @@ def simulate_command(
         flags["context_len"],
     )
     data = result.to_json(timeline)
+    nearby = nearby_error(engine_of(flags["serving_engine"]), batch, spec.n_experts, spec.is_moe)
+    data["measured_runs_error"] = nearby.to_json()
     if as_json:
         emit_json(data)
         return
@@ -166,10 +170,17 @@ def simulate_command(
                 f"{serving['name']} {name}: {step['rows']} rows run as {step['rows_run']} ({step['launch']} launch), "
                 f"host {step['host_s'] * 1e6:.1f} µs of which {step['engine_host_s'] * 1e6:.1f} µs not hidden"
             )
+    if serving["overlap_fraction"] != serving["sd_overlap_fraction"] or serving["verify"]["sd_host_s"]:
+        console.print(
+            f"{serving['name']} scheduler under SD: hides {serving['sd_overlap_fraction']:.0%} of host work "
+            f"(decode steps: {serving['overlap_fraction']:.0%}); SD bookkeeping "
+            f"{serving['verify']['sd_host_s'] * 1e6:.1f} µs for {batch} sequences"
+        )
     console.print(
         f"[bold]speedup = {data['speedup']:.3f}×[/bold]  "
         f"(= {data['tokens_per_step']:.3f} × {_ms(decode['step_s'])} ms ÷ ({_ms(data['draft_s'])} + {_ms(verify['step_s'])}{sync}) ms)"
     )
+    console.print(nearby.text)
 
 
 def _first_pass(data: dict[str, Any]) -> str:
@@ -236,6 +247,7 @@ def sweep_command(
     from moesim.simulator.simulate import model_list
     from moesim.simulator.speculative.plots import plot_sweep
     from moesim.simulator.speculative.sweep import run_sweep
+    from moesim.validation.runs.nearby import engine_of, nearby_errors
 
     to_stdout = check_outputs(csv=csv_path, plot=plot_path, as_json=as_json)
     request = layout_from_kwargs(flags)
@@ -258,8 +270,12 @@ def sweep_command(
         result.write_csv(csv_path)
     if plot_path and result.rows:
         plot_sweep(result, plot_path)
+    nearby = nearby_errors(
+        engine_of(flags["serving_engine"]),
+        ((b, s.n_experts, s.is_moe) for s in specs for b in batch_list),
+    )
     if as_json:
-        emit_json(result.to_json())
+        emit_json({**result.to_json(), "measured_runs_error": [n.to_json() for n in nearby]})
         return
     if to_stdout:
         return  # standard output carries the CSV or the plot
@@ -312,6 +328,8 @@ def sweep_command(
     for skip in result.skipped:
         which = "all batch sizes" if skip["all_batches"] else "batch " + ",".join(map(str, skip["batches"]))
         console.print(f"[yellow]skipped[/yellow] {skip['model']} ({which}): {skip['reason']}")
+    for line in nearby:
+        console.print(line.text)
     if csv_path:
         console.print(f"wrote {csv_path}")
     if plot_path and result.rows:

@@ -79,7 +79,7 @@ def print_bench(result: dict[str, Any]) -> None:
 def print_rows(result: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from moesim.validation.reference.report import attribution_sentence
+    from moesim.validation.reference.report import attribution_sentence, drift_sentence
 
     console = Console()
     table = Table(title=result["meta"].get("title", "validation"))
@@ -116,6 +116,8 @@ def print_rows(result: dict[str, Any]) -> None:
     if s.get("noise_floor") is not None:
         line += f"  noise floor {s['noise_floor']:.1%}"
     console.print(line)
+    if drift_sentence(s):
+        console.print(drift_sentence(s))
     console.print(f"worst: {w['model']} B={w['batch']} K={w['draft_len']} error {w['error']:+.1%}")
     if s.get("attribution"):
         console.print(attribution_sentence(s["attribution"]))

@@ -49,6 +49,12 @@ DEFAULT_SWEEP_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DEFAULT_SWEEP_DRAFT_LENS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
 
 
+def check_acceptance(acceptance: float) -> None:
+    """A per-token acceptance rate α is a probability."""
+    if not 0.0 <= acceptance <= 1.0:
+        raise MoesimError("acceptance", f"must be a probability in [0, 1], got {acceptance}")
+
+
 @dataclass(frozen=True)
 class Scenario:
     """What to simulate. `kernel_style` names the kernel plan (see `plan.styles`), `layout` a fixed
@@ -118,7 +124,6 @@ class Scenario:
         cannot go together refused: --acceptance with --acceptance-length; graph replay on a CPU (the
         default launch there is eager)."""
         from moesim.simulator.execution.launch import check_launch
-        from moesim.simulator.speculative.acceptance import check_acceptance
 
         if self.acceptance is not None and self.acceptance_length is not None:
             raise MoesimError(
@@ -340,6 +345,7 @@ __all__ = [
     "ResolvedScenario",
     "Scenario",
     "SweepGrid",
+    "check_acceptance",
     "chosen_layout",
     "resolve_hardware",
     "resolve_model",

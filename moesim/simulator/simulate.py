@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.simulator.engines.overheads import overlap_fraction
 from moesim.simulator.engines.profile import load_serving_engine
 from moesim.simulator.execution.collectives import parallel_step_summary
 from moesim.simulator.execution.events import StepResult, run_events
@@ -206,6 +207,8 @@ def _result(resolved: ResolvedScenario, point: SpeculativePoint) -> SpeculativeR
             "verify": point.verify.engine_json(),
             "draft_host_s": point.draft_host_s,
             "accept_sync_s": point.accept_sync_s,
+            "overlap_fraction": overlap_fraction(resolved.serving_engine),
+            "sd_overlap_fraction": overlap_fraction(resolved.serving_engine, speculative=True),
             "step_ratio": point.step_ratio,
         },
     )

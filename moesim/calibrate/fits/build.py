@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from moesim.calibrate.fits import drift
 from moesim.calibrate.fits import primitives as fit
 from moesim.calibrate.fits.gemm import cpu_bandwidths, fit_gemm_table, m1_gemm_streaming_gbps
 from moesim.calibrate.fits.launch import LaunchParams, fit_launch_table
@@ -20,16 +21,8 @@ from moesim.calibrate.fits.moe import fit_moe_table
 from moesim.calibrate.fits.primitives import Row
 from moesim.calibrate.suites.timing import name_slug
 from moesim.errors import MoesimError
-from moesim.simulator.hardware.profile import (
-    Datasheet,
-    Empirical,
-    GemmEfficiency,
-    HardwareProfile,
-    NodeSpec,
-    Provenance,
-    list_profiles,
-    load_profile,
-)
+from moesim.simulator.hardware.profile import HardwareProfile, list_profiles, load_profile
+from moesim.simulator.hardware.sections import Datasheet, Empirical, GemmEfficiency, NodeSpec, Provenance
 
 
 @dataclass
@@ -50,6 +43,8 @@ class Measurements:
     source: str = "moesim calibrate"
     date: str = ""
     notes: list[str] = field(default_factory=list)
+    probes: list[drift.ProbeSample] = field(default_factory=list)  # labelled before:<suite> / after:<suite>
+    probe_plan: dict[str, float] = field(default_factory=dict)  # the probe's sizes (ProbePlan.figures)
 
 
 CACHE_PLATEAU_MIN_RATIO = 1.1  # fitted cache / memory bandwidth below this: no cache plateau was measured
@@ -117,12 +112,43 @@ def _reference(meas: Measurements, notes: list[str]) -> HardwareProfile | None:
     return load_profile(match)
 
 
-def _memory_part(asm: _Assembly) -> tuple[MemoryParams | None, bool]:
-    """(memory fit, whether it measured a cache plateau) from the memory suite, if it ran."""
+def _normalised(meas: Measurements, notes: list[str]) -> tuple[Measurements, dict[str, drift.SuiteDrift]]:
+    """The measurements with the launch and GEMM suites' times brought to the run's median machine speed
+    (the probes before and after each suite; `drift.py`), and each suite's drift. Unchanged without probes."""
+    median, drifts = drift.suite_drifts(meas.probes)
+    if median is None or not drifts:
+        return meas, {}
+    moved = drift.spread(meas.probes)
+    notes.append(
+        f"drift probe ({len(meas.probes)} probes): median memory {median.memory_gbps:.3g} GB/s, compute "
+        f"{median.compute_tflops:.3g} TFLOP/s; spread over the run (max - min) / median: memory "
+        f"{moved['memory']:.1%}, compute {moved['compute']:.1%}; each suite normalised to the median ("
+        + ", ".join(
+            f"{d.suite} x{d.factor.memory:.3f} mem, x{d.factor.compute:.3f} compute" for d in drifts.values()
+        )
+        + "; moe fits are diagnostics and stay raw)"
+    )
+    launch, gemm = meas.launch, meas.gemm
+    if launch and "launch" in drifts:
+        launch = drift.normalise_launch_rows(launch, drifts["launch"].factor, meas.backend != "cpu")
+    if gemm and "gemm" in drifts:
+        d = drifts["gemm"]
+        gemm = drift.normalise_gemm_rows(gemm, d.factor, drift.between_sample(d.before, d.after))
+    return replace(meas, launch=launch, gemm=gemm), drifts
+
+
+def _memory_part(asm: _Assembly, drifts: dict[str, drift.SuiteDrift]) -> tuple[MemoryParams | None, bool]:
+    """(memory fit, whether it measured a cache plateau) from the memory suite, if it ran; its plateaus at
+    the run's median machine speed (memory plateau × the memory factor, cache plateau × the compute one)."""
     meas = asm.meas
     mem = fit_memory_table(meas.memory) if meas.memory else None
     if mem is None:
         return None, False
+    if "memory" in drifts:
+        factor = drifts["memory"].factor
+        mem = replace(
+            mem, memory_gbps=mem.memory_gbps * factor.memory, cache_gbps=mem.cache_gbps * factor.compute
+        )
     asm.record("memory_cache_knee", mem.knee.fit)
     asm.quality["memory_cache_knee"].update(mem.confidence())
     asm.notes.extend(mem.notes)
@@ -261,8 +287,9 @@ def _moe_part(asm: _Assembly) -> None:
 def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[str, fit.FitResult]]:
     """Fit every available table and assemble the profile; missing suites fall back where one exists."""
     notes = list(meas.notes)
+    meas, drifts = _normalised(meas, notes)
     asm = _Assembly(meas, _reference(meas, notes), notes)
-    mem, cache_measured = _memory_part(asm)
+    mem, cache_measured = _memory_part(asm, drifts)
     launch = _launch_part(asm)
     memory_gbps, elementwise_fraction = _cpu_streaming_part(asm, mem)
     datasheet, node = _datasheet_part(asm, memory_gbps, mem)
@@ -311,6 +338,8 @@ def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[
         gemm_efficiency=gemm_curve,
         launch_eager_gemm_us=launch_value("launch_eager_gemm_us"),
     )
+    if meas.probes:
+        asm.quality[drift.PROBE_KEY] = drift.record(meas.probes, drifts, meas.probe_plan)
     software = dict(meas.software)
     software.setdefault("device", meas.backend)
     profile = HardwareProfile(

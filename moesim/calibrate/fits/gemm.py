@@ -17,7 +17,7 @@ from moesim.calibrate.fits import primitives as fit
 from moesim.calibrate.fits.primitives import Row, column
 from moesim.errors import MoesimError
 from moesim.simulator.execution.cost import CostParams, kernel_times_s
-from moesim.simulator.hardware.profile import GemmEfficiency
+from moesim.simulator.hardware.sections import GemmEfficiency
 
 
 def never_faster_with_more_rows(m_tokens: np.ndarray, efficiency: np.ndarray) -> np.ndarray:

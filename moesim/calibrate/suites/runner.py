@@ -22,6 +22,7 @@ from typing import Any
 from moesim import __version__
 from moesim.atomic import atomic_write_text
 from moesim.calibrate.fits.build import Measurements, build_profile, bundled_match, default_name, fit_rows
+from moesim.calibrate.fits.drift import DRIFT_THRESHOLD, ProbeSample, drift_between
 from moesim.calibrate.suites.plan import Plan, make_plan
 from moesim.calibrate.suites.timing import (
     Timer,
@@ -38,6 +39,7 @@ from moesim.reading import expect_table, parse_json, read_text
 from moesim.simulator.hardware.profile import HardwareProfile, save_profile
 
 SUITES = ("memory", "launch", "gemm", "moe")
+PROBE_TABLE = "probe"  # `<stem>.probe.csv`: the drift probes taken before and after each suite
 HEADER_PREFIX = "# moesim-calibrate "
 # One thread by default on CPUs: on small VMs an OpenMP worker that went to sleep between ops takes up to a
 # scheduler tick (~8 ms seen here on 2 vCPUs) to wake, which swamps every op shorter than that. --threads
@@ -185,12 +187,16 @@ def calibrate(
     )
     timer = Timer(device, plan.flush_bytes)
     report = reporter or (lambda suite: SuiteReporter())
+    probe = _start_probe(timer, device)
+    old_probes = _read_probes(suite_path(output, PROBE_TABLE)) if not fresh else []
+    probes: list[ProbeSample] = []
 
     tables: dict[str, list[Row] | None] = {}
     csv_paths: dict[str, Path] = {}
     resumed: list[str] = []
     failures: dict[str, str] = {}
     wall_s: dict[str, float] = {}
+    drift_notes: list[str] = []
     for suite in SUITES:
         path = suite_path(output, suite)
         meta = _suite_meta(suite, device, plan, dtypes)
@@ -203,6 +209,7 @@ def calibrate(
                 tables[suite] = rows
                 csv_paths[suite] = path
                 resumed.append(suite)
+                probes += [p for p in old_probes if p.label.partition(":")[2] == suite]
                 report(suite).done("resumed from " + path.name)
                 continue
         if suite not in suites:
@@ -211,7 +218,9 @@ def calibrate(
         bar = report(suite)
         started = time.perf_counter()
         try:
-            rows = _run_suite(suite, timer, device, plan, dtypes, bar.update)
+            rows, suite_probes = _run_probed(
+                suite, timer, device, plan, dtypes, bar.update, probe, drift_notes
+            )
         except KeyboardInterrupt:
             bar.done("interrupted")
             raise
@@ -223,6 +232,9 @@ def calibrate(
             tables[suite] = None
             continue
         write_rows(path, rows, meta)
+        probes += suite_probes
+        if probe is not None:  # checkpointed with the suite, so a resumed suite keeps its probes
+            _write_probes(output, probes, device, probe)
         tables[suite] = rows
         csv_paths[suite] = path
         wall_s[suite] = time.perf_counter() - started
@@ -238,6 +250,12 @@ def calibrate(
         )
     for suite, message in failures.items():
         notes.append(f"{suite} suite failed: {message}")
+    notes += drift_notes
+    if probe is not None:
+        probe.close()
+        if probes:
+            _write_probes(output, probes, device, probe)
+            csv_paths[PROBE_TABLE] = suite_path(output, PROBE_TABLE)
     if wall_s:
         notes.append(
             "suite wall time: " + ", ".join(f"{suite} {seconds:.2f} s" for suite, seconds in wall_s.items())
@@ -257,6 +275,8 @@ def calibrate(
         source=command or f"moesim calibrate --device {device_kind}{' --quick' if plan.quick else ''}",
         date=today(),
         notes=notes,
+        probes=probes,
+        probe_plan=probe.plan.figures() if probe is not None else {},
     )
     meas.software["clock"] = timer.clock_name
     if timer.lead_failures:
@@ -376,6 +396,18 @@ def rebuild_from_csv(
     if not any(k in software for k in ("torch", "cuda", "rocm")):
         notes.append("software versions: not recorded in these suite CSVs (written before moesim kept them)")
     software["moesim"] = __version__
+    probe_file = stem.with_name(f"{stem.name}.{PROBE_TABLE}.csv")
+    probes = _read_probes(probe_file)
+    probe_figures: dict[str, float] = {}
+    if probes:
+        probe_meta, probe_rows = read_rows(probe_file)
+        probe_figures = {k: float(probe_meta[k]) for k in ("read_bytes", "gemm_n") if k in probe_meta}
+        target = suite_path(output, PROBE_TABLE)
+        if probe_file.resolve() != target.resolve():
+            write_rows(target, probe_rows, probe_meta)
+        csv_paths[PROBE_TABLE] = target
+    else:
+        notes.append(f"no drift probes ({probe_file.name} missing): suites fitted as measured")
     meas = Measurements(
         device_name=device_name,
         backend=backend,
@@ -391,6 +423,8 @@ def rebuild_from_csv(
         source=command or f"moesim calibrate --device {device_kind} --from-csv {stem}",
         date=today(),
         notes=notes,
+        probes=probes,
+        probe_plan=probe_figures,
     )
     profile, fit_path = _build_and_write(
         meas, name or default_name(device_name, backend), output, meas.source
@@ -427,6 +461,81 @@ def save_profile_file(profile: HardwareProfile, output: Path, command: str) -> N
         f"Raw measurements: {output.stem}.<suite>.csv beside this file; fit residuals: {output.stem}.fit.csv"
     )
     save_profile(profile, output, header)
+
+
+def _start_probe(timer: Timer, device: Any) -> Any:
+    """The drift probe for this device, or None where its buffers cannot be set up (the run goes on unprobed)."""
+    from moesim.calibrate.suites.probe import Probe
+
+    try:
+        return Probe(timer, device)
+    except (RuntimeError, MemoryError):
+        return None
+
+
+def _write_probes(output: Path, probes: list[ProbeSample], device: Any, probe: Any) -> None:
+    """`<stem>.probe.csv`: every probe of the run so far, headed by what the probe times."""
+    meta = {
+        "suite": PROBE_TABLE,
+        "device": device.name,
+        "probe": probe.plan.describe(),
+    } | probe.plan.figures()
+    write_rows(suite_path(output, PROBE_TABLE), [p.as_row() for p in probes], meta)
+
+
+def _read_probes(path: Path) -> list[ProbeSample]:
+    """The probes an earlier run wrote (for the suites a rerun resumes); none if there is no such file."""
+    if not path.is_file():
+        return []
+    try:
+        meta, rows = read_rows(path)
+        return [ProbeSample.from_row(row) for row in rows] if meta.get("suite") == PROBE_TABLE else []
+    except (MoesimError, KeyError, ValueError):
+        return []
+
+
+def _run_probed(
+    suite: str,
+    timer: Any,
+    device: Any,
+    plan: Plan,
+    dtypes: list[str],
+    progress: Callable[[float], None],
+    probe: Any,
+    notes: list[str],
+) -> tuple[list[Row], list[ProbeSample]]:
+    """Run a suite between two probes; if the machine drifted more than DRIFT_THRESHOLD while it ran, warn and
+    run it once more, keeping the attempt that drifted less (its probes label it; the other's are dropped)."""
+    if probe is None:
+        return _run_suite(suite, timer, device, plan, dtypes, progress), []
+    attempts = []
+    for attempt in range(2):
+        before = probe.sample(f"before:{suite}")
+        rows = _run_suite(suite, timer, device, plan, dtypes, progress)
+        after = probe.sample(f"after:{suite}")
+        drift = drift_between(before, after)
+        attempts.append((drift, rows, [before, after]))
+        if drift <= DRIFT_THRESHOLD:
+            break
+        if attempt == 0:
+            notes.append(
+                f"warning: the machine drifted {drift:.1%} during the {suite} suite (probe memory "
+                f"{before.memory_gbps:.3g} -> {after.memory_gbps:.3g} GB/s, compute {before.compute_tflops:.3g} -> "
+                f"{after.compute_tflops:.3g} TFLOP/s, dispatch {before.dispatch_us:.3g} -> {after.dispatch_us:.3g} "
+                f"us/op; threshold {DRIFT_THRESHOLD:.0%}): repeating the suite once"
+            )
+    drift, rows, kept = min(attempts, key=lambda item: item[0])
+    if len(attempts) > 1:
+        which = "repeat" if kept is attempts[1][2] else "first run"
+        notes.append(
+            f"{suite} suite repeated: drift {attempts[0][0]:.1%} then {attempts[1][0]:.1%}; kept the {which}"
+            + (
+                " (still above the threshold: its figures carry that drift)"
+                if drift > DRIFT_THRESHOLD
+                else ""
+            )
+        )
+    return rows, kept
 
 
 def _run_suite(

@@ -8,6 +8,9 @@
   scheduling a share f of it hides behind the device:
       step = device + host − f·min(host, device)          (`exposed_host_s`: host − f·min(host, device))
   so f = 0 is device + host, f = 1 is max(device, host), and host work never makes a step faster.
+- Under SD the overlap is f·sd_overlap_kept (`overlap_fraction`): the scheduler may keep its overlap for SD
+  rounds (SGLang spec-v2, vLLM V1 async scheduling) or run them synchronously (SGLang spec v1, vLLM V0);
+  an SD round adds host bookkeeping per sequence (`sd_bookkeeping_s`), hidden by the same share.
 - Speculative rounds: a chain verifies K + 1 tokens per sequence, a tree its draft-token count
   (`verify_tokens`), in one pass or as one-token rows by batch expansion (`verify_shape`); a tree's drafter passes extend `tree_topk` candidates per sequence
   (`draft_sequences`); the first pass may run over the positions just verified (`first_draft_pass`); each
@@ -86,11 +89,26 @@ def host_time_s(profile: ServingEngineProfile, sequences: int, tokens: int) -> f
     return (host.step_us + host.per_sequence_us * sequences + host.per_token_us * tokens) * US
 
 
-def exposed_host_s(profile: ServingEngineProfile, host_s: float, device_s: float) -> float:
-    """The part of `host_s` the device does not hide: host − f·min(host, device) ≥ 0."""
+def overlap_fraction(profile: ServingEngineProfile, speculative: bool = False) -> float:
+    """The share f of min(host, device) the engine hides: `overlap_fraction`, times `sd_overlap_kept`
+    in an SD round (what the engine's scheduler keeps of its overlap while SD runs)."""
+    host = profile.effective_host
+    return host.overlap_fraction * (host.sd_overlap_kept if speculative else 1.0)
+
+
+def exposed_host_s(
+    profile: ServingEngineProfile, host_s: float, device_s: float, speculative: bool = False
+) -> float:
+    """The part of `host_s` the device does not hide: host − f·min(host, device) ≥ 0 (f of an SD round
+    when `speculative`)."""
     if host_s < 0.0 or device_s < 0.0:
         raise MoesimError("host_s", f"times must be non-negative, got host {host_s}, device {device_s}")
-    return host_s - profile.effective_host.overlap_fraction * min(host_s, device_s)
+    return host_s - overlap_fraction(profile, speculative) * min(host_s, device_s)
+
+
+def sd_bookkeeping_s(profile: ServingEngineProfile, sequences: int) -> float:
+    """Host seconds of an SD round's per-sequence bookkeeping (acceptance, draft lists, extra outputs)."""
+    return profile.effective_host.sd_per_sequence_us * sequences * US
 
 
 def piecewise_step_s(
@@ -143,9 +161,11 @@ def draft_host_s(profile: ServingEngineProfile, draft_len: int) -> float:
     return draft_len * profile.effective_host.draft_step_us * US
 
 
-def accept_sync_s(profile: ServingEngineProfile) -> float:
-    """Seconds per SD round to learn how many tokens were accepted before the next round."""
-    return profile.effective_host.accept_sync_us * US
+def accept_sync_s(profile: ServingEngineProfile, device_s: float = 0.0) -> float:
+    """Seconds per SD round to learn how many tokens were accepted before the next round, less what the
+    SD round's overlap hides behind the round's `device_s` (an overlap scheduler resolves the accepted
+    counts while the next round is already queued)."""
+    return exposed_host_s(profile, profile.effective_host.accept_sync_us * US, device_s, speculative=True)
 
 
 def ngram_draft_s(profile: ServingEngineProfile, sequences: int) -> float:
@@ -166,8 +186,10 @@ __all__ = [
     "host_time_s",
     "launch_for",
     "ngram_draft_s",
+    "overlap_fraction",
     "padded_sequences",
     "piecewise_step_s",
+    "sd_bookkeeping_s",
     "verify_shape",
     "verify_tokens",
 ]

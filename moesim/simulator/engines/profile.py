@@ -73,9 +73,29 @@ HOST_PARAMETERS: dict[str, HostParameter] = {
     "accept_sync_us": HostParameter(
         "µs", "per SD round: the device-to-host copy of accepted counts before the next round", 0.0, 1e4
     ),
+    "sd_overlap_kept": HostParameter(
+        "1",
+        "share of the asynchronous overlap (overlap_fraction) the engine keeps while SD runs: 1 when its "
+        "overlap scheduler runs SD rounds too (SGLang spec-v2, vLLM V1 async scheduling), 0 when SD turns "
+        "it off (SGLang spec v1, vLLM V0); it also hides the acceptance sync",
+        0.0,
+        1.0,
+    ),
+    "sd_per_sequence_us": HostParameter(
+        "µs",
+        "host work per sequence per SD round beyond a decode step's: acceptance bookkeeping (rejected "
+        "drafts' computed tokens and KV slots rolled back), the draft-token list, output processing of "
+        "the extra accepted tokens",
+        0.0,
+        1e3,
+    ),
     "ngram_base_us": HostParameter("µs", "n-gram (prompt lookup) drafting on the host per round", 0.0, 1e4),
     "ngram_per_sequence_us": HostParameter("µs", "n-gram drafting per sequence per round", 0.0, 1e3),
 }
+
+# Parameters the ideal profile keeps at their defaults rather than 0: the n-gram drafter's own host costs
+# (moesim's, not an engine's) and the SD share of an overlap that is 0 anyway.
+SCALING_PARAMETERS = ("sd_overlap_kept", "ngram_base_us", "ngram_per_sequence_us")
 
 
 @dataclass(frozen=True)
@@ -88,6 +108,8 @@ class HostCosts:
     overlap_fraction: float = 0.0
     draft_step_us: float = 0.0
     accept_sync_us: float = 0.0
+    sd_overlap_kept: float = 1.0  # 1: SD rounds overlap as decode steps do (the ideal and older files)
+    sd_per_sequence_us: float = 0.0
     # moesim's n-gram defaults (speculative/drafters.py: a host-side suffix match, a few µs per sequence)
     ngram_base_us: float = 10.0
     ngram_per_sequence_us: float = 1.0
@@ -169,14 +191,11 @@ class ServingEngineProfile:
     def is_ideal(self) -> bool:
         """True when the profile adds nothing to the kernel stream (today's simulator exactly)."""
         host = self.effective_host
-        no_host = all(getattr(host, n) == 0.0 for n in HOST_PARAMETERS if not n.startswith("ngram"))
+        no_host = all(getattr(host, n) == 0.0 for n in HOST_PARAMETERS if n not in SCALING_PARAMETERS)
         graphs_as_given = self.graphs.enabled and not self.graphs.sizes and not self.graphs.max_tokens
         drafter_as_given = self.drafter == DrafterStyle()
-        ngram_as_given = (host.ngram_base_us, host.ngram_per_sequence_us) == (
-            HostCosts.ngram_base_us,
-            HostCosts.ngram_per_sequence_us,
-        )
-        return no_host and graphs_as_given and drafter_as_given and ngram_as_given
+        defaults_as_given = all(getattr(host, n) == getattr(HostCosts, n) for n in SCALING_PARAMETERS)
+        return no_host and graphs_as_given and drafter_as_given and defaults_as_given
 
     def with_fitted(
         self, values: dict[str, float], quality: dict[str, dict[str, float]], **prov: Any

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from moesim.errors import MoesimError
-from moesim.simulator.hardware.profile import NodeSpec
+from moesim.simulator.hardware.sections import NodeSpec
 from moesim.simulator.plan.kernels import Collective
 from moesim.simulator.plan.parallel import ParallelStep, collective_name
 

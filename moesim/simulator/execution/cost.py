@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from moesim.simulator.hardware.profile import HardwareProfile, expert_gemm_terms
+from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.hardware.sections import expert_gemm_terms
 from moesim.simulator.plan.kernels import Kernel
 
 # A GEMM with one row uses each weight once (0.5 FLOP per fp32 byte, 1 per bf16 byte: far below any

@@ -3,7 +3,7 @@
 A datasheet gives peaks; the cost model also needs achieved fractions, cache behaviour, launch costs and a
 GEMM efficiency curve. Until `moesim calibrate` measures them, each comes from a default below, stated with
 the sentence that justifies it. The shipped datasheet profiles are generated from these defaults
-(`render_datasheet_profile`), and a test checks every shipped file still equals `default_empirical` of its
+(`datasheet_profiles.render_datasheet_profile`), and a test checks every shipped file still equals `default_empirical` of its
 datasheet, so the files and this module cannot drift apart. After editing a default or a [datasheet] table,
 run `python -m moesim.simulator.hardware.defaults` to regenerate the bundled files.
 """
@@ -13,24 +13,11 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from moesim.atomic import atomic_write_text
-from moesim.simulator.hardware.profile import (
-    PROFILE_SUFFIX,
-    Datasheet,
-    Empirical,
-    ExpertGemmTerms,
-    GemmEfficiency,
-    HardwareProfile,
-    NodeSpec,
-    Provenance,
-    load_profile,
-    render_profile,
-)
+from moesim.simulator.hardware.sections import Datasheet, Empirical, ExpertGemmTerms, GemmEfficiency, NodeSpec
 
 
 @dataclass(frozen=True)
@@ -176,6 +163,14 @@ JUSTIFICATIONS: dict[str, str] = {
         "peak (0.71 at M=1024); at small M the memory term dominates anyway"
     ),
 }
+
+# MLA attention's query tile (rows of new tokens × heads per latent KV head one kernel tile computes):
+# FlashMLA's 64-row tiles (vLLM 0.33.0 v1/attention/backends/mla/flashmla.py packs max_query_len ×
+# num_q_heads rows per KV head), and SGLang 0.5.23's default MLA backend on Hopper, FlashAttention-3, runs its
+# 512-wide latent in 64-row tiles too (arg_groups/model_override_base.py get_default_attn_backend). A profile
+# may set `mla_query_tile_rows` (0: not modelled, the MLA kernel's useful rows at the GEMM efficiency curve,
+# as moesim priced it before the term; the ideal-reference profiles predate it).
+MLA_QUERY_TILE_ROWS = 64
 
 # Per-vendor overrides, each with its reason. Unknown vendors get the NVIDIA defaults.
 _AMD_LAUNCH_SCALE = 1.5
@@ -332,73 +327,8 @@ def default_node(datasheet: Datasheet) -> NodeSpec:
     )
 
 
-def datasheet_profile(
-    name: str,
-    datasheet: Datasheet,
-    node: NodeSpec,
-    source: str,
-    date: str = "",
-    extra_assumptions: tuple[str, ...] = (),
-) -> HardwareProfile:
-    """An uncalibrated profile: datasheet facts plus the documented empirical defaults."""
-    return HardwareProfile(
-        name=name,
-        datasheet=datasheet,
-        empirical=default_empirical(datasheet),
-        provenance=Provenance(
-            kind="datasheet",
-            source=source,
-            date=date,
-            software={},
-            assumptions=tuple(extra_assumptions) + default_assumption_notes(datasheet),
-        ),
-        node=node,
-    )
-
-
-_HEADER = (
-    "moesim hardware profile '{name}' (datasheet kind: no measurement behind [empirical]).\n"
-    "[datasheet] and [node] hold facts; edit them here. [empirical] is generated from the documented\n"
-    "defaults in moesim/simulator/hardware/defaults.py: after editing either, run\n"
-    "`python -m moesim.simulator.hardware.defaults` (a test checks the two agree)."
-)
-
-
-def render_datasheet_profile(
-    name: str,
-    datasheet: Datasheet,
-    node: NodeSpec,
-    source: str,
-    date: str = "",
-    extra_assumptions: tuple[str, ...] = (),
-) -> str:
-    """The TOML text of a datasheet profile, [empirical] filled from `default_empirical`."""
-    profile = datasheet_profile(name, datasheet, node, source, date, extra_assumptions)
-    return render_profile(profile, header=_HEADER.format(name=name))
-
-
-def bundled_profiles_dir() -> Path:
-    """The source-tree directory of the bundled profiles (for regeneration; reading uses importlib)."""
-    return Path(__file__).resolve().parents[2] / "hardware_profiles"
-
-
-def regenerate_bundled_profiles(directory: Path | None = None) -> list[Path]:
-    """Rewrite [empirical] and the default notes of every datasheet-kind profile in `directory`."""
-    directory = bundled_profiles_dir() if directory is None else directory
-    written = []
-    for path in sorted(directory.glob(f"*{PROFILE_SUFFIX}")):
-        old = load_profile(str(path))
-        if old.provenance.kind != "datasheet":
-            continue
-        extras = tuple(a for a in old.provenance.assumptions if not a.startswith("empirical."))
-        text = render_datasheet_profile(
-            old.name, old.datasheet, old.node, old.provenance.source, old.provenance.date, extras
-        )
-        atomic_write_text(path, text)
-        written.append(path)
-    return written
-
-
 if __name__ == "__main__":  # pragma: no cover
+    from moesim.simulator.hardware.datasheet_profiles import regenerate_bundled_profiles
+
     for written_path in regenerate_bundled_profiles():
         print(f"regenerated {written_path}", file=sys.stdout)

@@ -25,26 +25,18 @@ import numpy as np
 
 from moesim.errors import MoesimError
 from moesim.reading import read_toml
-from moesim.simulator.hardware.defaults import (
-    datasheet_profile,
-    default_empirical,
-    default_node,
-    defaults_for,
-)
+from moesim.simulator.hardware.datasheet_profiles import datasheet_profile
+from moesim.simulator.hardware.defaults import default_empirical, default_node, defaults_for
 from moesim.simulator.hardware.profile import (
     PROFILE_SUFFIX,
-    Datasheet,
-    Empirical,
-    GemmEfficiency,
     HardwareProfile,
-    NodeSpec,
-    Provenance,
     datasheet_from_dict,
     list_profiles,
     load_profile,
     profile_from_dict,
     profile_to_dict,
 )
+from moesim.simulator.hardware.sections import Datasheet, Empirical, GemmEfficiency, NodeSpec, Provenance
 
 # Parameters moved by the ratio rule, with what the rule means in words (for provenance).
 _RATIO_PARAMS: dict[str, str] = {

@@ -14,137 +14,25 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
 from moesim.reading import parse_toml, read_toml
+from moesim.simulator.hardware.defaults import MLA_QUERY_TILE_ROWS, execution_facts
+from moesim.simulator.hardware.sections import (
+    EXECUTION_FACTS,
+    Datasheet,
+    Empirical,
+    ExpertGemmTerms,
+    GemmEfficiency,
+    NodeSpec,
+    Provenance,
+)
 from moesim.toml_files import dump_toml
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
-
-
-@dataclass(frozen=True)
-class Datasheet:
-    """Vendor facts for one accelerator (or, for a CPU, what calibration measured of it)."""
-
-    device_name: str
-    memory_bandwidth_gbps: float  # peak HBM/DRAM bandwidth
-    memory_capacity_bytes: float
-    last_level_cache_bytes: float  # L2 on GPUs (plus infinity cache on MI300X), LLC on CPUs
-    peak_dense_tflops: dict[str, float]  # dtype -> dense (non-sparse) peak, e.g. {"bf16": 989, "fp8": 1979}
-    compute_units: int = 0  # SMs / CUs / cores
-    scale_up_link_gbps: float = 0.0  # per GPU, one direction
-    vendor: str = ""  # "nvidia", "amd", "intel", ...: selects per-vendor defaults in assumptions.py
-    device_kind: Literal["gpu", "cpu"] = "gpu"  # a CPU profile comes from calibration, never a datasheet
-    cache_partitions: int = 1  # halves / dies the last-level cache is split into (A100/H100: 2)
-
-
-@dataclass(frozen=True)
-class GemmEfficiency:
-    """Achieved fraction of peak FLOP/s against the token count M of a GEMM.
-
-    Interpolated as a power law between points (log e linear in log M), so compute time M / e(M) never falls
-    between two points whose compute times do not.
-    """
-
-    m_tokens: tuple[float, ...]
-    efficiency: tuple[float, ...]
-
-    def at(self, m_tokens: np.ndarray | float) -> np.ndarray:
-        log_m = np.log(np.maximum(np.asarray(m_tokens, dtype=float), 1.0))
-        return np.exp(np.interp(log_m, np.log(self.m_tokens), np.log(self.efficiency)))
-
-
-@dataclass(frozen=True)
-class ExpertGemmTerms:
-    """What one grouped expert GEMM (a fused-MoE projection over U distinct experts) costs, for one dtype.
-
-        time = kernel_fixed_latency + fixed_us + U × per_expert_us + memory time of its bytes
-               + its (token, expert) FLOPs / (peak[dtype] × pair_flops_fraction)
-
-    The weights of the U experts are in the memory term (read once, repeats per M-tile from the cache); the
-    per-(token, expert) arithmetic is charged in series with them, not hidden under them: a grouped kernel
-    with a few rows per expert does not overlap its MMA work with the weight stream, so its time keeps
-    growing with tokens after every expert is loaded. Defaults and their sources: `hardware.defaults`.
-    """
-
-    fixed_us: float  # device time of one launch beyond kernel_fixed_latency (routing alignment, tactic floor)
-    per_expert_us: float  # device time per distinct expert beyond its weight bytes
-    pair_flops_fraction: float  # rate of the (token, expert) rows' arithmetic / dense peak of the dtype
-
-
-EXPERT_GEMM_FALLBACK_DTYPE = "bf16"
-
-
-def expert_gemm_terms(table: dict[str, ExpertGemmTerms], dtype: str) -> ExpertGemmTerms:
-    """The terms of `dtype`, else of bf16 (the tensor-core path every other dtype borrows), else the first."""
-    if dtype in table:
-        return table[dtype]
-    return table.get(EXPERT_GEMM_FALLBACK_DTYPE) or next(iter(table.values()))
-
-
-EXECUTION_FACTS = (
-    "vector_flops_fraction",
-    "launch_eager_gap_us",
-    "gemm_panel_rows",
-    "gemm_tile_m_expert",
-    "gemm_tile_m_dense",
-    "expert_gemm",
-)
-
-
-@dataclass(frozen=True)
-class Empirical:
-    """Parameters the cost model needs beyond the datasheet; measured, derived, or documented defaults."""
-
-    memory_bandwidth_fraction: float  # achieved streaming bandwidth / datasheet peak
-    cache_bandwidth_gbps: float  # bandwidth of reads that hit the last-level cache
-    cache_effective_bytes: float  # usable cache capacity for a streaming working set
-    half_bandwidth_transfer_bytes: float  # a single read of this size reaches half the streaming bandwidth
-    kernel_fixed_latency_us: float  # device time of an empty / tiny kernel
-    launch_eager_us: float  # host time to launch one kernel from an eager framework
-    launch_graph_gap_us: float  # per-kernel gap inside graph replay
-    graph_launch_us: float  # host time to launch one whole graph
-    sync_us: float  # host-device synchronisation at the end of a step
-    gemm_efficiency: GemmEfficiency
-    elementwise_bandwidth_fraction: float = 1.0  # small fused elementwise kernels vs streaming bandwidth
-    # Host time to launch one GEMM (cuBLAS/cuBLASLt path) from eager torch; None = same as launch_eager_us.
-    launch_eager_gemm_us: float | None = None
-    # Execution facts of the device (documented per device kind and vendor in hardware.defaults; a profile
-    # that leaves one out gets its device's default when the profile is built, see `HardwareProfile`).
-    vector_flops_fraction: float | None = None  # non-GEMM arithmetic rate / dense bf16 peak
-    launch_eager_gap_us: float | None = None  # device gap between back-to-back eager kernels
-    gemm_panel_rows: int | None = None  # weight rows a tiled GEMM's M-tiles re-read close together
-    gemm_tile_m_expert: int | None = None  # rows of one M-tile in grouped expert GEMMs
-    gemm_tile_m_dense: int | None = None  # rows of one M-tile in dense GEMMs
-    # Grouped expert GEMM terms per compute dtype (see ExpertGemmTerms); None = the documented defaults.
-    expert_gemm: dict[str, ExpertGemmTerms] | None = None
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    """How GPUs of this kind are joined in a node (used by the parallel model)."""
-
-    gpus_per_node: int = 8
-    scale_up_bandwidth_gbps: float = 0.0  # per GPU, one direction
-    scale_up_latency_us: float = 0.0
-    scale_out_bandwidth_gbps: float = 0.0  # per GPU, one direction
-    scale_out_latency_us: float = 0.0
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """Where the numbers came from: datasheet, measured on a device, or derived from another profile."""
-
-    kind: Literal["datasheet", "measured", "derived"]
-    source: str
-    date: str = ""
-    software: dict[str, str] = field(default_factory=dict)
-    assumptions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -161,8 +49,6 @@ class HardwareProfile:
     def __post_init__(self) -> None:
         missing = [name for name in EXECUTION_FACTS if getattr(self.empirical, name) is None]
         if missing:
-            from moesim.simulator.hardware.defaults import execution_facts
-
             facts = execution_facts(self.datasheet, self.empirical)
             filled = replace(self.empirical, **{name: facts[name] for name in missing})  # type: ignore[arg-type]
             object.__setattr__(self, "empirical", filled)
@@ -197,6 +83,12 @@ class HardwareProfile:
     @property
     def gemm_tile_m_dense(self) -> int:
         return int(self.empirical.gemm_tile_m_dense or 0)
+
+    @property
+    def mla_query_tile_rows(self) -> int:
+        """Rows of one MLA attention tile (`hardware.defaults.MLA_QUERY_TILE_ROWS` unless the profile says)."""
+        rows = self.empirical.mla_query_tile_rows
+        return MLA_QUERY_TILE_ROWS if rows is None else int(rows)
 
     def compute_dtype(self, dtype: str) -> str:
         """The dtype whose peak times arithmetic in `dtype`: its own where the profile has one; otherwise, on a
@@ -512,6 +404,9 @@ def _read_empirical(source: str, data: Any) -> Empirical:
             name: r.integer(name, minimum=1) if name in r.data else None
             for name in ("gemm_panel_rows", "gemm_tile_m_expert", "gemm_tile_m_dense")
         },
+        mla_query_tile_rows=r.integer("mla_query_tile_rows", minimum=0)
+        if "mla_query_tile_rows" in r.data
+        else None,
         expert_gemm=_read_expert_gemm(r),
     )
 

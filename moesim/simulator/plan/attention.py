@@ -30,29 +30,65 @@ from moesim.simulator.plan.blocks import (
 from moesim.simulator.plan.kernels import Category, Kernel, TensorRead
 from moesim.simulator.plan.shapes import KV_BYTES, Matrix, attention_matrices, kv_bytes_per_token
 
+# Query rows one attention-kernel tile holds for one KV head: the engines pack a sequence's q new tokens ×
+# the query heads sharing a KV head into the tile's M dimension, and each tile streams its sequence's cache.
+# MLA (one latent KV head): the device's `mla_query_tile_rows` (64: FlashMLA, FA3; see hardware.defaults);
+# a verification runs as a decode with q_len > 1 (vLLM 0.33.0 v1/attention/backends/mla/flashmla.py:
+# query_len_support UNIFORM). Grouped-query attention: FlashAttention-3's 128-row tiles for head dim 128 with
+# pack_gqa (SGLang's default on Hopper unless a tree is verified, then FlashInfer's prefill with a custom
+# mask, whose largest query tile is 128 rows too; vLLM's FA3 backend runs a chain verification as varlen
+# attention, q_len = K + 1 per sequence).
+GQA_QUERY_TILE_ROWS = 128
+
+
+def query_tiles(rows_per_kv_head: int, tile_rows: int) -> int:
+    """Tiles one sequence's queries take per KV head: each reads that sequence's cache once (when several
+    run side by side the repeats are served by L2 while the sequence's cache fits there)."""
+    return max(1, -(-rows_per_kv_head // tile_rows))
+
 
 def attention_core_kernel(
     ctx: PlanContext, kind: AttentionLayerKind, q_tensor: str, q_elems: float, out: tuple[str, float]
 ) -> Kernel:
-    """Paged / flash decoding attention: every sequence's T new queries against its cached context."""
+    """Paged / flash decoding attention: every sequence's T new queries against its cached context, the
+    cache read once per query tile (`query_tiles`: once per sequence unless T × the heads per KV head
+    outgrow a tile, e.g. MLA with all 128 heads on one GPU, where a verification of T tokens reads it 2T
+    times, the repeats from L2 while a sequence's cache fits there).
+
+    MLA's absorbed attention costs 2·(2·kv_lora_rank + rope) FLOPs per key per query row, computed in whole
+    tiles of the device's `mla_query_tile_rows` (64): with 16 heads per rank (TP 8) a decode already pays a full tile, so a verification of up
+    to 4 tokens costs the same maths; with 128 heads it is 2T tiles, compute-bound on long contexts from a
+    few tokens on. Whole tiles carry their own waste, so the kernel's GEMM dimension for the efficiency
+    curve is the keys it streams per sequence, not its few query rows. Grouped-query attention keeps its
+    useful FLOPs at the efficiency of its query rows (decode kernels for small groups are not tiled this way).
+    """
     model, b, t = ctx.model, ctx.batch, ctx.tokens_per_seq
     a = attention_for(model, kind)
     length = attended_tokens(model, kind, ctx.context_len + t)
-    cache = b * length * kv_bytes_per_token(model, kind)
+    per_sequence = length * kv_bytes_per_token(model, kind)
+    cache = b * per_sequence
     if a.is_mla:
         latent, rope = a.kv_lora_rank or 0, a.qk_rope_head_dim or 0
-        flops = 2.0 * b * t * a.num_heads * length * (2 * latent + rope)
-        m_rows = t * a.num_heads
+        tile_rows = ctx.device.mla_query_tile_rows
+        if tile_rows:
+            tiles = query_tiles(t * a.num_heads, tile_rows)
+            flops = 2.0 * b * tiles * tile_rows * length * (2 * latent + rope)
+            m_rows = max(1, length)
+        else:  # not modelled (profiles that predate the term): the useful rows at their GEMM efficiency
+            tiles, m_rows = 1, t * a.num_heads
+            flops = 2.0 * b * t * a.num_heads * length * (2 * latent + rope)
     else:
         flops = 2.0 * b * t * a.num_heads * (a.head_dim + a.value_head_dim) * length
         m_rows = t * max(1, a.num_heads // max(1, a.num_kv_heads))
+        tiles = query_tiles(m_rows, GQA_QUERY_TILE_ROWS)
     intensity = flops / max(cache, 1.0)
     category: Category = "attention" if intensity > ctx.device.ridge_flops_per_byte else "kv_cache"
+    kv_read = TensorRead(LAYER_PREFIX + "kv", cache, tiles, per_sequence if tiles > 1 else 0.0)
     return make_kernel(
         "attention",
         category,
         flops=flops,
-        reads=(TensorRead(LAYER_PREFIX + "kv", cache), activation_read(q_tensor, q_elems)),
+        reads=(kv_read, activation_read(q_tensor, q_elems)),
         write=(out[0], out[1] * ACT_BYTES),
         m=m_rows,
     )

@@ -31,7 +31,8 @@ class PlanDevice(Protocol):
     documented execution facts); plan never imports the hardware room.
 
     A GEMM re-reads its weights once per M-tile of `gemm_tile_m_*` rows, the repeats' working set one
-    panel of `gemm_panel_rows` weight rows; attention above `ridge_flops_per_byte` counts as compute.
+    panel of `gemm_panel_rows` weight rows; attention above `ridge_flops_per_byte` counts as compute; MLA
+    attention computes whole tiles of `mla_query_tile_rows` query rows (0: its useful rows only).
     """
 
     @property
@@ -42,6 +43,8 @@ class PlanDevice(Protocol):
     def gemm_tile_m_expert(self) -> int: ...
     @property
     def gemm_tile_m_dense(self) -> int: ...
+    @property
+    def mla_query_tile_rows(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class GenericDevice:
     gemm_panel_rows: int = 4096
     gemm_tile_m_expert: int = 64
     gemm_tile_m_dense: int = 128
+    mla_query_tile_rows: int = 64
 
 
 GENERIC_DEVICE = GenericDevice()

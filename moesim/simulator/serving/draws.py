@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.simulator.speculative.acceptance import check_acceptance, expected_tokens, tokens_per_step
+from moesim.simulator.scenario import check_acceptance
+from moesim.simulator.speculative.acceptance import expected_tokens, tokens_per_step
 
 BISECTION_STEPS = 60  # halves [0, 1] to below 1e-18: exact in double precision
 DRAW_BLOCK = 4096  # rounds drawn at once (one numpy call instead of one per step)

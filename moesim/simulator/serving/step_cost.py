@@ -154,12 +154,15 @@ class ScenarioStepCost:
         )
         return point.round_s
 
-    def _round_extras_s(self, decode_seqs: int, draft_len: int, context_len: int, launch: str) -> float:
-        """What an SD round adds beside its verification: drafter passes and host, acceptance sync."""
+    def _round_extras_s(
+        self, decode_seqs: int, draft_len: int, context_len: int, launch: str, device_s: float
+    ) -> float:
+        """What an SD round adds beside its verification: drafter passes and host, acceptance sync (less
+        what the SD overlap hides behind the step's `device_s`)."""
         _, drafts, _ = self._timers_at(context_len)
         r = self.resolved
         draft_s, _ = draft_cost_s(r.serving_engine, r.drafter, decode_seqs, draft_len, launch, drafts)
-        return draft_s + ov.accept_sync_s(r.serving_engine)
+        return draft_s + ov.accept_sync_s(r.serving_engine, device_s)
 
     def _verify_tokens(self, shape: StepShape) -> int:
         """Tokens per sequence the step runs: 1, or what the engine verifies (a chain's K + 1, a tree's)."""
@@ -238,13 +241,16 @@ class ScenarioStepCost:
             device = ov.piecewise_step_s(
                 device, piecewise.layers, piecewise.graph_launch_s, piecewise.eager_launch_s
             )
+        speculative = shape.decode_seqs > 0 and shape.tokens_per_seq > 1
         host = ov.host_time_s(
             profile, shape.decode_seqs + shape.chunks.chunks, shape.decode_seqs * q + shape.chunks.tokens
         )
-        cost = device + ov.exposed_host_s(profile, host, device)
-        if shape.decode_seqs and shape.tokens_per_seq > 1:
+        if speculative:
+            host += ov.sd_bookkeeping_s(profile, shape.decode_seqs)
+        cost = device + ov.exposed_host_s(profile, host, device, speculative)
+        if speculative:
             k = shape.tokens_per_seq - 1
-            cost += self._round_extras_s(shape.decode_seqs, k, shape.context_len, launch)
+            cost += self._round_extras_s(shape.decode_seqs, k, shape.context_len, launch, device)
         return cost
 
     def __call__(self, shape: StepShape) -> float:

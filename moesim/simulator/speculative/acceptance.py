@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.simulator.scenario import DEFAULT_ACCEPTANCE
+from moesim.simulator.scenario import DEFAULT_ACCEPTANCE, check_acceptance
 
 
 def tokens_per_step(acceptance: float | np.ndarray, draft_len: int | np.ndarray) -> np.ndarray:
@@ -42,11 +42,6 @@ def expected_tokens(
     alpha = DEFAULT_ACCEPTANCE if acceptance is None else acceptance
     check_acceptance(alpha)
     return float(tokens_per_step(alpha, draft_len))
-
-
-def check_acceptance(acceptance: float) -> None:
-    if not 0.0 <= acceptance <= 1.0:
-        raise MoesimError("acceptance", f"must be a probability in [0, 1], got {acceptance}")
 
 
 def _first_best(values: list[int], speedups: list[float]) -> tuple[int, float]:

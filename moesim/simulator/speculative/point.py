@@ -4,7 +4,8 @@ under the scenario's serving engine (`simulator/engines`).
     point = speculative_point(resolved, timer, draft_len)
     decode  = device(B', 1) + exposed host          B' = B padded up to the engine's next captured size
     verify  = device(B', q) + exposed host          q = K + 1 (chain) or a tree's draft tokens;
-                                                    batch expansion: B·q rows of one token
+                                                    batch expansion: B·q rows of one token; host includes
+                                                    the round's SD bookkeeping, hidden by the SD overlap
     draft   = K drafter passes in the drafter's launch mode + K·draft_step_us (n-gram: host time); the
               first pass runs over the q verified positions per sequence (`speculative.drafters`)
     point.speedup == tokens_per_step × decode ÷ (draft + verify + acceptance sync)
@@ -86,6 +87,7 @@ class EngineStep:
     padding_s: float  # of device_s, what the dummy rows up to the captured size add
     host_s: float  # the engine's host work for the step
     engine_host_s: float  # the part of it the device does not hide
+    sd_host_s: float = 0.0  # of host_s, an SD round's per-sequence bookkeeping
 
     @property
     def step_s(self) -> float:
@@ -108,7 +110,9 @@ class EngineStep:
             scale = (self.device_s - self.padding_s) / total if total > 0 else 0.0
             out = {name: seconds * scale for name, seconds in out.items()}
         out["padding"] = self.padding_s
-        out["engine_host"] = self.engine_host_s
+        sd_share = self.sd_host_s / self.host_s if self.host_s > 0.0 else 0.0
+        out["engine_host"] = self.engine_host_s * (1.0 - sd_share)
+        out["sd_bookkeeping"] = self.engine_host_s * sd_share
         return out
 
     def engine_json(self) -> dict[str, Any]:
@@ -121,6 +125,7 @@ class EngineStep:
             "padding_s": self.padding_s,
             "host_s": self.host_s,
             "engine_host_s": self.engine_host_s,
+            "sd_host_s": self.sd_host_s,
             "step_s": self.step_s,
         }
 
@@ -247,8 +252,11 @@ def engine_step(
     requested_launch: str,
     steps: StepTimes,
     piecewise: PiecewiseCosts,
+    sd_sequences: int = 0,
 ) -> EngineStep:
-    """A step of `rows` × `tokens_per_seq` as the serving engine runs it (see the module docstring)."""
+    """A step of `rows` × `tokens_per_seq` as the serving engine runs it (see the module docstring); the
+    verification of an SD round over `sd_sequences` sequences adds their bookkeeping and runs under the
+    engine's SD overlap."""
     launch = ov.launch_for(profile, rows, tokens_per_seq, requested_launch)
     rows_run = ov.padded_sequences(profile, rows, tokens_per_seq, requested_launch)
     timed_launch = "graph" if launch == "piecewise" else launch
@@ -259,7 +267,9 @@ def engine_step(
             device_s, piecewise.layers, piecewise.graph_launch_s, piecewise.eager_launch_s
         )
     padding_s = device_s - steps(rows, tokens_per_seq, timed_launch).step_s if rows_run != rows else 0.0
-    host_s = ov.host_time_s(profile, rows, rows * tokens_per_seq)
+    sd_host_s = ov.sd_bookkeeping_s(profile, sd_sequences)
+    host_s = ov.host_time_s(profile, rows, rows * tokens_per_seq) + sd_host_s
+    speculative = sd_sequences > 0
     return EngineStep(
         timed=timed,
         rows=rows,
@@ -269,7 +279,8 @@ def engine_step(
         device_s=device_s,
         padding_s=max(0.0, padding_s),
         host_s=host_s,
-        engine_host_s=ov.exposed_host_s(profile, host_s, device_s),
+        engine_host_s=ov.exposed_host_s(profile, host_s, device_s, speculative),
+        sd_host_s=sd_host_s,
     )
 
 
@@ -304,7 +315,7 @@ def engine_point(
     """The SD point of (batch, K) under `profile` from step and drafter times (module docstring)."""
     decode = engine_step(profile, batch, 1, requested_launch, steps, piecewise)
     rows, tokens_per_row = ov.verify_shape(profile.drafter, batch, draft_len)
-    verify = engine_step(profile, rows, tokens_per_row, requested_launch, steps, piecewise)
+    verify = engine_step(profile, rows, tokens_per_row, requested_launch, steps, piecewise, batch)
     draft_s, draft_host_s = draft_cost_s(profile, drafter, batch, draft_len, verify.launch, drafts)
     first_pass_s = 0.0
     if drafter.kind != "ngram" and profile.drafter.first_pass == "verified":
@@ -317,7 +328,7 @@ def engine_point(
         draft_s=draft_s,
         draft_host_s=draft_host_s,
         draft_first_pass_s=first_pass_s,
-        accept_sync_s=ov.accept_sync_s(profile),
+        accept_sync_s=ov.accept_sync_s(profile, verify.device_s),
         tokens_per_step=tokens_per_step,
     )
 

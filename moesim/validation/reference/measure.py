@@ -61,6 +61,7 @@ class _Prepared:
     inputs: Any
     run: Callable[[], Any]
     rounds: list[list[float]] = field(default_factory=list)
+    probes: list[Any] = field(default_factory=list)  # the drift probe taken beside each round (ProbeSample)
 
 
 def measure_model(
@@ -78,9 +79,12 @@ def measure_model(
     check: dict[str, bool] | None = None,
     flush_bytes: int = 0,
     style: str = "torch-reference",
+    probe: Callable[[str], Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Measured rows of every (batch, draft length) of `grid` for one model; with `check`, also record
-    there whether the plan lists exactly the aten ops one small step of this model issues."""
+    there whether the plan lists exactly the aten ops one small step of this model issues. With `probe`
+    (`calibrate.suites.probe.Probe.sample`), the drift probe runs beside every row in every round, just before
+    the row's warm-up, and the row records the machine's speed as the median of its probes."""
     from moesim.calibrate.suites.timing import import_torch
 
     torch = import_torch()
@@ -123,6 +127,8 @@ def measure_model(
                     progress(
                         f"{spec.name} B={item.batch} K={item.draft_len} round {round_index + 1}/{settings.rounds}"
                     )
+                if probe is not None:
+                    item.probes.append(probe(f"{spec.name} B={item.batch} K={item.draft_len}"))
                 for _ in range(settings.warmup):
                     item.run()
                 sync()
@@ -151,7 +157,14 @@ def measured_row(
     median = float(np.median(all_times))
     round_medians = [float(np.median(r)) for r in item.rounds]
     tokens_per_seq = item.draft_len + 1
-    return {
+    speed = {}
+    if item.probes:
+        speed = {
+            "probe_memory_gbps": float(np.median([p.memory_gbps for p in item.probes])),
+            "probe_compute_tflops": float(np.median([p.compute_tflops for p in item.probes])),
+            "probe_dispatch_us": float(np.median([p.dispatch_us for p in item.probes])),
+        }
+    return speed | {
         "model": spec.name,
         "shape": shape_key,
         "device": device,

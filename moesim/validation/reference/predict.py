@@ -4,7 +4,9 @@ No torch here. The prediction is the discrete-event timer run on the exact `torc
 the step (`reference_step_plan` with the replayed expert loads), so it prices exactly the measured work.
 The term split (launch, fixed latency, compute, memory, cache) feeds the error attribution in report.py.
 `predict_rows` is the pure half of validation: it prices the rows a measuring run wrote (`measure.py`),
-right after measuring or later on a machine without torch (`moesim validate repredict`).
+right after measuring or later on a machine without torch (`moesim validate repredict`). Where the
+profile recorded its calibration's drift probe and the rows the probe measured beside them, each row is also
+predicted with the profile at the machine speed of that moment (`calibrate.fits.drift.at_speed`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from moesim.calibrate.fits.drift import ProbeSample, SpeedRatio, at_speed, reference_sample
 from moesim.errors import MoesimError
 from moesim.simulator.execution.cost import CostParams, kernel_times_s, memory_time_s
 from moesim.simulator.hardware.profile import HardwareProfile
@@ -42,6 +45,9 @@ MEASURED_KEYS = (
     "spread",
     "round_spread",
     "n_samples",
+    "probe_memory_gbps",
+    "probe_compute_tflops",
+    "probe_dispatch_us",
 )
 
 
@@ -165,6 +171,7 @@ def predict_rows(
     """
     rows: list[dict[str, Any]] = []
     mismatched: list[str] = []
+    reference = reference_sample(hardware)
     warm = meta.get("cache_between_steps", "warm") != "cold"  # runs before the flush option ran warm
     style = meta.get("reference_style", "torch-reference")
     if style not in REFERENCE_PLANS:
@@ -189,8 +196,26 @@ def predict_rows(
             name: simulate_plan(plan, other, launch, CostParams.from_hardware(other), warm)[0]
             for name, other in (cross_hardware or {}).items()
         }
+        corrected = {}
+        if reference is not None and old.get("probe_memory_gbps") and old.get("probe_compute_tflops"):
+            beside = ProbeSample(
+                "row",
+                0.0,
+                old["probe_memory_gbps"],
+                old["probe_compute_tflops"],
+                dispatch_us=old.get("probe_dispatch_us") or 0.0,
+            )
+            ratio = SpeedRatio.between(beside, reference)
+            drifted = at_speed(hardware, ratio)
+            corrected = {
+                "speed_ratio": ratio.as_dict(),
+                "drift_predicted_s": simulate_plan(
+                    plan, drifted, launch, CostParams.from_hardware(drifted), warm
+                )[0],
+            }
         rows.append(
             {key: old.get(key) for key in MEASURED_KEYS}
+            | corrected
             | {
                 "distinct_experts": distinct,
                 "n_kernels": pred.n_kernels,

@@ -62,7 +62,67 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     summary["mape_by_model"] = {model: float(np.mean(v)) for model, v in by_model.items()}
     if all(r.get("predicted_terms_s") for r in rows):
         summary["attribution"] = attribute_error(rows)
+    probed = drift_summary(rows)
+    if probed:
+        summary["drift"] = probed
     return summary
+
+
+def drift_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The drift probe beside the rows: its spread over the run ((max − min) / median of the rows' probe
+    rates, per part), the machine's speed relative to the calibration (median and range of the rows'
+    ratios), and the errors of the drift-corrected predictions beside the raw ones; None without probes."""
+    probed = {
+        key: [r[f"probe_{key}"] for r in rows if r.get(f"probe_{key}")]
+        for key in ("memory_gbps", "compute_tflops", "dispatch_us")
+    }
+    if not probed["memory_gbps"] or not probed["compute_tflops"]:
+        return None
+
+    def moved(values: list[float]) -> float:
+        return float((max(values) - min(values)) / np.median(values)) if values else 0.0
+
+    out: dict[str, Any] = {
+        "probe_spread": {key.split("_")[0]: moved(values) for key, values in probed.items()},
+        "probe_median": {key: float(np.median(values)) for key, values in probed.items() if values},
+    }
+    corrected = [r for r in rows if r.get("drift_predicted_s") is not None]
+    if len(corrected) != len(rows):
+        return out | {"corrected": None}
+    err = np.array([r["drift_predicted_s"] / r["measured_s"] - 1.0 for r in rows])
+    ratios = {part: [r["speed_ratio"][part] for r in rows] for part in ("memory", "compute", "dispatch")}
+    return out | {
+        "speed_ratio": {
+            part: {"median": float(np.median(v)), "min": float(min(v)), "max": float(max(v))}
+            for part, v in ratios.items()
+        },
+        "corrected": {
+            "mape": float(np.mean(np.abs(err))),
+            "p90_abs_error": float(np.quantile(np.abs(err), 0.9)),
+            "median_error": float(np.median(err)),
+        },
+    }
+
+
+def drift_sentence(summary: dict[str, Any]) -> str | None:
+    """One line: raw MAPE beside the drift-corrected one, and how far the machine's speed moved."""
+    probed = summary.get("drift")
+    if not probed:
+        return None
+    moved = probed["probe_spread"]
+    text = "drift probe spread over the run: " + ", ".join(f"{part} {v:.1%}" for part, v in moved.items())
+    if not probed.get("corrected"):
+        return text + " (no calibration probe in the profile: no drift correction)"
+    return (
+        f"MAPE raw {summary['mape']:.1%}, drift-corrected {probed['corrected']['mape']:.1%} "
+        f"(median signed error {summary['median_error']:+.1%} -> {probed['corrected']['median_error']:+.1%}); "
+        + text
+        + "; machine speed vs calibration (median, range): "
+        + ", ".join(
+            f"{part} x{r['median']:.3f} ({r['min']:.3f}-{r['max']:.3f})"
+            for part, r in probed["speed_ratio"].items()
+        )
+    )
 
 
 def attribute_error(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -131,6 +191,11 @@ CSV_COLUMNS = (
     "measured_s",
     "predicted_s",
     "error",
+    "drift_predicted_s",
+    "drift_error",
+    "probe_memory_gbps",
+    "probe_compute_tflops",
+    "probe_dispatch_us",
     "spread",
     "round_spread",
     "n_samples",
@@ -165,6 +230,7 @@ def _cell(value: Any) -> str:
 
 MEASURED_REQUIRED = ("model", "batch", "draft_len", "measured_step_s")
 MEASURED_OPTIONAL = ("context_len", "launch", "kernel_style", "spread")
+OLD_KERNEL_STYLE_COLUMN = "engine"  # the kernel_style column's name before 0.2, read for one more release
 MEASURED_SCHEMA = """\
 --measured CSV schema (one row per measured configuration; lines starting with # are comments):
   model            catalogue name (e.g. qwen3-30b-a3b) or a model file path (TOML / HF config.json),
@@ -174,7 +240,8 @@ MEASURED_SCHEMA = """\
   measured_step_s  measured time of one step in seconds (> 0)
   context_len      optional, cached tokens per sequence (default: --context-len)
   launch           optional, eager or graph (default: --launch)
-  kernel_style     optional, kernel style of the measured system (default: --kernel-style, e.g. fused)
+  kernel_style     optional, kernel style of the measured system (default: --kernel-style, e.g. fused;
+                   a column named engine, its old name, is read as kernel_style)
   spread           optional, relative spread of the measurement (e.g. IQR / median)"""
 
 
@@ -214,8 +281,9 @@ def read_measured_csv(path: str | Path) -> list[dict[str, Any]]:
             if item["launch"] not in ("eager", "graph"):
                 raise MoesimError("--measured", f"{where}: launch {item['launch']!r}", "use eager or graph")
             row["launch"] = item["launch"]
-        if item.get("kernel_style"):
-            row["kernel_style"] = item["kernel_style"]
+        style = item.get("kernel_style") or item.get(OLD_KERNEL_STYLE_COLUMN)
+        if style:
+            row["kernel_style"] = style
         if item.get("spread"):
             row["spread"] = _float_cell(item, "spread", where, positive=False)
         rows.append(row)
@@ -347,6 +415,8 @@ def add_errors_and_ratios(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         r["error"] = r["predicted_s"] / r["measured_s"] - 1.0
         r["abs_error"] = abs(r["error"])
+        if r.get("drift_predicted_s") is not None:
+            r["drift_error"] = r["drift_predicted_s"] / r["measured_s"] - 1.0
         base = decode.get((r["model"], r.get("launch"), r["batch"], r.get("context_len")))
         r["measured_ratio"] = r["measured_s"] / base["measured_s"] if base else None
         r["predicted_ratio"] = r["predicted_s"] / base["predicted_s"] if base else None
@@ -364,7 +434,15 @@ def cross_device_summaries(rows: Sequence[dict[str, Any]], names: Iterable[str])
     """For each other profile in `names`: the summary of the rows re-scored with its `cross_predicted_s`."""
     summaries = {}
     for name in names:
-        crossed = [r | {"predicted_s": r["cross_predicted_s"][name], "predicted_terms_s": {}} for r in rows]
+        crossed = [
+            r
+            | {
+                "predicted_s": r["cross_predicted_s"][name],
+                "predicted_terms_s": {},
+                "drift_predicted_s": None,
+            }
+            for r in rows
+        ]
         add_errors_and_ratios(crossed)
         summaries[name] = summarise(crossed)
     return summaries
@@ -411,6 +489,8 @@ def markdown_report(result: dict[str, Any]) -> str:
             f"- noise floor (mean run-to-run spread of a row's median between rounds): {s['noise_floor']:.1%}; "
             f"median spread of single timings (IQR/median): {s['sample_spread']:.1%}"
         )
+    if drift_sentence(s):
+        lines.append(f"- {drift_sentence(s)}")
     if s.get("ratio_mape") is not None:
         lines.append(f"- verify/decode ratio MAPE: {s['ratio_mape']:.1%}")
     w = s["worst"]
@@ -449,14 +529,17 @@ def markdown_report(result: dict[str, Any]) -> str:
         "",
         "## Rows",
         "",
-        "| model | B | K | U | kernels | measured ms | predicted ms | error | spread | ratio meas. | ratio pred. |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | B | K | U | kernels | measured ms | predicted ms | error | drift-corrected ms | corrected error "
+        "| spread | ratio meas. | ratio pred. |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
+        corrected = r.get("drift_predicted_s")
         lines.append(
             f"| {r['model']} | {r['batch']} | {r['draft_len']} | {_fmt(r.get('distinct_experts'), '.1f')} | {r.get('n_kernels', '')} "
-            f"| {r['measured_s'] * 1e3:.3f} | {r['predicted_s'] * 1e3:.3f} | {r['error']:+.1%} | {_fmt(r.get('spread'), '.1%')} "
-            f"| {_fmt(r.get('measured_ratio'), '.2f')} | {_fmt(r.get('predicted_ratio'), '.2f')} |"
+            f"| {r['measured_s'] * 1e3:.3f} | {r['predicted_s'] * 1e3:.3f} | {r['error']:+.1%} "
+            f"| {_fmt(None if corrected is None else corrected * 1e3, '.3f')} | {_fmt(r.get('drift_error'), '+.1%')} "
+            f"| {_fmt(r.get('spread'), '.1%')} | {_fmt(r.get('measured_ratio'), '.2f')} | {_fmt(r.get('predicted_ratio'), '.2f')} |"
         )
     lines += [
         "",
@@ -543,6 +626,8 @@ __all__ = [
     "attribute_error",
     "attribution_sentence",
     "cross_device_summaries",
+    "drift_sentence",
+    "drift_summary",
     "errors_of",
     "markdown_report",
     "measured_result",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from moesim.errors import MoesimError
@@ -136,6 +136,36 @@ def profile_dtype(hardware: HardwareProfile) -> str | None:
     return first or None
 
 
+# Probe repeats beside each validation row: fewer than calibration's (a row is probed once per round, and
+# the row's speed is the median over its rounds), so the probes add about a tenth to a quick run.
+VALIDATION_PROBE_REPEATS = 3
+
+
+def _start_probe(hardware: HardwareProfile, device: Any) -> tuple[Any, str]:
+    """(the drift probe to run beside every row, a note): the kernels the profile's calibration timed when
+    it recorded them (otherwise this device's default probe, which a drift correction cannot use)."""
+    from moesim.calibrate.fits.drift import PROBE_KEY
+    from moesim.calibrate.suites.probe import Probe, probe_plan, recorded_plan
+    from moesim.calibrate.suites.timing import Timer
+
+    figures = hardware.fit_quality.get(PROBE_KEY, {})
+    if "read_bytes" in figures and "gemm_n" in figures:
+        plan = recorded_plan(device.is_gpu, figures, VALIDATION_PROBE_REPEATS)
+        note = ""
+    else:
+        plan = replace(
+            probe_plan(device.is_gpu, device.last_level_cache_bytes), repeats=VALIDATION_PROBE_REPEATS
+        )
+        note = (
+            f"profile {hardware.name} records no drift probe from its calibration: the probe's spread over this "
+            "run is reported, but rows cannot be corrected for drift since calibration"
+        )
+    try:
+        return Probe(Timer(device), device, plan), note
+    except (RuntimeError, MemoryError) as error:
+        return None, f"drift probe unavailable ({error}): rows are not corrected for drift"
+
+
 def run_torch_validation(
     hardware: HardwareProfile,
     options: ValidationOptions,
@@ -183,6 +213,7 @@ def measure_validation(
     settings = MeasureSettings.for_mode(options.quick)
     cache = cache_between_steps(options.cache, options.device)
     flush_bytes = cache_flush_bytes(device, llc_multiple=1.0) if cache == "cold" else 0
+    probe, probe_note = _start_probe(hardware, device)
     started = time.perf_counter()
     rows = []
     checks: dict[str, bool] = {}
@@ -203,8 +234,13 @@ def measure_validation(
             check=checks,
             flush_bytes=flush_bytes,
             style=options.style,
+            probe=probe.sample if probe is not None else None,
         )
-    notes = []
+    notes = [probe_note] if probe_note else []
+    probe_meta: dict[str, Any] = {}
+    if probe is not None:
+        probe_meta = {"probe": probe.plan.describe(), "probe_samples": [p.as_row() for p in probe.samples]}
+        probe.close()
     if not all(checks.values()):
         bad = [name for name, ok in checks.items() if not ok]
         notes.append(
@@ -239,7 +275,8 @@ def measure_validation(
             "torch": device.details.get("torch", ""),
             "date": today(),
             "wall_s": round(time.perf_counter() - started, 1),
-        },
+        }
+        | probe_meta,
         "notes": notes,
     }
 

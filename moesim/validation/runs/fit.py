@@ -23,7 +23,7 @@ import numpy as np
 
 from moesim.errors import MoesimError
 from moesim.simulator.engines.profile import HOST_PARAMETERS, ServingEngineProfile
-from moesim.validation.runs.predict import RunPredictor, prepare, profile_for_run
+from moesim.validation.runs.predict import RunPredictor, prepare, profile_for_run, version_profile
 from moesim.validation.runs.schema import MeasuredRun
 
 DEFAULT_FIT = ("step_us", "per_sequence_us", "per_token_us", "draft_step_us", "accept_sync_us")
@@ -35,6 +35,8 @@ TYPICAL = {
     "overlap_fraction": 1.0,
     "draft_step_us": 10.0,
     "accept_sync_us": 10.0,
+    "sd_overlap_kept": 1.0,
+    "sd_per_sequence_us": 1.0,
     "ngram_base_us": 10.0,
     "ngram_per_sequence_us": 1.0,
 }
@@ -190,13 +192,19 @@ def _mean_abs(errors: np.ndarray) -> float:
     return float(np.mean(kept)) if kept.size else float("nan")
 
 
-def _engine_predict(predictors: Sequence[RunPredictor], base: ServingEngineProfile) -> Predict:
-    profiles = [profile_for_run(p.run, base) for p in predictors]
+def _engine_predict(
+    predictors: Sequence[RunPredictor], base: ServingEngineProfile, names: Sequence[str]
+) -> Predict:
+    """Predicted speedups with the fitted `names` set: each row under `base`'s engine at its own version
+    (`version_profile`: e.g. SGLang spec v1 keeps its synchronous SD rounds), the other host terms the
+    version's own."""
+    profiles = [profile_for_run(p.run, version_profile(p.run, base)) for p in predictors]
 
     def predict(values: dict[str, float]) -> np.ndarray:
+        fitted = {n: values[n] for n in names}
         return np.array(
             [
-                p.predict(replace(prof, fitted={**prof.fitted, **values}))[0]
+                p.predict(replace(prof, fitted={**prof.fitted, **fitted}))[0]
                 for p, prof in zip(predictors, profiles, strict=True)
             ]
         )
@@ -230,7 +238,7 @@ def _held_out(
                 f"{label} {group}: {len(measured)} training rows fit only {', '.join(fold_names) or 'nothing'}"
             )
         fit = fit_parameters(
-            _engine_predict(train_p, base), measured, start, fold_names, refuse_unidentified=False
+            _engine_predict(train_p, base, fold_names), measured, start, fold_names, refuse_unidentified=False
         )
         dropped = [n for n in fold_names if fit.values[n] == start[n]]
         if dropped:
@@ -238,7 +246,7 @@ def _held_out(
                 f"{label} {group}: {', '.join(dropped)} left at the default (not identified or unmoved)"
             )
         held_p = [predictors[i] for i in held]
-        predicted = _engine_predict(held_p, base)(fit.values)
+        predicted = _engine_predict(held_p, base, fold_names)(fit.values)
         errors[held] = predicted / np.array([p.run.speedup for p in held_p]) - 1.0
     return errors
 
@@ -264,7 +272,7 @@ def fit_engine_profile(
         )
     start = {n: getattr(base.effective_host, n) for n in HOST_PARAMETERS}
     measured = np.array([p.run.speedup for p in ready])
-    predict = _engine_predict(ready, base)
+    predict = _engine_predict(ready, base, names)
     fit = fit_parameters(predict, measured, start, names)
     notes: list[str] = []
     loro = _held_out(ready, base, start, names, [p.run.run_id for p in ready], notes, "leave-one-run-out")

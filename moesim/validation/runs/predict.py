@@ -40,7 +40,7 @@ def row_context_len(run: MeasuredRun) -> int:
 def profile_for_run(run: MeasuredRun, serving_engine: str | ServingEngineProfile) -> ServingEngineProfile:
     """The profile a row is predicted under, with the row's own drafter shape (a tree's tokens and top-k)."""
     if isinstance(serving_engine, str) and serving_engine == PER_RUN:
-        name = run.serving_engine if run.serving_engine != "other" else "ideal"
+        name = run.engine_preset or (run.serving_engine if run.serving_engine != "other" else "ideal")
         profile = load_serving_engine(name)
     else:
         profile = load_serving_engine(serving_engine)
@@ -52,6 +52,17 @@ def profile_for_run(run: MeasuredRun, serving_engine: str | ServingEngineProfile
     if run.drafter_launch:
         style = replace(style, launch=run.drafter_launch)
     return replace(profile, drafter=style)
+
+
+def version_profile(run: MeasuredRun, base: ServingEngineProfile) -> ServingEngineProfile:
+    """`base`'s engine at the version the row ran: the row's `engine_preset` when it is a preset of the
+    same engine (carrying `base`'s fitted values), else `base` itself."""
+    if not run.engine_preset or run.engine_preset == base.name:
+        return base
+    preset = load_serving_engine(run.engine_preset)
+    if preset.provenance.engine != base.provenance.engine:
+        return base
+    return replace(preset, fitted={**preset.fitted, **base.fitted})
 
 
 class RunPredictor:

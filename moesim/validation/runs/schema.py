@@ -44,6 +44,12 @@ SCHEMA: tuple[Column, ...] = (
     ),
     Column("serving_engine", "choice", True, "engine that ran it", ("vllm", "sglang", "trtllm", "other")),
     Column("engine_version", "text", False, "engine version as published"),
+    Column(
+        "engine_preset",
+        "text",
+        False,
+        "moesim serving-engine preset of that version (blank: the one named by serving_engine)",
+    ),
     Column("cuda_graphs", "choice", True, "CUDA graphs on", ("yes", "no")),
     Column("drafter", "text", True, "moesim --draft spelling: mtp, eagle, ngram, model:NAME"),
     Column("draft_shape", "choice", True, "chain (K + 1 verified) or tree", ("chain", "tree")),
