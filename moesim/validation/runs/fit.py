@@ -267,9 +267,7 @@ def fit_engine_profile(
         )
     ready, skipped = predictors if predictors is not None else prepare(runs)
     if not ready:
-        raise MoesimError(
-            "runs", "no row can be represented by the simulator", "see `moesim validate runs`"
-        )
+        raise MoesimError("runs", "no row can be represented by the simulator", "see `moesim validate runs`")
     start = {n: getattr(base.effective_host, n) for n in HOST_PARAMETERS}
     measured = np.array([p.run.speedup for p in ready])
     predict = _engine_predict(ready, base, names)
