@@ -112,18 +112,21 @@ def simulate_command(
     spec = resolve_model(model_name, model_config, flags)
     profile = load_profile(hardware)
     result = simulate(scenario_from_flags(spec, profile, flags, layout=request))
-    batch, draft_len, kernel_style, context_len = (
-        flags["batch"],
-        flags["draft_len"],
-        flags["kernel_style"],
-        flags["context_len"],
-    )
     data = result.to_json(timeline)
-    nearby = nearby_error(engine_of(flags["serving_engine"]), batch, spec.n_experts, spec.is_moe)
+    nearby = nearby_error(engine_of(flags["serving_engine"]), flags["batch"], spec.n_experts, spec.is_moe)
     data["measured_runs_error"] = nearby.to_json()
     if as_json:
         emit_json(data)
         return
+    _print_point(data, spec, profile, flags, chosen=request.fixed() is None, nearby=nearby)
+
+
+def _print_point(
+    data: dict[str, Any], spec: Any, profile: Any, flags: dict[str, Any], *, chosen: bool, nearby: Any
+) -> None:
+    """The tables and lines `moesim simulate` prints for one SD point."""
+    batch, draft_len = flags["batch"], flags["draft_len"]
+    kernel_style, context_len = flags["kernel_style"], flags["context_len"]
     console = make_console()
     a = data["assumptions"]
     acceptance_text = (
@@ -141,7 +144,7 @@ def simulate_command(
     )
     if a.get("compute_rule"):
         console.print(f"note: {a['compute_rule']}")
-    _print_layout(console, data["parallel"], request.fixed() is None, a["device"])
+    _print_layout(console, data["parallel"], chosen, a["device"])
     table = Table(title="where the time goes (ms)")
     table.add_column("category")
     table.add_column(f"decode (M={batch})", justify="right")
@@ -259,7 +262,6 @@ def sweep_command(
     specs = [with_override_flags(load_model(str(name)), flags) for name in names]
     profile = load_profile(hardware)
     base = scenario_from_flags(specs[0], profile, flags, layout=request)
-    kernel_style, context_len = flags["kernel_style"], flags["context_len"]
     total = len(specs) * len(batch_list) * len(k_list)
     check_configs(total, max_configs)
     with progress("sweep", total) as advance:
@@ -279,6 +281,18 @@ def sweep_command(
         return
     if to_stdout:
         return  # standard output carries the CSV or the plot
+    _print_sweep(result, specs, profile, flags, grid, nearby)
+    for path in (csv_path, plot_path if result.rows else None):
+        if path:
+            make_console().print(f"wrote {path}")
+
+
+def _print_sweep(
+    result: Any, specs: list[Any], profile: Any, flags: dict[str, Any], grid: SweepGrid, nearby: Any
+) -> None:
+    """The tables `moesim sweep` prints: speedup per batch and draft length for each model, and the peaks."""
+    batch_list, k_list = list(grid.batches), list(grid.draft_lens)
+    kernel_style, context_len = flags["kernel_style"], flags["context_len"]
     console = make_console()
     a = result.assumptions
     console.print(
@@ -330,10 +344,6 @@ def sweep_command(
         console.print(f"[yellow]skipped[/yellow] {skip['model']} ({which}): {skip['reason']}")
     for line in nearby:
         console.print(line.text)
-    if csv_path:
-        console.print(f"wrote {csv_path}")
-    if plot_path and result.rows:
-        console.print(f"wrote {plot_path}")
 
 
 @click.command("layer")
