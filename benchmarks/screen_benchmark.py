@@ -6,13 +6,16 @@ The designs: qwen3-30b-a3b with experts, top-k, shared experts, layers, KV heads
 model's. Each size is a fresh run with new worker processes (a new pool, or a new local Ray with `--workers`
 CPUs), so routing banks are rebuilt: the figure includes the workers' start-up, which is what a user pays.
 Ray's own start-up (`ray.init`) is timed apart. The steady rate between two sizes (extra designs ÷ extra
-seconds) is what each further design costs once the fixed part is paid.
+seconds) is what each further design costs once the fixed part is paid. Each line also gives the CPU
+seconds of this process and its finished workers (what the screen cost, whatever else the machine runs)
+and the peak resident memory of this process and of the largest worker.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import resource
 import sys
 import time
 from pathlib import Path
@@ -34,6 +37,18 @@ AXES = {
     "num_kv_heads": "2,4,8",
     "weight_format": "bf16,fp8",
 }
+
+
+def cpu_s() -> float:
+    """CPU seconds of this process and of its waited-for children (the pool's workers)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def peak_gb() -> tuple[float, float]:
+    """Peak resident memory (GB) of this process and of the largest child so far (Linux reports KiB)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_maxrss / 2**20, children.ru_maxrss / 2**20
 
 
 def main() -> None:
@@ -60,9 +75,9 @@ def main() -> None:
                 ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
                 startup = f" (+ {time.perf_counter() - start:.1f} s ray.init)"
             try:
-                start = time.perf_counter()
+                start, cpu_start = time.perf_counter(), cpu_s()
                 result = screen(base, designs, settings, [constraint], backend=backend, workers=args.workers)
-                wall = time.perf_counter() - start
+                wall, cpu = time.perf_counter() - start, cpu_s() - cpu_start
             finally:
                 if backend == "ray":
                     ray.shutdown()
@@ -71,7 +86,9 @@ def main() -> None:
             print(
                 f"{backend:5s} {n:6d} designs ({evaluated} evaluated, {len(result.dropped)} dropped): "
                 f"{wall:7.1f} s{startup}, {evaluated / wall:6.1f} designs/s, "
-                f"{evaluated * 16 / wall:7.0f} SD points/s"
+                f"{evaluated * 16 / wall:7.0f} SD points/s; {cpu:7.1f} CPU s "
+                f"({1e3 * cpu / max(n, 1):.1f} ms per design); peak RSS {peak_gb()[0]:.2f} GB main, "
+                f"{peak_gb()[1]:.2f} GB largest worker"
             )
         for (n0, wall0), (n1, wall1) in itertools.pairwise(runs):
             print(f"{backend:5s} steady {n0}→{n1}: {(n1 - n0) / (wall1 - wall0):6.1f} designs/s")

@@ -8,6 +8,7 @@ knows the schema of any file; the loaders that call it do.
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import os
@@ -24,7 +25,16 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 MAX_INPUT_BYTES = 1 << 30
-"""Largest input file read (1 GiB): far above any profile, config, statistics file or trace of 10⁷ tokens."""
+"""Largest input file read (1 GiB): a trace of 10⁷ tokens; the bound of traces, CSVs and other bulk inputs."""
+
+MAX_TABLE_BYTES = 64 << 20
+"""Largest JSON or TOML table read (64 MiB): a statistics file of 48 layers × 65,536 experts is 60 MiB, a model
+config or a profile a few kB. Parsed, a table takes several times its size in memory, so the bound is lower
+than that of bulk inputs."""
+
+MAX_NESTING = 64
+"""Deepest nesting of arrays and tables in a JSON or TOML file: real configs nest 4 levels (a layer list of
+tables of lists); a file nested deeper is refused before any reader walks it."""
 
 _MAGIC = (
     (b"\x89PNG", "a PNG image"),
@@ -56,7 +66,9 @@ def _refuse(field: str, path: str | os.PathLike[str], problem: str, fix: str) ->
     return MoesimError(field, problem if field == where else f"{where} {problem}", fix)
 
 
-def read_bytes(field: str, path: str | os.PathLike[str], kind: str = "file") -> bytes:
+def read_bytes(
+    field: str, path: str | os.PathLike[str], kind: str = "file", max_bytes: int = MAX_INPUT_BYTES
+) -> bytes:
     """The bytes of `path`, refusing missing paths, directories, unreadable and oversized files by name."""
     file = Path(path).expanduser()
     if not file.exists():
@@ -65,11 +77,11 @@ def read_bytes(field: str, path: str | os.PathLike[str], kind: str = "file") -> 
         raise _refuse(field, path, f"is a directory, not a {kind}", "give the path of a file inside it")
     try:
         size = file.stat().st_size
-        if size > MAX_INPUT_BYTES:
+        if size > max_bytes:
             raise _refuse(
                 field,
                 path,
-                f"is {size / 2**30:.1f} GiB, above the {MAX_INPUT_BYTES / 2**30:.0f} GiB input limit",
+                f"is {size / 2**20:,.1f} MiB, above the {max_bytes / 2**20:,.0f} MiB limit of a {kind}",
                 f"is this really a {kind}?",
             )
         return file.read_bytes()
@@ -79,9 +91,11 @@ def read_bytes(field: str, path: str | os.PathLike[str], kind: str = "file") -> 
         raise _refuse(field, path, f"cannot be read ({error.strerror})", "check the path") from None
 
 
-def read_text(field: str, path: str | os.PathLike[str], kind: str = "text file") -> str:
+def read_text(
+    field: str, path: str | os.PathLike[str], kind: str = "text file", max_bytes: int = MAX_INPUT_BYTES
+) -> str:
     """The UTF-8 text of `path` (a byte-order mark is dropped); binary, non-UTF-8 and empty files refused."""
-    data = read_bytes(field, path, kind)
+    data = read_bytes(field, path, kind, max_bytes)
     binary = _describe_binary(data)
     if binary:
         raise _refuse(field, path, f"is {binary}, not a {kind}", f"give the path of a {kind}")
@@ -99,10 +113,33 @@ def read_text(field: str, path: str | os.PathLike[str], kind: str = "text file")
     return text
 
 
+def _too_deep(field: str, where: str, kind: str) -> MoesimError:
+    return _refuse(
+        field,
+        where,
+        f"nests arrays or tables more than {MAX_NESTING} levels deep",
+        f"a {kind} nests a few levels; is this really one?",
+    )
+
+
+def check_nesting(field: str, value: Any, where: str, kind: str) -> Any:
+    """`value` if its arrays and tables nest at most MAX_NESTING levels (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth + 1 > MAX_NESTING:
+                    raise _too_deep(field, where, kind)
+                stack.append((child, depth + 1))
+    return value
+
+
 def parse_json(field: str, text: str, where: str, kind: str) -> Any:
-    """JSON text parsed; a syntax error names its line and column."""
+    """JSON text parsed; a syntax error names its line and column, a nesting deeper than MAX_NESTING is refused."""
     try:
-        return json.loads(text)
+        return check_nesting(field, json.loads(text), where, kind)
     except json.JSONDecodeError as error:
         raise _refuse(
             field,
@@ -110,14 +147,18 @@ def parse_json(field: str, text: str, where: str, kind: str) -> Any:
             f"is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})",
             f"fix the syntax of the {kind}",
         ) from None
+    except RecursionError:
+        raise _too_deep(field, where, kind) from None
 
 
 def parse_toml(field: str, text: str, where: str, kind: str) -> dict[str, Any]:
-    """TOML text parsed; a syntax error names its place."""
+    """TOML text parsed; a syntax error names its place, a nesting deeper than MAX_NESTING is refused."""
     try:
-        return tomllib.loads(text)
+        return check_nesting(field, tomllib.loads(text), where, kind)
     except tomllib.TOMLDecodeError as error:
         raise _refuse(field, where, f"is not valid TOML ({error})", f"fix the syntax of the {kind}") from None
+    except RecursionError:
+        raise _too_deep(field, where, kind) from None
 
 
 def expect_table(field: str, value: Any, where: str, kind: str) -> dict[str, Any]:
@@ -150,20 +191,22 @@ def _is_json(text: str) -> bool:
         json.loads(text)
     except json.JSONDecodeError:
         return False
+    except RecursionError:
+        return True  # only JSON nests that deep in brackets alone; parse_json names it
     return True
 
 
 def _is_toml(text: str) -> bool:
     try:
         tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):
         return False
     return True
 
 
 def read_json(field: str, path: str | os.PathLike[str], kind: str) -> Any:
     """Parsed JSON of `path` (any JSON value; see `read_json_table` for objects)."""
-    text = read_text(field, path, kind)
+    text = read_text(field, path, kind, MAX_TABLE_BYTES)
     if not _is_json(text) and _is_toml(text):
         raise _refuse(field, path, "holds TOML, not JSON", f"give a JSON {kind}")
     return parse_json(field, text, os.fspath(path), kind)
@@ -176,7 +219,7 @@ def read_json_table(field: str, path: str | os.PathLike[str], kind: str) -> dict
 
 def read_toml(field: str, path: str | os.PathLike[str], kind: str) -> dict[str, Any]:
     """A TOML document from `path`; JSON content is named as JSON, not reported as a TOML syntax error."""
-    text = read_text(field, path, kind)
+    text = read_text(field, path, kind, MAX_TABLE_BYTES)
     if _is_json(text):
         raise _refuse(field, path, f"holds JSON, but a {kind} is TOML", f"give a .toml {kind}")
     return parse_toml(field, text, os.fspath(path), kind)
@@ -184,11 +227,45 @@ def read_toml(field: str, path: str | os.PathLike[str], kind: str) -> dict[str, 
 
 def read_table(field: str, path: str | os.PathLike[str], kind: str) -> tuple[dict[str, Any], str]:
     """A table from a TOML or a JSON file, told apart by content; returns (table, 'toml' | 'json')."""
-    text = read_text(field, path, kind)
+    text = read_text(field, path, kind, MAX_TABLE_BYTES)
     where = os.fspath(path)
     if _is_json(text):
         return expect_table(field, parse_json(field, text, where, kind), where, kind), "json"
     return parse_toml(field, text, where, kind), "toml"
+
+
+def csv_rows(
+    field: str, lines: list[str] | str, where: str, kind: str
+) -> tuple[list[str], list[dict[str, str]]]:
+    """The header and the rows of CSV text (a string, or its lines with comments already dropped), each row a
+    dict of its cells: a duplicate column name, or a row with more or fewer cells than the header, is refused
+    with its line (blank lines are skipped)."""
+    reader = csv.reader(io.StringIO(lines, newline="") if isinstance(lines, str) else lines)
+    header: list[str] | None = None
+    rows: list[dict[str, str]] = []
+    for record in reader:
+        if not any(cell.strip() for cell in record):
+            continue
+        if header is None:
+            header = [cell.strip() for cell in record]
+            repeated = sorted({name for name in header if header.count(name) > 1})
+            if repeated:
+                raise _refuse(
+                    field,
+                    where,
+                    f"names column {repeated[0]!r} twice in its header",
+                    f"give each column of the {kind} once",
+                )
+            continue
+        if len(record) != len(header):
+            raise _refuse(
+                field,
+                where,
+                f"row {len(rows) + 1} (line {reader.line_num}) has {len(record)} cells for {len(header)} columns",
+                f"give every row of the {kind} one cell per column (empty cells are allowed)",
+            )
+        rows.append(dict(zip(header, record, strict=True)))
+    return header or [], rows
 
 
 def read_npz(field: str, path: str | os.PathLike[str], kind: str = ".npz file") -> dict[str, Any]:
@@ -218,6 +295,10 @@ def read_npz(field: str, path: str | os.PathLike[str], kind: str = ".npz file") 
 
 __all__ = [
     "MAX_INPUT_BYTES",
+    "MAX_NESTING",
+    "MAX_TABLE_BYTES",
+    "check_nesting",
+    "csv_rows",
     "expect_table",
     "parse_json",
     "parse_toml",

@@ -94,6 +94,10 @@ def test_a_slow_memory_suite_does_not_bend_the_profile() -> None:
     figures = probed.fit_quality[drift.PROBE_KEY]
     assert figures["memory_memory_factor"] == pytest.approx(1 / 0.7)
     assert figures["memory_spread"] == pytest.approx(0.3)
+    assert any(
+        a.startswith("warning: the machine's memory speed moved 30.0%") for a in probed.provenance.assumptions
+    )
+    assert not any(a.startswith("warning: the machine's") for a in truth.provenance.assumptions)
     assert drift.reference_sample(probed) == ProbeSample(
         "calibration median", 0.0, BASE.memory_gbps, BASE.compute_tflops
     )

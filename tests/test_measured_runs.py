@@ -75,3 +75,22 @@ def test_missing_column_and_duplicate_ids_are_refused() -> None:
     header, row = text.splitlines()
     with pytest.raises(MoesimError, match="twice"):
         parse_runs("\n".join([header, row, row]) + "\n", "mine.csv")
+
+
+def test_run_curves_meet_the_validated_rows_at_their_batch(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A curve of rows that differ only in batch is priced at their mean acceptance length: for a row alone
+    in its curve (R1: one K each) the curve at the row's batch is exactly what `validate --runs` predicts."""
+    from moesim.validation.runs.curves import plot_run_curves, run_curves, unpredicted_points
+    from moesim.validation.runs.predict import PER_RUN, prepare, profile_for_run, score_row
+
+    runs = read_runs()
+    curves = run_curves(runs, ("R1",))
+    assert len(curves) == 5 and all(c.measured_batches == (1,) for c in curves)
+    predictors, _ = prepare([r for r in runs if r.source == "R1"])
+    validated = sorted(score_row(p, profile_for_run(p.run, PER_RUN))["predicted_speedup"] for p in predictors)
+    at_one = sorted(c.predicted[c.batches.index(1)] for c in curves)
+    assert at_one == pytest.approx(validated, rel=1e-12)
+    assert not unpredicted_points(runs, ("R1",))
+    assert {r.run_id for r in unpredicted_points(runs, ("R3",))} == {"R3-docs-b1", "R3-docs-b32"}
+    plot_run_curves(curves, str(tmp_path / "curves.png"))
+    assert (tmp_path / "curves.png").stat().st_size > 0

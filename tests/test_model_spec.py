@@ -334,8 +334,14 @@ def test_giving_a_dense_model_experts_makes_it_moe() -> None:
 
 
 def test_attention_overrides_and_option_table() -> None:
-    spec = apply_overrides(load_model("mixtral-8x7b"), {"num_kv_heads": 4, "sliding_window": 4096})
+    spec = apply_overrides(load_model("gpt-oss-20b"), {"num_kv_heads": 4, "sliding_window": 4096})
     assert spec.attention.num_kv_heads == 4 and spec.attention.sliding_window == 4096
+    with pytest.raises(MoesimError, match="no sliding-window layers"):  # a window would change nothing
+        apply_overrides(load_model("mixtral-8x7b"), {"sliding_window": 4096})
+    with pytest.raises(MoesimError, match="no shared experts"):
+        apply_overrides(load_model("mixtral-8x7b"), {"shared_expert_width": 1024})
+    with pytest.raises(MoesimError, match="shared_expert_width"):  # 0 is no longer replaced by 1024
+        apply_overrides(load_model("mixtral-8x7b"), {"n_shared_experts": 1, "shared_expert_width": 0})
     flags = {flag for flag, *_ in OVERRIDE_OPTIONS}
     for required in (
         "--experts",

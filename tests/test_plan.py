@@ -101,6 +101,7 @@ def test_verification_reads_each_sequences_cache_once_per_query_tile() -> None:
 
     whole = {t: kv_read(build_plan(spec, 4, t, 4096, "fused", None, h200())) for t in (1, 3)}
     assert (whole[1].reads, whole[3].reads) == (2, 6)  # 128 rows, then 384, in 64-row tiles
+    assert build_plan(spec, 4, 3, 4096, "fused", None, h200()).cache_reads_per_sequence == 6
     assert whole[3].size_bytes == pytest.approx(whole[1].size_bytes, rel=1e-3)  # + the 2 new tokens
     assert whole[3].working_set_bytes == pytest.approx(whole[3].size_bytes / 4)  # one sequence's cache
     layout = ParallelLayout(gpus=8, tp=8, ep=8)

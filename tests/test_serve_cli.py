@@ -62,3 +62,29 @@ def test_the_shell_and_python_give_the_same_numbers() -> None:
         moesim.Scenario("olmoe-1b-7b"), random_workload(24, 256, 32), concurrencies=[4]
     ).to_json()["points"][0]
     assert shell == json.loads(json.dumps(python))
+
+
+def test_expert_parallel_and_dp_attention_layouts_run_and_are_named() -> None:
+    from moesim.commands.serve import serving_layout
+
+    assert serving_layout(4).describe() == serving_layout(4, 4, 1).describe()  # --tp alone: a TP group
+    assert (serving_layout(1, 8, 8).dp, serving_layout(1, 8, 8).ep) == (8, 8)  # SGLang DP attention + EP
+    assert serving_layout(8, None, 8).dp == 1  # SGLang --tp 8 --ep-size 8
+    args = [
+        *BASE,
+        "--model",
+        "qwen3-30b-a3b",
+        "--gpus",
+        "4",
+        "--tp",
+        "1",
+        "--ep",
+        "4",
+        "--max-concurrency",
+        "2",
+    ]
+    result = CliRunner().invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    assert "DP=4" in json.loads(result.stdout)["assumptions"]["layout"]
+    bad = CliRunner().invoke(cli, [*BASE, "--gpus", "4", "--tp", "1"])
+    assert bad.exit_code != 0 and "--ep 4" in bad.output

@@ -268,9 +268,44 @@ def test_tensor_parallel_prefill_adds_work_and_the_kv_cache_grows() -> None:
     assert four.tokens > 4 * one.tokens  # the weights are split too
 
 
-def test_expert_parallel_serving_is_refused() -> None:
-    with pytest.raises(MoesimError, match="expert-parallel"):
-        resolve_serving(SCENARIO.replace(layout=ParallelLayout(gpus=4, tp=1, ep=4)))
+EP_DP = ParallelLayout(gpus=4, tp=1, ep=4)  # SGLang --tp 4 --enable-dp-attention --dp 4 --ep-size 4
+
+
+@pytest.mark.parametrize("layout", [EP_DP, ParallelLayout(gpus=4, tp=4, ep=4)], ids=["ep-dp", "ep-tp"])
+def test_expert_parallel_concurrency_one_matches_the_parallel_step_model(layout: ParallelLayout) -> None:
+    """A serving run at concurrency 1 decodes with the parallel step model's steps: the busiest DP group's
+    attention, the all-to-all dispatch and combine, the busiest expert rank."""
+    k, prompt = 3, 2048
+    scenario = SCENARIO.replace(draft_len=k, acceptance=1.0, context_len=prompt, layout=layout)
+    cost = ScenarioStepCost(resolve_serving(scenario))
+    workload = Workload((RequestSpec(prompt, 1 + 4 * (k + 1)),) * 2, "fixed")
+    sd = _run(workload, cost, max_concurrency=1)
+    base = _run(workload, cost, speculative=False, max_concurrency=1)
+    point = speculative_point(scenario.resolve(), FastTimer(h200()))
+    assert point.decode.parallel is not None and "dispatch" in point.decode.parallel.collectives
+    assert base.values["mean_tpot_ms"] == pytest.approx(point.decode.step_s * 1e3, rel=1e-9)
+    assert base.values["mean_tpot_ms"] / sd.values["mean_tpot_ms"] == pytest.approx(point.speedup, rel=1e-9)
+
+
+def test_dp_attention_holds_dp_pools_of_its_own_sequences_kv() -> None:
+    """Each DP attention group keeps only its own sequences' KV, so the pool is dp × one rank's."""
+    from moesim.simulator.plan.memory import weight_bytes_per_rank
+
+    resolved = resolve_serving(SCENARIO.replace(layout=EP_DP))
+    capacity = capacity_for(resolved, ServeOptions(), with_drafter=False)
+    weights = sum(weight_bytes_per_rank(resolved.model, EP_DP).values())
+    free = 0.9 * resolved.hardware.datasheet.memory_capacity_bytes - weights
+    assert capacity.tokens == EP_DP.dp * int(free // capacity.bytes_per_token)
+    assert "4 attention groups" in capacity.description
+
+
+def test_expert_parallel_prefill_adds_its_tokens_to_the_all_to_all() -> None:
+    cost = ScenarioStepCost(resolve_serving(SCENARIO.replace(layout=EP_DP)))
+    comm = [cost._communication_s(16, chunk) for chunk in (0, 512, 2048, 8192)]
+    assert 0.0 < comm[0] < comm[1] < comm[2] < comm[3]
+    decode = cost(StepShape(16, 1, 1024))
+    mixed = [cost(StepShape(16, 1, 1024, _chunks(p))) for p in (512, 2048, 8192)]
+    assert decode < mixed[0] < mixed[1] < mixed[2]
 
 
 class _LinearCost:

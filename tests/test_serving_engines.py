@@ -180,3 +180,16 @@ def test_batch_expansion_verifies_q_one_token_rows_per_sequence() -> None:
     assert ov.verify_shape(expanded, 3, 4) == (15, 1)
     assert ov.verify_shape(DrafterStyle(), 3, 4) == (3, 5)
     assert ov.verify_shape(DrafterStyle(shape="tree", tree_draft_tokens=8, tree_topk=2), 3, 4) == (3, 8)
+
+
+def test_verification_capture_counts_tokens_in_vllm_and_sequences_in_sglang() -> None:
+    """vLLM 0.33 captures at most 512 tokens per graph (max_cudagraph_capture_size), so a verification of
+    B·(K+1) tokens leaves the graphs at a quarter of the batch a decode does (K = 3), and runs eagerly
+    above; SGLang 0.5.23 captures its verification graphs per sequence (bs × num_draft_tokens), so the same
+    batch stays captured up to its max_bs."""
+    vllm, sglang = load_serving_engine("vllm"), load_serving_engine("sglang")
+    k = 3
+    assert ov.launch_for(vllm, 128, k + 1) == "graph" and ov.launch_for(vllm, 129, k + 1) == "eager"
+    assert ov.launch_for(vllm, 512, 1) == "graph"  # the decode step of the same batch stays captured
+    assert ov.launch_for(sglang, 256, k + 1) == "graph" and ov.launch_for(sglang, 256, 1) == "graph"
+    assert ov.padded_sequences(sglang, 33, k + 1) == 40  # padded in sequences, whatever the tokens

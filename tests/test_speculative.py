@@ -129,3 +129,45 @@ def test_expert_block_grows_with_distinct_experts() -> None:
     assert np.all(np.diff(times) > 0)
     with pytest.raises(MoesimError):
         simulate_expert_block("qwen3-30b-a3b", h200(), 1, 9)
+
+
+def test_a_piecewise_drafter_pays_an_eager_attention_launch_per_layer() -> None:
+    """vLLM 0.33's proposer runs piecewise CUDA graphs only: each drafter layer's attention is launched
+    eagerly between graph pieces. The host issues pieces while the device runs earlier ones, so a pass
+    takes the longer of its device time and that issue time: a many-layer draft model on a host slow to
+    launch turns issue-bound, where a graph would not."""
+    from dataclasses import replace
+
+    from moesim.simulator.engines import overheads as ov
+    from moesim.simulator.engines.profile import DrafterStyle
+    from moesim.simulator.execution.timer import FastTimer
+    from moesim.simulator.routing.independent import IndependentRouting
+    from moesim.simulator.scenario import Scenario
+    from moesim.simulator.speculative.point import scenario_timers
+
+    k, batch = 3, 4
+    fast = h200()
+    slow = replace(fast, empirical=replace(fast.empirical, graph_launch_us=200.0, launch_eager_us=200.0))
+    layers = model("qwen3-0.6b").n_layers
+    for hw in (fast, slow):
+        scenario = Scenario(
+            "qwen3-30b-a3b", hw, batch, k, drafter="model:qwen3-0.6b", routing=IndependentRouting(),
+            layout=ParallelLayout(),
+        )  # fmt: skip
+        _, drafts, _ = scenario_timers(scenario.resolve(), FastTimer(hw))
+        graph, piecewise = (
+            drafts(DrafterStyle(), batch, k, "graph"),
+            drafts(DrafterStyle(), batch, k, "piecewise"),
+        )
+        em = hw.empirical
+        issue_s = (layers + 1) * em.graph_launch_us * 1e-6 + layers * em.launch_eager_us * 1e-6
+        expected = ov.piecewise_step_s(
+            graph.first_pass_s, layers, em.graph_launch_us * 1e-6, em.launch_eager_us * 1e-6
+        )
+        assert (
+            piecewise.first_pass_s
+            == pytest.approx(expected)
+            == pytest.approx(max(graph.first_pass_s, issue_s))
+        )
+        assert piecewise.total_s >= graph.total_s
+    assert piecewise.first_pass_s > graph.first_pass_s  # on the slow host: issue-bound

@@ -4,7 +4,8 @@
   `launch`, `gemm`, `moe` with `moe_block`, the suite sizes (`plan`) and the resumable `runner`
   (entry point: `moesim.calibrate.suites.runner.calibrate`);
 - `fits/`: pure, no torch: fit primitives (`primitives`), one fit per suite (`memory`, `launch`, `gemm`,
-  `moe`) and their assembly into a profile (`build`);
+  `moe`) and their assembly into a profile (`build`); `fits/silicon/`: silicon profiles fitted to
+  aiconfigurator-core's measured kernel tables;
 - `routing_record`: routing traces recorded from `transformers` models.
 """
 

@@ -54,7 +54,10 @@ def _suites(text: str | None) -> tuple[str, ...]:
     help="GEMM/MoE dtypes, e.g. bf16,fp32 (default bf16 on GPU, fp32 on CPU).",
 )
 @click.option(
-    "--output", required=True, type=click.Path(dir_okay=False), help="Profile file to write (.toml)."
+    "--output",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Profile file to write (.toml); required except for --from-silicon list.",
 )
 @click.option("--name", default=None, help="Profile name (default from the device name).")
 @click.option(
@@ -100,13 +103,28 @@ def _suites(text: str | None) -> tuple[str, ...]:
 @click.option(
     "--all-engines", is_flag=True, help="With --from-runs: fit to every row, not only the engine's own."
 )
+@click.option(
+    "--from-silicon",
+    "from_silicon",
+    default=None,
+    metavar="SYSTEM/FRAMEWORK[/VERSION] | list",
+    help="Measure nothing: fit a `silicon` profile to NVIDIA aiconfigurator-core's measured kernel tables "
+    "(e.g. h200_sxm/sglang; `list` shows what the database holds). Needs `pip install 'moesim[silicon]'`.",
+)
+@click.option(
+    "--silicon-data",
+    "silicon_data",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="With --from-silicon: the database's systems/data directory (default: the installed package's).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the fitted parameters as JSON.")
 @handle_errors
 def calibrate_command(
     device: str | None,
     quick: bool,
     dtype_text: str | None,
-    output: str,
+    output: str | None,
     name: str | None,
     fresh: bool,
     threads: int | None,
@@ -116,10 +134,26 @@ def calibrate_command(
     serving_engine: str | None,
     fit_text: str | None,
     all_engines: bool,
+    from_silicon: str | None,
+    silicon_data: str | None,
     as_json: bool,
 ) -> None:
     """Measure memory, launch, GEMM and MoE-block costs on this device and fit them into a profile
     (or, with --from-runs, fit a serving-engine profile to measured runs)."""
+    if from_silicon is not None:
+        for flag, given in (
+            ("--device", device),
+            ("--from-runs", from_runs),
+            ("--from-csv", from_csv is not None),
+        ):
+            if given:
+                raise MoesimError(flag, "does not apply with --from-silicon", f"drop {flag}")
+        _from_silicon(from_silicon, silicon_data, output, as_json)
+        return
+    if silicon_data is not None:
+        raise MoesimError("--silicon-data", "only applies with --from-silicon", "add --from-silicon")
+    if output is None:
+        raise MoesimError("--output", "is required", "give the profile file to write, e.g. --output gpu.toml")
     if from_runs is not None:
         measuring = (
             ("--device", device),
@@ -294,3 +328,57 @@ def _summary(result: Any) -> dict[str, Any]:
         "failures": result.failures,
         "wall_s": result.wall_s,
     }
+
+
+def _from_silicon(selection: str, silicon_data: str | None, output: str | None, as_json: bool) -> None:
+    """`--from-silicon list` prints the database; `--from-silicon SYSTEM/FRAMEWORK` fits and writes a profile."""
+    from moesim.calibrate.fits.silicon import tables
+
+    if selection.strip().lower() == "list":
+        root = tables.database_root(silicon_data)
+        collections = tables.scan(root)
+        if as_json:
+            emit_json(
+                [
+                    {**{k: getattr(c, k) for k in ("system", "op", "framework", "version", "table", "rows")}}
+                    for c in collections
+                ]
+            )
+            return
+        click.echo(tables.listing(collections, root))
+        return
+    if output is None:
+        raise MoesimError("--output", "is required with --from-silicon", "give the profile file to write")
+    check_output_path("--output", output)
+    from moesim.calibrate.fits.silicon.build import calibrate_from_silicon
+    from moesim.simulator.hardware.profile import save_profile
+
+    result = calibrate_from_silicon(selection, silicon_data)
+    save_profile(
+        result.profile, output, header=f"moesim silicon profile '{result.profile.name}' ({selection})"
+    )
+    rows = [
+        {
+            "term": term,
+            "table": q.table,
+            "rows_fit": q.rows_fit,
+            "rows_held_out": q.rows_held_out,
+            "mape_fit_percent": round(q.mape_fit_percent, 2),
+            "mape_held_out_percent": round(q.mape_held_out_percent, 2),
+            "defaults_mape_held_out_percent": round(result.baseline[term].mape_held_out_percent, 2)
+            if term in result.baseline
+            else None,
+        }
+        for term, q in result.quality.items()
+    ]
+    if as_json:
+        emit_json({"profile": result.profile.name, "output": output, "fits": rows})
+        return
+    click.echo(f"{result.profile.name} (silicon, {result.selection.name}) -> {output}")
+    for r in rows:
+        baseline = r["defaults_mape_held_out_percent"]
+        versus = f"; documented defaults {baseline:.1f}%" if baseline is not None else ""
+        click.echo(
+            f"  {r['term']:<42} {r['rows_fit']:>5} rows fit {r['mape_fit_percent']:5.1f}% | "
+            f"{r['rows_held_out']:>5} held out {r['mape_held_out_percent']:5.1f}%{versus}   ({r['table']})"
+        )

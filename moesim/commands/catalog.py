@@ -169,14 +169,26 @@ def profiles_group(ctx: click.Context, as_json: bool) -> None:
                 "last_level_cache_bytes": sheet.last_level_cache_bytes,
                 "peak_dense_tflops": dict(sheet.peak_dense_tflops),
                 "provenance": profile.provenance.kind,
+                "source": profile.provenance.source,
             }
         )
     if as_json:
         emit_json({"profiles": rows})
         return
     table = Table(title="moesim hardware profiles")
-    for column in ("name", "device", "memory GB/s", "memory GiB", "LLC MiB", "bf16 TFLOP/s", "provenance"):
-        table.add_column(column, justify="left" if column in ("name", "device", "provenance") else "right")
+    for column in (
+        "name",
+        "device",
+        "memory GB/s",
+        "memory GiB",
+        "LLC MiB",
+        "bf16 TFLOP/s",
+        "provenance",
+        "source",
+    ):
+        table.add_column(
+            column, justify="left" if column in ("name", "device", "provenance", "source") else "right"
+        )
     for row in rows:
         peaks = row["peak_dense_tflops"]
         table.add_row(
@@ -187,6 +199,7 @@ def profiles_group(ctx: click.Context, as_json: bool) -> None:
             f"{row['last_level_cache_bytes'] / 2**20:.0f}",
             f"{peaks.get('bf16', max(peaks.values())):.0f}",
             row["provenance"],
+            row["source"],
         )
     make_console().print(table)
 

@@ -16,7 +16,7 @@ from moesim.errors import MoesimError
 from moesim.figures import check_plot_path
 from moesim.options import option_fields
 from moesim.simulator.routing.predict import DistinctQuery
-from moesim.simulator.routing.settings import FitSettings, RecordSettings
+from moesim.simulator.routing.settings import FitSettings, GenerateSettings, RecordSettings
 
 
 @click.group("routing")
@@ -208,9 +208,11 @@ def predict_command(as_json: bool, **flags: Any) -> None:
 @click.option(
     "--output", "-o", required=True, type=click.Path(dir_okay=False), help="Trace (.npz or .jsonl)."
 )
-@field_options(FitSettings, "seed", seed={"help": "Seed of the generated trace."})
+@field_options(GenerateSettings, *option_fields(GenerateSettings))
 @handle_errors
-def generate_command(stats: str, sequences: int, tokens: int, output: str, seed: int) -> None:
+def generate_command(
+    stats: str, sequences: int, tokens: int, output: str, seed: int, max_memory_gb: float
+) -> None:
     """Synthetic trace from fitted statistics (fit → generate → fit round-trips)."""
     from moesim.simulator.routing.stats_file import load_routing_stats
     from moesim.simulator.routing.synthetic import generate_trace
@@ -218,7 +220,7 @@ def generate_command(stats: str, sequences: int, tokens: int, output: str, seed:
 
     check_output_path("--output", output)
     model = load_routing_stats(stats, field="--stats")
-    trace = generate_trace(model, sequences, tokens, seed)
+    trace = generate_trace(model, sequences, tokens, seed, max_memory_gb=max_memory_gb)
     save_trace(trace, output)
     click.echo(f"wrote {trace.n_tokens} tokens ({sequences} × {tokens}, {trace.n_layers} layers) to {output}")
 

@@ -44,7 +44,7 @@ def design_axis_options(func: Any) -> Any:
     "--model-config", default=None, type=click.Path(dir_okay=False), help="Base model from a config file."
 )
 @design_axis_options
-@field_options(ScreenRequest, "designs_csv", "sample", "seed")
+@field_options(ScreenRequest, "designs_csv", "sample", "seed", "max_minutes")
 @click.option(
     "--constraint",
     "constraint_kinds",
@@ -157,6 +157,7 @@ def _scenario(options: dict[str, Any]) -> tuple[Any, list[Any], ScreenRequest, A
         scenario_from_flags(base, options["hardware"], options, layout=layout_from_kwargs(options)),
         batches=request.grid_batches,
         draft_lens=request.grid_draft_lens,
+        max_minutes=request.max_minutes,
     )
     if options["parquet_path"]:
         from moesim.simulator.screening.screen import parquet_modules

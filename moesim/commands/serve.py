@@ -23,6 +23,7 @@ from moesim.commands.progress import progress
 from moesim.commands.simulate import scenario_from_flags, sd_options
 from moesim.errors import MoesimError
 from moesim.options import option_fields
+from moesim.simulator.bounds import check_count, check_serving
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.scenario import Scenario
 from moesim.simulator.serving.options import BenchmarkClient, SchedulerLimits, ServeOptions
@@ -50,7 +51,7 @@ def serve_options(func: Any) -> Any:
             field_options(SchedulerLimits, *option_fields(SchedulerLimits)),
             field_options(ServeOptions, "gpu_memory_utilization", "kv_cache_tokens"),
             field_options(Scenario, "launch"),
-            field_options(ServeOptions, "tp"),
+            field_options(ServeOptions, "tp", "gpus", "ep"),
             field_options(Scenario, "kernel_style", "serving_engine", "routing"),
         )
     ):
@@ -65,11 +66,24 @@ def options_from_flags(flags: dict[str, Any]) -> ServeOptions:
     )
 
 
-def tensor_parallel(tp: int) -> ParallelLayout:
-    """The layout of `--tp N` (one GPU for 1)."""
-    if tp < 1:
-        raise MoesimError("--tp", f"must be ≥ 1, got {tp}")
-    return ParallelLayout(gpus=tp, tp=tp)
+def serving_layout(tp: int, gpus: int | None = None, ep: int | None = None) -> ParallelLayout:
+    """The layout of `--tp T [--gpus G] [--ep E]`: `--tp N` alone is a tensor-parallel group (one GPU for
+    1); G > T runs attention data-parallel in G/T groups; E > 1 spreads the routed experts over E ranks.
+    E.g. SGLang `--tp 8 --enable-dp-attention --dp 8 --ep-size 8` and vLLM `--data-parallel-size 8
+    --enable-expert-parallel` are `--gpus 8 --tp 1 --ep 8`."""
+    for flag, value in (("--tp", tp), ("--gpus", gpus), ("--ep", ep)):
+        if value is not None and value < 1:
+            raise MoesimError(flag, f"must be ≥ 1, got {value}")
+    total = gpus if gpus is not None else max(tp, ep or 1)
+    if ep is None or ep == 1:
+        if total != tp:
+            raise MoesimError(
+                "--gpus",
+                f"data-parallel attention ({total} GPUs, --tp {tp}) needs expert parallelism",
+                f"add --ep {total} (as SGLang --ep-size and vLLM --enable-expert-parallel do), or drop --gpus",
+            )
+        return ParallelLayout(gpus=tp, tp=tp)
+    return ParallelLayout(gpus=total, tp=tp, ep=ep)
 
 
 def _label(point: Any) -> str:
@@ -155,11 +169,20 @@ def serve_command(
         resolve_model(model_name, model_config, flags),
         hardware,
         flags,
-        layout=tensor_parallel(flags["tp"]),
+        layout=serving_layout(flags["tp"], flags["gpus"], flags["ep"]),
     )
     client = BenchmarkClient(**fields_of(BenchmarkClient, flags))
     concurrencies: list[int | None] = list(client.max_concurrency or [None])
     rates = list(client.request_rate)
+    if client.dataset_name == "random":  # the estimate before any request is drawn
+        check_count(client.num_prompts, "num_prompts", fix="give --num-prompts 1 or more")
+        check_serving(
+            client.num_prompts,
+            client.random_output_len * (1 + abs(client.random_range_ratio)),
+            concurrencies,
+            2 * len(rates),
+            client.max_minutes,
+        )
     workload = build_workload(
         client.dataset_name,
         client.num_prompts,
@@ -180,6 +203,7 @@ def serve_command(
             seed=client.seed,
             options=options_from_flags(flags),
             progress=advance,
+            max_minutes=client.max_minutes,
         )
     if csv_path:
         result.write_csv(csv_path)

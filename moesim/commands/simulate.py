@@ -158,6 +158,11 @@ def _print_point(
         "[bold]step[/bold]", f"[bold]{_ms(decode['step_s'])}[/bold]", f"[bold]{_ms(verify['step_s'])}[/bold]"
     )
     table.add_row("distinct experts / MoE layer", _distinct(decode), _distinct(verify))
+    table.add_row(
+        "KV cache reads per sequence and layer",
+        f"{decode['cache_reads_per_sequence']:g}",
+        f"{verify['cache_reads_per_sequence']:g}",
+    )
     table.add_row("kernels", str(decode["n_kernels"]), str(verify["n_kernels"]))
     console.print(table)
     console.print(

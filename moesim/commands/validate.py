@@ -285,13 +285,13 @@ def bench_command(
     """Compare a serving benchmark with SD (SD_RESULT: `vllm bench serve --save-result` JSON or SGLang
     bench_serving JSONL) and without (--baseline), metric by metric, against `moesim serve` on the workload
     the files describe."""
-    from moesim.commands.serve import tensor_parallel
+    from moesim.commands.serve import serving_layout
     from moesim.commands.simulate import scenario_from_flags
     from moesim.commands.validate_render import print_bench
     from moesim.validation.bench.compare import validate_bench
 
     hardware = _load_profile(profile)
-    scenario = scenario_from_flags(model, hardware, flags, layout=tensor_parallel(flags["tp"]))
+    scenario = scenario_from_flags(model, hardware, flags, layout=serving_layout(flags["tp"]))
     bench = validate_bench(
         sd_path,
         baseline_path,

@@ -1,17 +1,25 @@
-"""The size of a run, estimated before it starts, and the documented limits it must stay under.
+"""The size of a run, estimated before it starts, and the documented limits it must stay under; and the one
+place numbers are checked where they enter (seeds, counts, finite floats), whatever reader they come from.
 
 A run that would take the machine's memory or hours is refused with the estimate, the limit and the flag that
-raises it, instead of being killed by the kernel or printing nothing for minutes.
+raises it, instead of being killed by the kernel or printing nothing for minutes. Every check here is
+arithmetic on the requested sizes: it runs before the first array is allocated.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 from moesim.errors import MoesimError
 
 DEFAULT_MAX_MEMORY_GB = 4.0
-"""Memory a run may plan to use for sampling routing (GB): a quarter of a 16 GB laptop; `--max-memory-gb`."""
+"""Memory a run may plan to use (GB): a quarter of a 16 GB laptop; `--max-memory-gb`."""
+
+GPU_MAX_MEMORY_GB = 64.0
+"""The default limit of torch tensors on a GPU (`validate --device cuda`): under an 80 GB device's memory after
+the CUDA context and torch's caching allocator (the full-width validation grid needs 6–19 GB)."""
 
 SWEEP_SECONDS_PER_CONFIG = 0.0076
 """Fast-path time of one sweep configuration on two cores: `moesim sweep --model all` ran 1440 in 11 s."""
@@ -19,6 +27,168 @@ SWEEP_SECONDS_PER_CONFIG = 0.0076
 DEFAULT_MAX_CONFIGS = 20_000
 """Configurations (model × batch × draft length) one sweep may run: about 2.5 minutes on two cores;
 `--max-configs`."""
+
+DEFAULT_MAX_MINUTES = 10.0
+"""Wall time a serving simulation or a screen may be estimated to take before it is refused (minutes, on two
+cores); `--max-minutes`."""
+
+SERVE_SECONDS_PER_STEP = 27e-6
+SERVE_SECONDS_PER_TOKEN = 6e-6
+"""The serving loop's cost on two cores: 27 µs per scheduler step and 6 µs per generated token
+(`moesim serve --model olmoe-1b-7b`: 200 requests × 128 tokens at concurrency 1 in 1.4 s, 1000 at 64 in 1.6 s;
+both runs, SD and no SD)."""
+
+SCREEN_SECONDS_PER_POINT = 0.0035
+"""Fast-path time of one (design, batch, draft length) point of a screen on two cores (55 ms per design of
+4 batches × 4 draft lengths)."""
+
+SEED_LIMIT = 2**32
+"""Seeds are integers in [0, 2³²): what numpy's and torch's generators take on every platform."""
+
+MAX_COUNT = 2**31 - 1
+"""The largest count (layers, widths, experts, tokens, requests) any reader passes on: every array is sized in
+int32-addressable steps; a model or a run beyond it is refused before any arithmetic overflows."""
+
+MAX_LAYOUT_GPUS = 1 << 16
+"""GPUs one layout may span (65,536: beyond the largest scale-up and scale-out domains built)."""
+
+MAX_MEMORY_GB_LIMIT = 1e6
+"""The highest `--max-memory-gb` taken (a petabyte): a limit above any machine's memory turns the bound off."""
+
+MAX_EXPERTS = 1 << 20
+"""Routed experts per layer the routing models can describe (1,048,576; the largest released model has 384)."""
+
+
+def _field(field: str, where: str | None) -> str:
+    return f"{where}: {field}" if where else field
+
+
+def check_seed(seed: Any, field: str = "seed", where: str | None = None) -> int:
+    """`seed` as an int in [0, 2³²), or a refusal naming `field` (and the file `where` it came from)."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) < SEED_LIMIT:
+        raise MoesimError(
+            _field(field, where),
+            f"must be an integer in [0, 2**32), got {seed!r}",
+            "give a non-negative seed such as 0 or 1234",
+        )
+    return int(seed)
+
+
+def check_count(
+    value: Any,
+    field: str,
+    where: str | None = None,
+    *,
+    low: int = 1,
+    high: int = MAX_COUNT,
+    fix: str = "",
+) -> int:
+    """`value` as an int in [low, high] (a float that is a whole number counts: JSON writes 8.0), or a refusal
+    naming the field and the file."""
+    number = value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        number = int(value)
+    if isinstance(number, bool) or not isinstance(number, numbers.Integral):
+        raise MoesimError(_field(field, where), f"must be a whole number, got {value!r}", fix)
+    if int(number) < low:
+        raise MoesimError(_field(field, where), f"must be ≥ {low:,}, got {int(number):,}", fix)
+    if int(number) > high:
+        raise MoesimError(_field(field, where), f"must be ≤ {high:,}, got {int(number):,}", fix)
+    return int(number)
+
+
+def check_finite(
+    value: Any,
+    field: str,
+    where: str | None = None,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    fix: str = "",
+) -> float:
+    """`value` as a finite float within the bounds given (`low_open`: strictly above `low`), or a refusal."""
+    try:
+        number = math.nan if isinstance(value, bool | str) else float(value)
+    except (TypeError, ValueError, OverflowError):
+        number = math.nan
+    if not math.isfinite(number):
+        raise MoesimError(_field(field, where), f"must be a finite number, got {value!r}", fix)
+    if low is not None and (number <= low if low_open else number < low):
+        raise MoesimError(
+            _field(field, where), f"must be {'>' if low_open else '≥'} {low:g}, got {number:g}", fix
+        )
+    if high is not None and number > high:
+        raise MoesimError(_field(field, where), f"must be ≤ {high:g}, got {number:g}", fix)
+    return number
+
+
+def check_max_memory_gb(max_memory_gb: Any) -> float:
+    return check_finite(
+        max_memory_gb, "max_memory_gb", low=0.0, low_open=True, fix="give --max-memory-gb in GB"
+    )
+
+
+def check_bytes(need_bytes: float, max_memory_gb: float, what: str, fix: str) -> None:
+    """Refuse work whose estimated peak memory `need_bytes` is above `max_memory_gb`."""
+    limit = check_max_memory_gb(max_memory_gb)
+    need_gb = need_bytes / 1e9
+    if need_gb > limit:
+        raise MoesimError(
+            "max_memory_gb",
+            f"{what} needs about {need_gb:,.1f} GB, above the limit of {limit:g} GB",
+            f"{fix}, or raise --max-memory-gb",
+        )
+
+
+def check_max_minutes(max_minutes: Any) -> float:
+    return check_finite(
+        max_minutes, "max_minutes", low=0.0, low_open=True, high=1e6, fix="give --max-minutes in minutes"
+    )
+
+
+def check_minutes(estimate_s: float, max_minutes: float, what: str, fix: str) -> None:
+    """Refuse work estimated at `estimate_s` seconds when that is above `max_minutes`."""
+    limit = check_max_minutes(max_minutes)
+    if estimate_s > 60.0 * limit:
+        raise MoesimError(
+            "max_minutes",
+            f"{what} is estimated at about {estimate_s / 60:,.0f} minutes on two cores, above the limit of "
+            f"{limit:g} minutes",
+            f"{fix}, or raise --max-minutes",
+        )
+
+
+def serving_seconds(generated_tokens: float, concurrency: float, runs: int) -> float:
+    """Estimated time of `runs` serving simulations that each generate `generated_tokens` tokens with up to
+    `concurrency` requests in flight (SD shortens the steps; ignored, so this is an upper estimate)."""
+    steps = generated_tokens / max(1.0, concurrency)
+    return runs * (steps * SERVE_SECONDS_PER_STEP + generated_tokens * SERVE_SECONDS_PER_TOKEN)
+
+
+def check_serving(
+    n_requests: int, output_len: float, concurrencies: Any, runs: int, max_minutes: float
+) -> None:
+    """Refuse a serving simulation of `n_requests` × `output_len` generated tokens (each of `runs` runs; a run
+    per concurrency limit in `concurrencies`, None: unbounded) estimated above `max_minutes`."""
+    slowest = min(n_requests if c is None else min(c, n_requests) for c in concurrencies)
+    estimate = serving_seconds(n_requests * output_len, slowest, 1) * runs
+    check_minutes(
+        estimate,
+        max_minutes,
+        f"serving {n_requests:,} requests × {output_len:,.0f} output tokens ({runs} runs)",
+        "send fewer --num-prompts or shorter outputs",
+    )
+
+
+def check_screen(n_designs: int, points_per_design: int, max_minutes: float) -> None:
+    """Refuse a screen of `n_designs` × `points_per_design` fast-path points estimated above `max_minutes`."""
+    check_minutes(
+        n_designs * points_per_design * SCREEN_SECONDS_PER_POINT,
+        max_minutes,
+        f"screening {n_designs:,} designs × {points_per_design} points (batches × draft lengths)",
+        "sample fewer designs (--sample N) or screen fewer batches and draft lengths",
+    )
 
 
 def sampling_bytes(routing: Any, tokens_per_seq: int) -> int:
@@ -30,20 +200,26 @@ def sampling_bytes(routing: Any, tokens_per_seq: int) -> int:
 
 def check_memory(routing: Any, tokens_per_seq: int, max_memory_gb: float, what: str) -> None:
     """Refuse a run whose routing sampling would need more than `max_memory_gb`."""
-    if not max_memory_gb > 0:
-        raise MoesimError("max_memory_gb", f"must be > 0, got {max_memory_gb}", "give --max-memory-gb in GB")
-    need_gb = sampling_bytes(routing, tokens_per_seq) / 1e9
-    if need_gb > max_memory_gb:
-        raise MoesimError(
-            "max_memory_gb",
-            f"{what} needs about {need_gb:,.1f} GB to sample routing for {tokens_per_seq:,} tokens per sequence "
-            f"over {routing.n_experts:,} experts, above the limit of {max_memory_gb:g} GB",
-            "use a shorter --draft-len or fewer --experts, or raise --max-memory-gb",
-        )
+    need = sampling_bytes(routing, tokens_per_seq)
+    check_routing_bytes(need, getattr(routing, "n_experts", 0), tokens_per_seq, max_memory_gb, what)
+
+
+def check_routing_bytes(
+    need_bytes: float, n_experts: int, tokens_per_seq: int, max_memory_gb: float, what: str
+) -> None:
+    """Refuse a run whose routing sampling, estimated at `need_bytes` before any routing model is built, is above
+    `max_memory_gb`."""
+    check_bytes(
+        need_bytes,
+        max_memory_gb,
+        f"{what} (sampling routing for {tokens_per_seq:,} tokens per sequence over {n_experts:,} experts)",
+        "use a shorter --draft-len or fewer --experts",
+    )
 
 
 def check_configs(n_configs: int, max_configs: int) -> None:
     """Refuse a sweep of more configurations than `max_configs`."""
+    check_count(max_configs, "max_configs", fix="give --max-configs as a positive integer")
     if n_configs > max_configs:
         raise MoesimError(
             "max_configs",
@@ -53,4 +229,27 @@ def check_configs(n_configs: int, max_configs: int) -> None:
         )
 
 
-__all__ = ["DEFAULT_MAX_CONFIGS", "DEFAULT_MAX_MEMORY_GB", "check_configs", "check_memory", "sampling_bytes"]
+__all__ = [
+    "DEFAULT_MAX_CONFIGS",
+    "DEFAULT_MAX_MEMORY_GB",
+    "DEFAULT_MAX_MINUTES",
+    "GPU_MAX_MEMORY_GB",
+    "MAX_COUNT",
+    "MAX_EXPERTS",
+    "MAX_LAYOUT_GPUS",
+    "MAX_MEMORY_GB_LIMIT",
+    "SEED_LIMIT",
+    "check_bytes",
+    "check_configs",
+    "check_count",
+    "check_finite",
+    "check_max_memory_gb",
+    "check_max_minutes",
+    "check_memory",
+    "check_minutes",
+    "check_routing_bytes",
+    "check_screen",
+    "check_seed",
+    "check_serving",
+    "sampling_bytes",
+]

@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from moesim.errors import MoesimError
 from moesim.options import option
-from moesim.simulator.bounds import DEFAULT_MAX_CONFIGS, DEFAULT_MAX_MEMORY_GB, check_memory
+from moesim.simulator.bounds import (
+    DEFAULT_MAX_CONFIGS,
+    DEFAULT_MAX_MEMORY_GB,
+    check_max_memory_gb,
+    check_memory,
+    check_routing_bytes,
+)
 
 if TYPE_CHECKING:  # the module stays light: the CLI reads its defaults at start-up
     from moesim.simulator.engines.profile import ServingEngineProfile
@@ -167,8 +173,21 @@ class Scenario:
         # tokens per sequence the largest verification reserves in the KV cache (a tree's draft tokens)
         k = verify_tokens(serving.drafter, self.draft_len if fit_draft_len is None else fit_draft_len) - 1
         check_step_inputs(spec, self.batch, k + 1, self.context_len)
+        check_max_memory_gb(self.max_memory_gb)
+        verified = verify_tokens(serving.drafter, self.draft_len)
+        if self.acceptance_length is not None and self.acceptance_length > verified:
+            raise MoesimError(
+                "acceptance_length",
+                f"is {self.acceptance_length:g} tokens per round, above the {verified} a round of draft length "
+                f"{self.draft_len} verifies (K + 1{' for a tree: its draft tokens + 1' if verified != self.draft_len + 1 else ''})",
+                "give --acceptance-length ≤ K + 1, or a longer --draft-len",
+            )
+        what = f"{spec.name} with draft length {k}"
+        check_routing_size(
+            spec, self.routing, self.overlap, self.baseline_overlap, k + 1, self.max_memory_gb, what
+        )
         routing = resolve_routing(spec, self.routing, self.overlap, self.baseline_overlap)
-        check_memory(routing, k + 1, self.max_memory_gb, f"{spec.name} with draft length {k}")
+        check_memory(routing, k + 1, self.max_memory_gb, what)
         request = LayoutRequest() if self.layout is None else self.layout
         memory = None
         if check_fit:
@@ -298,8 +317,8 @@ def resolve_routing(
 
     if isinstance(routing, RoutingModel):
         return routing
-    if not spec.is_moe:
-        return IndependentRouting()
+    if not spec.is_moe or (spec.top_k >= spec.n_experts and isinstance(routing, str | None)):
+        return IndependentRouting()  # dense, or every token uses every expert: no routing to describe
     from moesim.simulator.routing.presets import routing_from_cli
 
     if routing is None:
@@ -307,6 +326,29 @@ def resolve_routing(
     return routing_from_cli(
         routing, spec.n_experts, spec.top_k, overlap, baseline_overlap, spec.n_groups, spec.topk_groups
     )
+
+
+def check_routing_size(
+    spec: ModelSpec,
+    routing: RoutingModel | str | None,
+    overlap: tuple[float, ...] | str | None,
+    baseline_overlap: float | None,
+    tokens_per_seq: int,
+    max_memory_gb: float,
+    what: str,
+) -> None:
+    """Refuse, before any routing model is built (the typical preset samples sequences to describe itself), a
+    correlated routing whose sampling would need more than `max_memory_gb`: its bank is sized by the model's
+    expert count, top-k and the tokens per sequence alone."""
+    from moesim.simulator.routing.base import RoutingModel
+
+    independent = routing == "independent" and overlap is None and baseline_overlap is None
+    if not spec.is_moe or isinstance(routing, RoutingModel) or independent:
+        return
+    from moesim.simulator.routing.correlated import bank_bytes
+
+    need = bank_bytes(spec.n_experts, tokens_per_seq, spec.top_k)
+    check_routing_bytes(need, spec.n_experts, tokens_per_seq, max_memory_gb, what)
 
 
 def chosen_layout(
@@ -346,6 +388,7 @@ __all__ = [
     "Scenario",
     "SweepGrid",
     "check_acceptance",
+    "check_routing_size",
     "chosen_layout",
     "resolve_hardware",
     "resolve_model",

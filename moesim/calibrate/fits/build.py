@@ -121,13 +121,23 @@ def _normalised(meas: Measurements, notes: list[str]) -> tuple[Measurements, dic
     moved = drift.spread(meas.probes)
     notes.append(
         f"drift probe ({len(meas.probes)} probes): median memory {median.memory_gbps:.3g} GB/s, compute "
-        f"{median.compute_tflops:.3g} TFLOP/s; spread over the run (max - min) / median: memory "
-        f"{moved['memory']:.1%}, compute {moved['compute']:.1%}; each suite normalised to the median ("
+        f"{median.compute_tflops:.3g} TFLOP/s, dispatch {median.dispatch_us:.3g} us/op; spread over the run "
+        "(max - min) / median: "
+        + ", ".join(f"{part} {value:.1%}" for part, value in moved.items())
+        + "; each suite normalised to the median ("
         + ", ".join(
-            f"{d.suite} x{d.factor.memory:.3f} mem, x{d.factor.compute:.3f} compute" for d in drifts.values()
+            f"{d.suite} x" + "/".join(f"{v:.3f}" for v in d.factor.as_dict().values())
+            for d in drifts.values()
         )
-        + "; moe fits are diagnostics and stay raw)"
+        + " memory/compute/dispatch; moe fits are diagnostics and stay raw)"
     )
+    worst = max(moved, key=lambda part: moved[part])
+    if moved[worst] > drift.DRIFT_THRESHOLD:
+        notes.append(
+            f"warning: the machine's {worst} speed moved {moved[worst]:.1%} over the calibration (threshold "
+            f"{drift.DRIFT_THRESHOLD:.0%}): its figures are at the run's median speed, and a later run on this "
+            "machine may see another"
+        )
     launch, gemm = meas.launch, meas.gemm
     if launch and "launch" in drifts:
         launch = drift.normalise_launch_rows(launch, drifts["launch"].factor, meas.backend != "cpu")

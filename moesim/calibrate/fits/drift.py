@@ -1,9 +1,9 @@
-"""Machine-speed drift, measured by the probe (`calibrate/suites/probe.py`), and the named correction it supports. Pure.
+"""Machine-speed drift, measured by the probe (`calibrate/suites/probe.py`), and the correction it supports. Pure.
 
 A shared machine's speed moves: neighbours contend for DRAM bandwidth and for the cores, a GPU's clocks move
-with power and heat. The probe times the same memory read and the same small GEMM again and again; the ratio
-of two of its rates is a **machine-speed ratio** (dimensionless; 1 = as fast as the reference), measured for
-the two parts of the machine separately:
+with power and heat. The probe times the same memory read, the same small GEMM and the same burst of tiny ops
+again and again; the ratio of two of its rates is a **machine-speed ratio** (dimensionless; 1 = as fast as the
+reference), measured for three parts of the machine separately:
 
 - `memory`: DRAM/HBM streaming speed now ÷ then (the probe's read). It scales the profile's streaming
   bandwidth (`datasheet.memory_bandwidth_gbps`; element-wise kernels stream at a fixed fraction of it);
@@ -12,8 +12,8 @@ the two parts of the machine separately:
   on a GPU the device-side kernel fixed latency and gaps;
 - `dispatch`: host speed now ÷ then (the probe's burst of tiny eager ops, per-op host time then ÷ now). It
   scales the host's per-op costs: eager launch (on a CPU: operator dispatch, which is also a CPU kernel's
-  fixed latency), graph launch and sync. On a shared CPU this part moves most: a neighbour that thrashes the
-  shared caches slows the framework's per-op path far more than a GEMM's arithmetic.
+  fixed latency), graph launch and sync. On the shared 2-core VM measured, this part moved most (16-24% over
+  a quick calibration, against 5-13% for memory).
 
 Byte counts (cache capacity, the half-bandwidth transfer) and dimensionless shapes (GEMM efficiency,
 fractions) are not speeds and are never scaled. Nothing here is fitted: each ratio is two measurements of
@@ -35,10 +35,11 @@ from typing import Any
 
 from moesim.simulator.hardware.profile import HardwareProfile
 
-# Drift within one suite above this (either part, |after / before − 1|) means the machine changed speed while
+# Drift within one suite above this (any part, |after / before − 1|) means the machine changed speed while
 # the suite ran, which one normalisation factor cannot undo: `calibrate` warns and repeats the suite once.
-# Measured on a shared 2-core EPYC VM (load 7-9 from neighbours): a probe's nine repeats have a relative IQR
-# of 7-15%, so two consecutive probes' medians differ by up to ~5% with no drift at all; 10% is drift.
+# Measured on a shared 2-core EPYC VM (load 7-13 from neighbours): a probe's nine repeats have a relative IQR
+# of 5-17% (memory, GEMM) and 20-60% (dispatch), so two consecutive probes' medians differ by several percent
+# with no drift at all; 10% is taken as drift.
 DRIFT_THRESHOLD = 0.10
 PROBE_KEY = "drift_probe"  # the profile's fit_quality table holding the calibration's probe figures
 

@@ -35,7 +35,7 @@ from moesim.calibrate.suites.timing import (
     today,
 )
 from moesim.errors import MoesimError
-from moesim.reading import expect_table, parse_json, read_text
+from moesim.reading import csv_rows, expect_table, parse_json, read_text
 from moesim.simulator.hardware.profile import HardwareProfile, save_profile
 
 SUITES = ("memory", "launch", "gemm", "moe")
@@ -102,7 +102,10 @@ def read_rows(path: Path) -> tuple[dict[str, Any], list[Row]]:
         str(path),
         "CSV header",
     )
-    rows = [{k: _parse(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(rest))]
+    _, records = csv_rows(
+        "--from-csv", rest, str(path), "calibration suite CSV"
+    )  # duplicates, ragged refused
+    rows = [{k: _parse(v) for k, v in row.items()} for row in records]
     return meta, rows
 
 

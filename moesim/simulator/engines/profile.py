@@ -33,7 +33,7 @@ CAPTURE_UNITS = ("sequences", "tokens")
 PADDING_RULES = ("next_captured", "none")
 UNCAPTURED_MODES = ("eager", "piecewise")
 DRAFT_SHAPES = ("chain", "tree")
-DRAFTER_LAUNCHES = ("target", "graph", "eager")
+DRAFTER_LAUNCHES = ("target", "graph", "eager", "piecewise")
 VERIFY_MODES = ("multi_token", "batch_expansion")
 FIRST_PASSES = ("one_token", "verified")
 PROFILE_KINDS = ("ideal", "documented", "fitted")
@@ -137,8 +137,9 @@ class CudaGraphs:
 @dataclass(frozen=True)
 class DrafterStyle:
     """How the engine runs the drafter: a chain verifies K + 1 tokens per sequence, a tree its
-    `tree_draft_tokens` (with tree-masked attention); drafter passes in graph replay, eager, or like the
-    target step (`target`); a tree's drafter passes run `tree_topk` candidates per sequence;
+    `tree_draft_tokens` (with tree-masked attention); drafter passes in graph replay, eager, piecewise
+    graphs (each drafter layer's attention launched eagerly between graph pieces) or like the target step
+    (`target`); a tree's drafter passes run `tree_topk` candidates per sequence;
     `draft_vocab_size` > 0 is a reduced drafter LM head (EAGLE-3). The target scores the drafts in one
     pass of q tokens per sequence (`multi_token`), or by batch expansion: q one-token rows per sequence,
     each attending over the whole context (vLLM V0's scorer with CUDA graphs).
@@ -152,7 +153,7 @@ class DrafterStyle:
     shape: Literal["chain", "tree"] = "chain"
     tree_draft_tokens: int = 0
     tree_topk: int = 1  # tree branching: each drafter pass extends this many candidates per sequence
-    launch: Literal["target", "graph", "eager"] = "target"
+    launch: Literal["target", "graph", "eager", "piecewise"] = "target"
     draft_vocab_size: int = 0
     verify_mode: Literal["multi_token", "batch_expansion"] = "multi_token"
     first_pass: Literal["one_token", "verified"] = "one_token"

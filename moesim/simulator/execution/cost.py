@@ -162,6 +162,26 @@ class GroupedTerms:
     extra_s: np.ndarray  # expert fixed + U × per-expert seconds
     pair_flops_per_s: np.ndarray  # rate of the (token, expert) arithmetic
 
+    @classmethod
+    def of(
+        cls,
+        experts: np.ndarray,
+        peak_flops: np.ndarray,
+        fixed_us: float,
+        per_expert_us: float,
+        pair_flops_fraction: float,
+    ) -> GroupedTerms:
+        """One set of terms for every grouped kernel (`experts` > 0) of these peaks: what a fit evaluates."""
+        experts = np.asarray(experts, dtype=float)
+        grouped = experts > 0
+        return cls(
+            is_grouped=grouped,
+            extra_s=np.where(grouped, (fixed_us + experts * per_expert_us) * 1e-6, 0.0),
+            pair_flops_per_s=np.where(
+                grouped, np.asarray(peak_flops, dtype=float) * pair_flops_fraction, np.inf
+            ),
+        )
+
 
 def compute_time_s(
     flops: np.ndarray | float,

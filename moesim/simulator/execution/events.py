@@ -78,6 +78,7 @@ class StepResult:
                 }
             ),
             "n_kernels": len(self.kernel_times_s),
+            "cache_reads_per_sequence": self.plan.cache_reads_per_sequence,
             "hbm_bytes": self.hbm_bytes,
             "cache_bytes": self.cache_bytes,
             "kernel_style": self.plan.kernel_style,

@@ -15,7 +15,10 @@ It evaluates the same plan, cache semantics and cost formulas as the event timer
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -203,15 +206,27 @@ def residency(tensor: np.ndarray, size: np.ndarray, capacity: float) -> np.ndarr
 
     LRU stack distance: resident = clamp(capacity − y, 0, min(footprint, capacity)), y = footprints of the
     distinct other tensors touched since the tensor's previous access (in this step or the previous one);
-    a tensor's footprint is its largest access. Returns None when too many tensors are touched repeatedly
-    for the vectorised form to pay off.
+    a tensor's footprint is its largest access. `size` is one row of access sizes, or a (plans × accesses)
+    array of plans sharing the access sequence `tensor` (whose stack structure is then worked out once).
+    Returns None when too many tensors are touched repeatedly for the vectorised form to pay off.
     """
     n = tensor.size
     if n == 0:
-        return np.zeros(0)
+        return np.zeros(np.shape(size))
     structure = _stack_structure(tensor)
     if structure is None:
         return None
+    if np.ndim(size) == 2:
+        return np.array([_residency_row(tensor, row, capacity, structure) for row in size]).reshape(
+            size.shape
+        )
+    return _residency_row(tensor, size, capacity, structure)
+
+
+def _residency_row(
+    tensor: np.ndarray, size: np.ndarray, capacity: float, structure: _StackStructure
+) -> np.ndarray:
+    n = tensor.size
     footprint = np.zeros(int(tensor.max()) + 1)
     np.maximum.at(footprint, tensor, size)
     inserted = np.minimum(footprint[np.concatenate([tensor, tensor])], capacity)
@@ -223,22 +238,39 @@ def residency(tensor: np.ndarray, size: np.ndarray, capacity: float) -> np.ndarr
     return np.clip(capacity - y, 0.0, inserted[p])
 
 
+def _row_bincount(index: np.ndarray, weights: np.ndarray, length: int) -> np.ndarray:
+    """`np.bincount(index, weights=row, minlength=length)` of every row of `weights`."""
+    return np.array([np.bincount(index, weights=row, minlength=length) for row in weights]).reshape(
+        weights.shape[0], length
+    )
+
+
 def kernel_traffic(arrays: KernelArrays, capacity: float) -> tuple[np.ndarray, np.ndarray]:
     """(cache bytes, memory bytes) of every kernel, warm from the previous identical step."""
-    n_k = arrays.n_kernels
-    resident = residency(arrays.acc_tensor, arrays.acc_size, capacity)
+    cache, memory = _group_traffic(arrays, arrays.acc_size[None, :], capacity, [arrays])
+    return cache[0], memory[0]
+
+
+def _group_traffic(
+    structure: KernelArrays, size: np.ndarray, capacity: float, members: Sequence[KernelArrays]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(cache bytes, memory bytes) per kernel of plans sharing `structure`'s accesses; rows of `size`."""
+    n_k = structure.n_kernels
+    resident = residency(structure.acc_tensor, size, capacity)
     if resident is None:
-        return _sequential_traffic(arrays, capacity)
-    size = arrays.acc_size
+        parts = [_sequential_traffic(member, capacity) for member in members]
+        return np.array([c for c, _ in parts]), np.array([m for _, m in parts])
+    reads = np.array([member.acc_reads for member in members])
+    working = np.array([member.acc_working for member in members])
     first_hit = np.minimum(resident, size)
-    rep_hit, rep_miss = repeat_traffic(size, arrays.acc_reads, arrays.acc_working, capacity)
+    rep_hit, rep_miss = repeat_traffic(size, reads, working, capacity)
     w_cache, w_memory = write_traffic(size, capacity)
-    is_write = arrays.acc_write
+    is_write = structure.acc_write
     cache = np.where(is_write, w_cache, first_hit + rep_hit)
     memory = np.where(is_write, w_memory, size - first_hit + rep_miss)
     return (
-        np.bincount(arrays.acc_kernel, weights=cache, minlength=n_k),
-        np.bincount(arrays.acc_kernel, weights=memory, minlength=n_k),
+        _row_bincount(structure.acc_kernel, cache, n_k),
+        _row_bincount(structure.acc_kernel, memory, n_k),
     )
 
 
@@ -277,7 +309,8 @@ def _sequential_traffic(arrays: KernelArrays, capacity: float) -> tuple[np.ndarr
 
 @dataclass(frozen=True)
 class KernelCosts:
-    """Per-kernel device seconds (total, compute, memory) and traffic of one plan."""
+    """Per-kernel device seconds (total, compute, memory) and traffic of one plan (or, as 2-D arrays, of
+    a group of plans sharing one structure: one row per plan)."""
 
     total_s: np.ndarray
     compute_s: np.ndarray
@@ -288,11 +321,38 @@ class KernelCosts:
 
 def cost_plan(arrays: KernelArrays, params: CostParams) -> KernelCosts:
     """Cache traffic and device time of every kernel of a plan."""
-    cache, hbm = kernel_traffic(arrays, params.cache_capacity_bytes)
-    peaks = np.array([params.peak(d) for d in arrays.dtypes] or [0.0])[arrays.dtype_index]
-    grouped = params.grouped_terms(arrays.experts, arrays.dtypes, arrays.dtype_index)
-    total, compute, memory = kernel_times_s(arrays.flops, arrays.m_tokens, peaks, hbm, cache, params, grouped)
+    costs = _cost_group([arrays], params)
+    return KernelCosts(*(field[0] for field in _fields(costs)))
+
+
+def _fields(costs: KernelCosts) -> tuple[np.ndarray, ...]:
+    return costs.total_s, costs.compute_s, costs.memory_s, costs.cache_bytes, costs.hbm_bytes
+
+
+def _cost_group(members: Sequence[KernelArrays], params: CostParams) -> KernelCosts:
+    """`cost_plan` of plans sharing one structure, one numpy pass over (plans × kernels) arrays."""
+    first = members[0]
+    size = np.array([member.acc_size for member in members])
+    cache, hbm = _group_traffic(first, size, params.cache_capacity_bytes, members)
+    peaks = np.array([np.array([params.peak(d) for d in m.dtypes] or [0.0])[m.dtype_index] for m in members])
+    flops = np.array([member.flops for member in members])
+    m_tokens = np.array([member.m_tokens for member in members])
+    grouped = _stacked([params.grouped_terms(m.experts, m.dtypes, m.dtype_index) for m in members])
+    total, compute, memory = kernel_times_s(flops, m_tokens, peaks, hbm, cache, params, grouped)
     return KernelCosts(total, compute, memory, cache, hbm)
+
+
+_Terms = TypeVar("_Terms")
+
+
+def _stacked(per_plan: Sequence[_Terms | None]) -> _Terms | None:
+    """Per-kernel term arrays of plans (a dataclass of arrays per plan, or None where a plan has no such
+    kernels) as one dataclass of (plans × kernels) arrays; the plans of a group all have them or none."""
+    first = per_plan[0]
+    if first is None:
+        return None
+    names = [f.name for f in dataclasses.fields(first)]  # type: ignore[arg-type]
+    return type(first)(**{name: np.array([getattr(t, name) for t in per_plan]) for name in names})
 
 
 @dataclass(frozen=True)
@@ -315,16 +375,38 @@ def schedule(
     is_gemm: np.ndarray | None = None,
 ) -> tuple[float, np.ndarray]:
     """Step seconds and the exposed device seconds of each kernel under the launch model."""
-    n = durations.size
+    step_s, exposed = _schedule_rows(
+        durations[None, :],
+        memory_s[None, :],
+        stream,
+        join,
+        launch,
+        None if is_gemm is None else is_gemm[None, :],
+    )
+    return float(step_s[0]), exposed[0]
+
+
+def _schedule_rows(
+    durations: np.ndarray,
+    memory_s: np.ndarray,
+    stream: np.ndarray,
+    join: np.ndarray,
+    launch: LaunchParams,
+    is_gemm: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`schedule` of plans sharing streams and joins: one row of durations per plan."""
+    plans, n = durations.shape
     exposed = durations.copy()
-    gaps = np.full(n, launch.gap_s)
+    gaps = np.full((plans, n), launch.gap_s)
     side = np.nonzero(stream != 0)[0]
     if side.size:
         exposed, gaps = _fold_side_streams(durations, memory_s, stream, join, gaps, launch.gap_s)
+    if n == 0:
+        return np.full(plans, launch.first_issue_s + launch.sync_s), exposed
     issue = launch.issue_times(n, is_gemm)
     per = gaps + exposed
-    suffix = np.cumsum(per[::-1])[::-1]
-    end = float(np.max(issue + suffix)) if n else launch.first_issue_s
+    suffix = np.cumsum(per[:, ::-1], axis=1)[:, ::-1]
+    end = np.max(issue + suffix, axis=1)
     return end + launch.sync_s, exposed
 
 
@@ -338,9 +420,8 @@ def _fold_side_streams(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Collapse each side-stream run onto the main stream: its fork–join region takes
     max(main branch, side branch, both branches' memory time plus the lighter branch's fixed costs); a run
-    never joined only adds what sticks
-    out past the main stream's end."""
-    n = durations.size
+    never joined only adds what sticks out past the main stream's end. One row per plan (shared streams)."""
+    n = durations.shape[1]
     exposed = durations.copy()
     gaps = gaps.copy()
     on_side = stream != 0
@@ -353,20 +434,32 @@ def _fold_side_streams(
     region_end = np.where(
         joined, join_idx[np.minimum(pos, max(join_idx.size - 1, 0))] if join_idx.size else n, n
     )
-    busy = np.concatenate([[0.0], np.cumsum(np.where(on_side, 0.0, durations + gap_s))])
-    side_busy = np.concatenate([[0.0], np.cumsum(np.where(on_side, durations + gap_s, 0.0))])
-    mem = np.concatenate([[0.0], np.cumsum(memory_s)])
-    t_side = side_busy[run_end] - side_busy[run_start]
-    t_main = busy[region_end] - busy[run_end]
-    m_side = mem[run_end] - mem[run_start]
-    m_main = mem[region_end] - mem[run_end]
+    zero = np.zeros((durations.shape[0], 1))
+    busy = np.concatenate([zero, np.cumsum(np.where(on_side, 0.0, durations + gap_s), axis=1)], axis=1)
+    side_busy = np.concatenate([zero, np.cumsum(np.where(on_side, durations + gap_s, 0.0), axis=1)], axis=1)
+    mem = np.concatenate([zero, np.cumsum(memory_s, axis=1)], axis=1)
+    t_side = side_busy[:, run_end] - side_busy[:, run_start]
+    t_main = busy[:, region_end] - busy[:, run_end]
+    m_side = mem[:, run_end] - mem[:, run_start]
+    m_main = mem[:, region_end] - mem[:, run_end]
     # Both branches' bytes share the bandwidth; the fixed latencies and gaps of the lighter branch stay exposed.
     shared = m_side + m_main + np.minimum(t_main - m_main, t_side - m_side)
     region = np.where(joined, np.maximum(np.maximum(t_main, t_side), shared), np.maximum(t_main, t_side))
-    exposed[on_side] = 0.0
-    gaps[on_side] = 0.0
-    exposed[run_end - 1] = region - t_main
+    exposed[:, on_side] = 0.0
+    gaps[:, on_side] = 0.0
+    exposed[:, run_end - 1] = region - t_main
     return exposed, gaps
+
+
+@dataclass(frozen=True)
+class StepRequest:
+    """One plan to time: its launch mode, whether the launch and final sync count, and the seconds of
+    kernels timed elsewhere (one entry per kernel, NaN where absent; e.g. collectives on their links)."""
+
+    plan: StepPlan
+    launch: str = "graph"
+    include_launch_and_sync: bool = True
+    external_time_s: np.ndarray | None = None
 
 
 def fast_step(
@@ -382,24 +475,82 @@ def fast_step(
     `external_time_s` (one entry per kernel, NaN where absent) replaces the roofline of kernels timed
     elsewhere, such as collectives on their links; those kernels move no memory bytes.
     """
+    request = StepRequest(plan, launch, include_launch_and_sync, external_time_s)
+    return fast_steps([request], hardware, params)[0]
+
+
+def fast_steps(
+    requests: Sequence[StepRequest], hardware: HardwareProfile, params: CostParams | None = None
+) -> list[FastStep]:
+    """`fast_step` of many plans at once: plans that share a structure (the same kernels, accesses, streams
+    and launch: one model's steps across batch sizes and draft lengths, designs of one layer pattern) are
+    costed and scheduled in one numpy pass over (plans × kernels) arrays. Every row goes through the same
+    floating-point operations as a plan alone, so each result is exactly `fast_step`'s."""
     params = params or CostParams.from_hardware(hardware)
-    launch_params = LaunchParams.from_hardware(hardware, launch)
-    if not include_launch_and_sync:
+    arrays = [plan_arrays(request.plan) for request in requests]
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for index, (request, a) in enumerate(zip(requests, arrays, strict=True)):
+        key = (
+            bool(np.any(a.experts > 0)),  # grouped expert GEMM terms present (see `_stacked`)
+            request.launch,
+            request.include_launch_and_sync,
+            request.external_time_s is not None,
+            a.acc_kernel.tobytes(),
+            a.acc_tensor.tobytes(),
+            a.acc_write.tobytes(),
+            a.stream.tobytes(),
+            a.join.tobytes(),
+        )
+        groups.setdefault(key, []).append(index)
+    out: list[FastStep | None] = [None] * len(requests)
+    for indices in groups.values():
+        members = [arrays[i] for i in indices]
+        timed = _time_group([requests[i] for i in indices], members, hardware, params)
+        for i, step in zip(indices, timed, strict=True):
+            out[i] = step
+    return [step for step in out if step is not None]
+
+
+def _time_group(
+    requests: Sequence[StepRequest],
+    members: Sequence[KernelArrays],
+    hardware: HardwareProfile,
+    params: CostParams,
+) -> list[FastStep]:
+    first, request = members[0], requests[0]
+    launch_params = LaunchParams.from_hardware(hardware, request.launch)
+    if not request.include_launch_and_sync:
         launch_params = launch_params.without_launch_and_sync()
-    arrays = plan_arrays(plan)
-    costs = cost_plan(arrays, params)
+    costs = _cost_group(members, params)
     total, memory = costs.total_s, costs.memory_s
-    if external_time_s is not None:
-        external = ~np.isnan(external_time_s)
-        total = np.where(external, external_time_s, total)
+    if request.external_time_s is not None:
+        external_s = np.array([r.external_time_s for r in requests], dtype=float)
+        external = ~np.isnan(external_s)
+        total = np.where(external, external_s, total)
         memory = np.where(external, 0.0, memory)
-    step_s, exposed = schedule(total, memory, arrays.stream, arrays.join, launch_params, arrays.m_tokens > 0)
-    per_category = np.bincount(arrays.category, weights=exposed, minlength=len(CATEGORIES))
-    per_category[IDLE] = max(0.0, step_s - float(np.sum(exposed)))
-    return FastStep(
-        step_s=step_s,
-        breakdown_s={name: float(per_category[i]) for i, name in enumerate(CATEGORIES)},
-        hbm_bytes=float(np.sum(costs.hbm_bytes)),
-        cache_bytes=float(np.sum(costs.cache_bytes)),
-        n_kernels=arrays.n_kernels,
-    )
+    m_tokens = np.array([member.m_tokens for member in members])
+    step_s, exposed = _schedule_rows(total, memory, first.stream, first.join, launch_params, m_tokens > 0)
+    categories = np.array([member.category for member in members])
+    per_category = _row_bincount_2d(categories, exposed, len(CATEGORIES))
+    out = []
+    for row in range(len(members)):
+        per_row = per_category[row]
+        per_row[IDLE] = max(0.0, float(step_s[row]) - float(np.sum(exposed[row])))
+        out.append(
+            FastStep(
+                step_s=float(step_s[row]),
+                breakdown_s={name: float(per_row[i]) for i, name in enumerate(CATEGORIES)},
+                hbm_bytes=float(np.sum(costs.hbm_bytes[row])),
+                cache_bytes=float(np.sum(costs.cache_bytes[row])),
+                n_kernels=first.n_kernels,
+            )
+        )
+    return out
+
+
+def _row_bincount_2d(index: np.ndarray, weights: np.ndarray, length: int) -> np.ndarray:
+    """Per-row `np.bincount(index[row], weights=weights[row], minlength=length)`: one call, each row's
+    bins offset by `length` (a bin gathers its row's weights in order, so the sums are the one-row ones)."""
+    plans = weights.shape[0]
+    flat = (index + length * np.arange(plans)[:, None]).ravel()
+    return np.bincount(flat, weights=weights.ravel(), minlength=plans * length).reshape(plans, length)

@@ -82,11 +82,12 @@ class LaunchParams:
 
     def issue_times(self, n: int, is_gemm: np.ndarray | None = None) -> np.ndarray:
         """Host time at which each of n kernels (in issue order) has been launched; `is_gemm` marks the
-        GEMMs (m_tokens > 0), whose eager launch costs `per_gemm_issue_s` when set."""
+        GEMMs (m_tokens > 0), whose eager launch costs `per_gemm_issue_s` when set. A 2-D `is_gemm`
+        (one row per plan of n kernels) gives one row of issue times per plan."""
         if n == 0:
             return np.zeros(0)
         costs = self.host_costs_s(n, is_gemm)
         if self.per_kernel_issue_s == 0.0:  # graph replay: everything is issued by the one launch
-            return np.full(n, self.first_issue_s)
+            return np.full(costs.shape, self.first_issue_s)
         # the first launch keeps `first_issue_s` (its own cost), each later one adds its own host cost
-        return self.first_issue_s - costs[0] + np.cumsum(costs)
+        return self.first_issue_s - costs[..., :1] + np.cumsum(costs, axis=-1)

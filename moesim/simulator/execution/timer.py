@@ -4,6 +4,7 @@
     timer = FastTimer(hardware)     # numpy closed form: the same costs, for sweeps and screening
     timed = timer.step(plan, "graph")                       # one step, launch and sync included
     timed = time_parallel(timer, parallel_step, "graph")    # the slowest rank, collectives on the links
+    timed = timer.steps([StepCall(plan, "graph"), ...])     # many at once (the fast path: one numpy pass)
 
 Both read the same launch model (`launch`), cost model (`cost`), cache model (`cache`) and collective
 times (`collectives.step_collective_times_s`); they agree exactly where nothing overlaps on side streams.
@@ -11,7 +12,7 @@ times (`collectives.step_collective_times_s`); they agree exactly where nothing 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -20,7 +21,7 @@ import numpy as np
 from moesim.simulator.execution.collectives import step_collective_times_s
 from moesim.simulator.execution.cost import CostParams
 from moesim.simulator.execution.events import StepResult, run_events
-from moesim.simulator.execution.fastpath import FastStep, fast_step
+from moesim.simulator.execution.fastpath import FastStep, StepRequest, fast_step, fast_steps
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.plan.parallel import ParallelStep, collective_name
 from moesim.simulator.plan.step import StepPlan
@@ -35,10 +36,23 @@ class TimedStep(Protocol):
     def breakdown_s(self) -> dict[str, float]: ...
 
 
+@dataclass(frozen=True)
+class StepCall:
+    """One step for `StepTimer.steps`: the arguments of `StepTimer.step`."""
+
+    plan: StepPlan
+    launch: str
+    collectives: Mapping[str, float] | None = None
+    include_launch_and_sync: bool = True
+
+
 class StepTimer(Protocol):
-    """Times one step plan on `hardware`; `collectives` gives each collective's seconds by name."""
+    """Times one step plan on `hardware`; `collectives` gives each collective's seconds by name.
+    `steps` times many, each as `step` would."""
 
     hardware: HardwareProfile
+
+    def steps(self, calls: Sequence[StepCall]) -> Sequence[TimedStep]: ...
 
     def step(
         self,
@@ -64,6 +78,14 @@ class _ProfileTimer:
 @dataclass
 class EventTimer(_ProfileTimer):
     """The event timer: a timeline of every kernel, bandwidth shared between streams."""
+
+    def steps(self, calls: Sequence[StepCall]) -> list[StepResult]:
+        return [
+            self.step(
+                c.plan, c.launch, collectives=c.collectives, include_launch_and_sync=c.include_launch_and_sync
+            )
+            for c in calls
+        ]
 
     def step(
         self,
@@ -106,6 +128,19 @@ class FastTimer(_ProfileTimer):
         external = None if collectives is None else _collective_vector(plan, collectives)
         return fast_step(plan, self.hardware, launch, self.params, include_launch_and_sync, external)
 
+    def steps(self, calls: Sequence[StepCall]) -> list[FastStep]:
+        """Every call's `step`, plans of one structure costed together (`fastpath.fast_steps`)."""
+        requests = [
+            StepRequest(
+                c.plan,
+                c.launch,
+                c.include_launch_and_sync,
+                None if c.collectives is None else _collective_vector(c.plan, c.collectives),
+            )
+            for c in calls
+        ]
+        return fast_steps(requests, self.hardware, self.params)
+
 
 def _collective_vector(plan: StepPlan, collectives: Mapping[str, float]) -> np.ndarray:
     """Seconds of every kernel that is a collective (NaN for the rest), in issue order."""
@@ -126,12 +161,29 @@ def time_parallel(
     timer: StepTimer, step: ParallelStep, launch: str, include_launch_and_sync: bool = True
 ) -> TimedStep:
     """The slowest rank's step of a parallel plan, its collectives timed on the node's links."""
+    call = parallel_call(timer, step, launch, include_launch_and_sync)
     return timer.step(
-        step.plan,
-        launch,
-        collectives=step_collective_times_s(step, timer.hardware.node),
-        include_launch_and_sync=include_launch_and_sync,
+        call.plan,
+        call.launch,
+        collectives=call.collectives,
+        include_launch_and_sync=call.include_launch_and_sync,
     )
 
 
-__all__ = ["EventTimer", "FastTimer", "StepTimer", "TimedStep", "time_parallel"]
+def parallel_call(
+    timer: StepTimer, step: ParallelStep, launch: str, include_launch_and_sync: bool = True
+) -> StepCall:
+    """`time_parallel` as a call for `StepTimer.steps`."""
+    collectives = step_collective_times_s(step, timer.hardware.node)
+    return StepCall(step.plan, launch, collectives, include_launch_and_sync)
+
+
+__all__ = [
+    "EventTimer",
+    "FastTimer",
+    "StepCall",
+    "StepTimer",
+    "TimedStep",
+    "parallel_call",
+    "time_parallel",
+]

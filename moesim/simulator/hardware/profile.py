@@ -122,11 +122,12 @@ class HardwareProfile:
 #
 # One TOML file per accelerator: [datasheet] (facts), [empirical] (cost-model parameters), [node],
 # [provenance], optional [fit_quality.<param>]. Bundled files live in moesim/hardware_profiles/, measured
-# ones in moesim/hardware_profiles/measured/ (addressed as "measured/<name>").
+# ones in moesim/hardware_profiles/measured/ (addressed as "measured/<name>"), silicon ones (fitted to
+# aiconfigurator-core's tables) in moesim/hardware_profiles/silicon/ ("silicon/<system>-<framework>").
 
 PROFILE_SUFFIX = ".toml"
 MEASURED_PREFIX = "measured/"
-_PROFILE_KINDS = ("datasheet", "measured", "derived")
+_PROFILE_KINDS = ("datasheet", "measured", "derived", "silicon")
 _DEVICE_KINDS = ("gpu", "cpu")
 _BYTES_FIELDS = (
     "memory_capacity_bytes",
@@ -434,7 +435,7 @@ def _read_provenance(source: str, data: Any) -> Provenance:
     if not isinstance(assumptions_raw, list) or not all(isinstance(a, str) for a in assumptions_raw):
         raise r.error("provenance.assumptions", "must be an array of strings")
     return Provenance(
-        kind="datasheet" if kind == "datasheet" else "measured" if kind == "measured" else "derived",
+        kind=next(k for k in ("datasheet", "measured", "derived", "silicon") if k == kind),
         source=r.string("source", nonempty=True),
         date=r.string("date", default=""),
         software=dict(software_raw),
@@ -504,6 +505,9 @@ def profile_from_dict(d: dict[str, Any], source: str) -> HardwareProfile:
     )
 
 
+BUNDLED_SUBDIRS = ("measured", "silicon")  # measured/<name>: a calibration; silicon/<name>: silicon tables
+
+
 def _bundled_names() -> tuple[list[str], list[str]]:
     root = _bundled_dir()
     plain = sorted(
@@ -511,21 +515,22 @@ def _bundled_names() -> tuple[list[str], list[str]]:
         for e in root.iterdir()
         if e.is_file() and e.name.endswith(PROFILE_SUFFIX)
     )
-    measured_dir = root.joinpath("measured")
-    measured = []
-    if measured_dir.is_dir():
-        measured = sorted(
-            MEASURED_PREFIX + e.name.removesuffix(PROFILE_SUFFIX)
-            for e in measured_dir.iterdir()
-            if e.is_file() and e.name.endswith(PROFILE_SUFFIX)
-        )
-    return plain, measured
+    nested = []
+    for subdir in BUNDLED_SUBDIRS:
+        directory = root.joinpath(subdir)
+        if directory.is_dir():
+            nested += sorted(
+                f"{subdir}/{e.name.removesuffix(PROFILE_SUFFIX)}"
+                for e in directory.iterdir()
+                if e.is_file() and e.name.endswith(PROFILE_SUFFIX)
+            )
+    return plain, nested
 
 
 def list_profiles() -> list[str]:
-    """Names of the bundled profiles: datasheet ones first, then `measured/<name>` ones."""
-    plain, measured = _bundled_names()
-    return plain + measured
+    """Names of the bundled profiles: datasheet ones first, then `measured/<name>` and `silicon/<name>`."""
+    plain, nested = _bundled_names()
+    return plain + nested
 
 
 def load_profile(name_or_path: str) -> HardwareProfile:

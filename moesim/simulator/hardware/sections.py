@@ -128,7 +128,7 @@ class NodeSpec:
 class Provenance:
     """Where the numbers came from: datasheet, measured on a device, or derived from another profile."""
 
-    kind: Literal["datasheet", "measured", "derived"]
+    kind: Literal["datasheet", "measured", "derived", "silicon"]  # silicon: fitted to measured kernel tables
     source: str
     date: str = ""
     software: dict[str, str] = field(default_factory=dict)

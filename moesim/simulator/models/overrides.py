@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import fields, replace
 
 from moesim.errors import MoesimError
+from moesim.simulator.bounds import check_count, check_finite
 from moesim.simulator.models.layers import with_layer_count
 from moesim.simulator.models.spec import AttentionSpec, ModelSpec
 from moesim.simulator.models.validate import validate_spec
@@ -59,12 +60,9 @@ def _coerce(field: str, value: object, expected: type | None) -> object:
             raise MoesimError(field, f"expects a whole number, got {value!r}") from None
         if not as_float.is_integer():
             raise MoesimError(field, f"expects a whole number, got {value!r}")
-        return int(as_float)
+        return check_count(int(as_float), field, low=0, fix=f"give {field} as a whole number")
     if expected is float:
-        try:
-            return float(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            raise MoesimError(field, f"expects a number, got {value!r}") from None
+        return check_finite(value, field, fix=f"give {field} as a number")
     return str(value)
 
 
@@ -116,9 +114,25 @@ def apply_overrides(spec: ModelSpec, overrides: dict[str, object]) -> ModelSpec:
     attention_changes = {key: values.pop(key) for key in list(values) if key in _ATTENTION_FIELDS}
     if attention_changes:
         spec = replace(spec, attention=replace(spec.attention, **attention_changes))  # type: ignore[arg-type]
+    if "sliding_window" in attention_changes and not {"sliding", "compressed"} & set(spec.layer_attention):
+        raise MoesimError(
+            "sliding_window",
+            f"{spec.name} has no sliding-window layers, so a window changes nothing",
+            "drop --sliding-window for this model",
+        )
     if "weight_format" in values and "expert_weight_format" not in values:
         values["expert_weight_format"] = None
-    if values.get("n_shared_experts") and not values.get("shared_expert_width", spec.shared_expert_width):
+    if "shared_expert_width" in values and not values.get("n_shared_experts", spec.n_shared_experts):
+        raise MoesimError(
+            "shared_expert_width",
+            f"{spec.name} has no shared experts, so their width changes nothing",
+            "add --shared-experts N, or drop --shared-expert-width",
+        )
+    if (
+        values.get("n_shared_experts")
+        and "shared_expert_width" not in values
+        and not spec.shared_expert_width
+    ):
         values["shared_expert_width"] = values.get("expert_width", spec.expert_width)
     if not spec.is_moe and values.get("n_experts"):
         values.setdefault("expert_width", spec.expert_width or spec.dense_ffn_width)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from moesim.errors import MoesimError
+from moesim.simulator.bounds import MAX_COUNT, MAX_EXPERTS
 from moesim.simulator.models.spec import ATTENTION_KINDS, FFN_KINDS, AttentionSpec, ModelSpec, weight_format
 
 
@@ -11,21 +14,32 @@ def _require(ok: bool, field: str, problem: str, fix: str) -> None:
         raise MoesimError(field, problem, fix)
 
 
-def _positive(value: int | None, field: str, what: str = "") -> None:
+def _positive(value: int | None, field: str, what: str = "", high: int = MAX_COUNT) -> None:
     _require(
         isinstance(value, int) and not isinstance(value, bool) and value > 0,
         field,
         f"must be a positive integer, got {value!r}",
         f"give {what or field} as a whole number above 0",
     )
+    _at_most(value, field, high)
 
 
-def _non_negative(value: int, field: str) -> None:
+def _non_negative(value: int, field: str, high: int = MAX_COUNT) -> None:
     _require(
         isinstance(value, int) and not isinstance(value, bool) and value >= 0,
         field,
         f"must be a non-negative integer, got {value!r}",
         f"give {field} as a whole number ≥ 0",
+    )
+    _at_most(value, field, high)
+
+
+def _at_most(value: Any, field: str, high: int) -> None:
+    _require(
+        value <= high,
+        field,
+        f"is {value:,}, above the {high:,} any model here can have",
+        f"give {field} as a whole number ≤ {high:,}",
     )
 
 
@@ -126,7 +140,7 @@ def validate_spec(spec: ModelSpec) -> ModelSpec:
         )
     _validate_attention(spec)
     for name in ("n_experts", "top_k", "expert_width", "n_shared_experts", "shared_expert_width"):
-        _non_negative(getattr(spec, name), name)
+        _non_negative(getattr(spec, name), name, MAX_EXPERTS if name in ("n_experts", "top_k") else MAX_COUNT)
     _non_negative(spec.dense_ffn_width, "dense_ffn_width")
     _non_negative(spec.mtp_layers, "mtp_layers")
     _non_negative(spec.norms_per_layer, "norms_per_layer")

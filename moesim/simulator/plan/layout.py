@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from moesim.errors import MoesimError
 from moesim.options import option
+from moesim.simulator.bounds import MAX_LAYOUT_GPUS, check_count
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.routing.placement import (
     PLACEMENT_SPELLINGS,
@@ -202,8 +203,10 @@ class LayoutRequest:
     def __post_init__(self) -> None:
         object.__setattr__(self, "placement", normalise_placement(self.placement))
         for flag, value in (("--gpus", self.gpus), ("--tp", self.tp), ("--ep", self.ep)):
-            if value is not None and value < 1:
-                raise MoesimError(flag, f"must be a positive integer, got {value}", f"give {flag} 1 or more")
+            if value is not None:
+                check_count(
+                    value, flag, high=MAX_LAYOUT_GPUS, fix=f"give {flag} from 1 to {MAX_LAYOUT_GPUS:,}"
+                )
 
     def fixed(self) -> ParallelLayout | None:
         """The layout asked for, or None when the smallest fitting one should be chosen."""

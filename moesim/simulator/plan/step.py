@@ -95,6 +95,20 @@ class StepPlan:
         return sum(values) / len(values) if values else 0.0
 
     @property
+    def cache_reads_per_sequence(self) -> float:
+        """How many times the step reads each sequence's KV cache per attention layer (its query tiles,
+        `plan.attention.query_tiles`), averaged over the attention layers that read one (0 without any)."""
+        reads = [
+            r.reads
+            for segment in self.segments
+            for k in segment.kernels
+            if k.name.endswith("attention")
+            for r in k.reads
+            if r.tensor.endswith(".kv")
+        ]
+        return sum(reads) / len(reads) if reads else 0.0
+
+    @property
     def n_kernels(self) -> int:
         return sum(len(s.kernels) for s in self.segments)
 

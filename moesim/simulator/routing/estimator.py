@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from sklearn.base import BaseEstimator
 
 from moesim.errors import MoesimError
+from moesim.simulator.bounds import check_seed
 from moesim.simulator.routing.base import DistinctExperts
 from moesim.simulator.routing.correlated import CorrelatedRouting, LayerRouting
 from moesim.simulator.routing.fit import fit_layer, trace_layer_statistics
@@ -35,6 +36,7 @@ class RoutingEstimator(BaseEstimator):  # type: ignore[misc]
         n_sim_sequences: int = 256,
         seed: int = FIT_DEFAULTS.seed,
     ) -> None:
+        check_seed(seed)
         self.max_distance = max_distance
         self.n_groups = n_groups
         self.topk_groups = topk_groups

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.simulator.bounds import check_seed
 from moesim.simulator.routing.correlated import (
     LayerRouting,
     _expert_masks,
@@ -46,7 +47,10 @@ def successive_inclusion(weights: np.ndarray, top_k: int) -> np.ndarray:
     def excess(log_lam: float) -> float:
         return float(np.sum(-np.expm1(-np.exp(log_lam) * w))) - top_k
 
-    log_lam = brent_root(excess, -30.0, 60.0, xtol=1e-12)
+    # λ·w_min ≈ e^40 includes even the rarest expert surely: the root lies below (a steep Zipf skew over
+    # thousands of experts has w_min far under e^-60)
+    high = 60.0 if excess(60.0) >= 0 else 40.0 - float(np.log(w[positive].min()))
+    log_lam = brent_root(excess, -30.0, high, xtol=1e-12)
     return -np.expm1(-np.exp(log_lam) * w)
 
 
@@ -60,7 +64,9 @@ def weights_from_inclusion(frequency: np.ndarray, top_k: int) -> np.ndarray:
 
 
 def _simulate(layer: LayerRouting, tokens: int, n_sequences: int, seed: int) -> np.ndarray:
-    return sample_sequences(layer, chain_parents(tokens), n_sequences, np.random.default_rng(seed))
+    return sample_sequences(
+        layer, chain_parents(tokens), n_sequences, np.random.default_rng(check_seed(seed))
+    )
 
 
 def _sim_curve(sets: np.ndarray, n_experts: int, max_distance: int) -> np.ndarray:

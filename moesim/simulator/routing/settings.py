@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moesim.options import option
+from moesim.simulator.bounds import DEFAULT_MAX_MEMORY_GB
 
 
 @dataclass(frozen=True)
@@ -15,7 +16,17 @@ class FitSettings:
     max_distance: int = option(16, "Overlap distances / window lengths measured (D).")
     n_groups: int = option(1, "Expert groups (group-limited routing; DeepSeek: 8).", flag="--groups")
     topk_groups: int = option(1, "Groups each token may use (DeepSeek: 4).")
-    seed: int = option(0, "Seed of the fit's simulated sequences, or of a generated trace.")
+    seed: int = option(0, "Seed of the fit's simulated sequences.")
+
+
+@dataclass(frozen=True)
+class GenerateSettings:
+    """How a synthetic trace is drawn from fitted statistics (`synthetic.generate_trace`)."""
+
+    seed: int = option(0, "Seed of the generated trace.")
+    max_memory_gb: float = option(
+        DEFAULT_MAX_MEMORY_GB, "Refuse a trace whose generation is estimated to need more memory than this."
+    )
 
 
 @dataclass(frozen=True)
@@ -30,4 +41,4 @@ class RecordSettings:
 FIT_DEFAULTS = FitSettings()
 RECORD_DEFAULTS = RecordSettings()
 
-__all__ = ["FIT_DEFAULTS", "RECORD_DEFAULTS", "FitSettings", "RecordSettings"]
+__all__ = ["FIT_DEFAULTS", "RECORD_DEFAULTS", "FitSettings", "GenerateSettings", "RecordSettings"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from moesim.errors import MoesimError
+from moesim.simulator.bounds import DEFAULT_MAX_MEMORY_GB, check_bytes, check_count, check_seed
 from moesim.simulator.routing.correlated import CorrelatedRouting, chain_parents, sample_sequences
 from moesim.simulator.routing.trace import RoutingTrace
 
@@ -21,16 +21,38 @@ def _sequence_ids(n_sequences: int, tokens: int) -> np.ndarray:
     return np.repeat(np.arange(n_sequences), tokens)
 
 
+TRACE_BYTES_PER_ID = 24
+"""Peak bytes per expert id of a generated trace: the int64 ids of each layer, their stack and the trace's copy."""
+SAMPLING_COPIES = 13
+"""Float32 [sequences, experts] working arrays sampling one layer keeps (as `correlated.BANK_FIXED_COPIES`)."""
+
+
+def trace_bytes(model: CorrelatedRouting, n_sequences: int, tokens: int, n_layers: int) -> int:
+    """Estimated peak memory of `generate_trace`: the ids it keeps plus one layer's sampling arrays."""
+    ids = n_sequences * tokens * n_layers * model.top_k * TRACE_BYTES_PER_ID
+    return int(ids + n_sequences * model.n_experts * 4 * SAMPLING_COPIES)
+
+
 def generate_trace(
-    model: CorrelatedRouting, n_sequences: int, tokens: int, seed: int = 0, layers: list[int] | None = None
+    model: CorrelatedRouting,
+    n_sequences: int,
+    tokens: int,
+    seed: int = 0,
+    layers: list[int] | None = None,
+    max_memory_gb: float = DEFAULT_MAX_MEMORY_GB,
 ) -> RoutingTrace:
-    """Sample a trace of `n_sequences` × `tokens` from a fitted model, one trace layer per model layer."""
-    if n_sequences < 1 or tokens < 1:
-        raise MoesimError(
-            "sequences", f"need at least one sequence and one token, got {n_sequences} × {tokens}"
-        )
-    rng = np.random.default_rng(seed)
+    """Sample a trace of `n_sequences` × `tokens` from a fitted model, one trace layer per model layer; refused
+    first when its estimated memory is above `max_memory_gb`."""
+    check_count(n_sequences, "sequences", fix="give --sequences 1 or more")
+    check_count(tokens, "tokens", fix="give --tokens 1 or more")
+    rng = np.random.default_rng(check_seed(seed))
     indices = layers if layers is not None else ([i for i, _ in model.layers] or [0])
+    check_bytes(
+        trace_bytes(model, n_sequences, tokens, len(indices)),
+        max_memory_gb,
+        f"a trace of {n_sequences:,} sequences × {tokens:,} tokens × {len(indices)} layers × top-{model.top_k}",
+        "generate fewer --sequences or --tokens",
+    )
     per_layer = [
         sample_sequences(model.layer_params(i), chain_parents(tokens), n_sequences, rng).reshape(
             -1, model.top_k
@@ -63,7 +85,7 @@ def gating_trace(
     `drift` is the AR(1) coefficient of the token part (short range); `sequence_weight` the share of the
     hidden state's variance that is the sequence's own constant mean (long range).
     """
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     layers = []
     for _ in range(n_layers):
         gate = rng.standard_normal((hidden, n_experts)) / np.sqrt(hidden)
@@ -94,7 +116,7 @@ def topic_trace(
 ) -> RoutingTrace:
     """A hidden-Markov topic router: stay in the current topic with probability `stay`, else hop to another
     of the sequence's own topics; k experts drawn without repeats from softmax(sharpness · topic vector)."""
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     layers = []
     for _ in range(n_layers):
         topic_logits = sharpness * rng.standard_normal((n_topics, n_experts)) + 0.5 * rng.standard_normal(

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from moesim.simulator.bounds import DEFAULT_MAX_MINUTES
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.models.weights import param_counts, total_weight_bytes
@@ -31,6 +32,7 @@ class ScreenSettings:
     scenario: Scenario
     batches: tuple[int, ...] = DEFAULT_BATCHES
     draft_lens: tuple[int, ...] = DEFAULT_DRAFT_LENS
+    max_minutes: float = DEFAULT_MAX_MINUTES  # refuse a screen estimated to take longer
 
     def __post_init__(self) -> None:
         # Load the profile once here, not in every worker.

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from moesim.errors import MoesimError
 from moesim.options import option
+from moesim.simulator.bounds import DEFAULT_MAX_MINUTES
 from moesim.simulator.screening.backends import BACKENDS
 from moesim.simulator.screening.constraints import DEFAULT_TOLERANCE, Constraint
 from moesim.simulator.screening.space import Design, Value
@@ -30,6 +31,9 @@ class ScreenRequest:
     )
     sample: int | None = option(None, "Evaluate N designs drawn (seeded) from the grid instead of all.")
     seed: int = option(0, "Seed of --sample.")
+    max_minutes: float = option(
+        DEFAULT_MAX_MINUTES, "Refuse a screen estimated to take longer (minutes on two cores)."
+    )
     constraint_kinds: tuple[str, ...] = ()
     free_field: str | None = option(
         None,

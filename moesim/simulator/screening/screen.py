@@ -11,7 +11,9 @@ from typing import Any
 
 from moesim.atomic import atomic_write_text, open_output
 from moesim.errors import MoesimError
+from moesim.simulator.bounds import check_screen
 from moesim.simulator.models.spec import ModelSpec
+from moesim.simulator.scenario import check_routing_size
 from moesim.simulator.screening.backends import Progress, run_backend
 from moesim.simulator.screening.constraints import Constraint, apply_constraints
 from moesim.simulator.screening.evaluate import DesignResult, ScreenSettings, make_tasks
@@ -134,11 +136,17 @@ def screen(
     """Evaluate `designs` around `base` under `settings`, keeping only those meeting `constraints`.
     `progress(n)` is called as designs are done, dropped ones included, so the calls sum to len(designs)."""
     objective = check_objective(objective or f"speedup@{min(settings.batches)}", settings.batches)
+    check_screen(len(designs), len(settings.batches) * len(settings.draft_lens), settings.max_minutes)
     constrained = apply_constraints(base, designs, constraints)
     dropped: list[dict[str, Any]] = list(constrained.dropped)
     kept = []
+    s = settings.scenario
+    tokens = max(settings.draft_lens) + 1
     for design, spec, solved in constrained.kept:
-        try:
+        try:  # the routing's memory from the design's counts, before its routing model is built
+            check_routing_size(
+                spec, s.routing, s.overlap, s.baseline_overlap, tokens, s.max_memory_gb, spec.name
+            )
             settings.routing_for(spec)  # e.g. a statistics file fitted for another expert count
         except MoesimError as problem:
             dropped.append({"design": design.index, "label": design.label(), "reason": str(problem)})

@@ -9,8 +9,6 @@ CSV has one design per row, one override field per column (an empty cell keeps t
 
 from __future__ import annotations
 
-import csv
-import io
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -20,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.reading import read_text
+from moesim.reading import csv_rows, read_text
+from moesim.simulator.bounds import SCREEN_SECONDS_PER_POINT, check_count, check_finite, check_seed
 from moesim.simulator.models.overrides import OVERRIDE_OPTIONS
 
 # A grid is enumerated (and each design evaluated) before anything is printed: refuse spaces larger than
@@ -78,10 +77,10 @@ def _coerce(field: str, text: str) -> Value:
             as_float = float(text)
             if not as_float.is_integer():
                 raise ValueError
-            return int(as_float)
+            return check_count(int(as_float), field, low=0, fix=f"give {field} as a whole number")
         if kind is float:
-            return float(text)
-    except ValueError:
+            return check_finite(float(text), field, fix=f"give {field} as a number")
+    except (ValueError, OverflowError):
         raise MoesimError(
             field, f"expects {'an integer' if kind is int else 'a number'}, got {text!r}"
         ) from None
@@ -142,7 +141,10 @@ def grid(axes: Mapping[str, Sequence[Value]]) -> list[Design]:
     size = space_size(axes)
     if size > MAX_DESIGNS:
         raise MoesimError(
-            "design space", f"{size} designs is more than {MAX_DESIGNS}", "sample it with --sample N"
+            "design space",
+            f"{size:,} designs (about {size * 16 * SCREEN_SECONDS_PER_POINT / 3600:,.0f} hours at 16 points each "
+            f"on two cores) is more than the {MAX_DESIGNS:,} a screen enumerates",
+            "sample it with --sample N",
         )
     fields = list(axes)
     return [
@@ -159,7 +161,7 @@ def sample(axes: Mapping[str, Sequence[Value]], n: int, seed: int) -> list[Desig
         raise MoesimError("--sample", f"{n} designs is more than {MAX_DESIGNS}")
     size = space_size(axes)
     fields = list(axes)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     if n >= size:
         return grid(axes)
     chosen: list[int] = []
@@ -180,20 +182,21 @@ def sample(axes: Mapping[str, Sequence[Value]], n: int, seed: int) -> list[Desig
 def read_designs(path: str | Path) -> list[Design]:
     """Designs from a CSV file: a header of field names (or flag spellings), one design per row."""
     text = read_text("--designs", path, "CSV of designs")  # binary, non-UTF-8 and empty files refused
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    if not reader.fieldnames:
+    header, rows = csv_rows("--designs", text, str(path), "CSV of designs")  # duplicate and ragged refused
+    if not header:
         raise MoesimError(str(path), "has no header row", "write field names such as experts,top-k")
-    fields = {column: field_name(column) for column in reader.fieldnames}
+    if len(rows) > MAX_DESIGNS:
+        raise MoesimError(str(path), f"holds {len(rows):,} designs, more than {MAX_DESIGNS:,}")
+    fields = {column: field_name(column) for column in header}
     designs: list[Design] = []
-    for row in reader:
-        values = {
-            fields[column]: _coerce(fields[column], cell)
-            for column, cell in row.items()
-            if column is not None and cell not in (None, "")
-        }
+    for number, row in enumerate(rows, start=1):
+        try:
+            values = {
+                fields[column]: _coerce(fields[column], cell) for column, cell in row.items() if cell.strip()
+            }
+        except MoesimError as error:
+            raise MoesimError(f"{path} row {number}: {error.field}", error.problem, error.fix) from None
         designs.append(Design.of(len(designs), values))
-        if len(designs) > MAX_DESIGNS:
-            raise MoesimError(str(path), f"holds more than {MAX_DESIGNS} designs")
     if not designs:
         raise MoesimError(str(path), "holds no designs", "add one row per design below the header")
     return designs

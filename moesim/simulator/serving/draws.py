@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.simulator.bounds import check_seed
 from moesim.simulator.scenario import check_acceptance
 from moesim.simulator.speculative.acceptance import expected_tokens, tokens_per_step
 
@@ -48,7 +49,7 @@ class AcceptanceDraws:
         check_acceptance(acceptance)
         self.draft_len = draft_len
         self.rate = rate_for_length(acceptance_length, draft_len) if acceptance_length else acceptance
-        self._rng = np.random.default_rng([seed, 2])
+        self._rng = np.random.default_rng([check_seed(seed), 2])
         self._rounds = np.zeros(0, dtype=np.int64)  # drawn ahead in blocks; the stream does not depend on it
 
     def draw(self, n: int) -> np.ndarray:

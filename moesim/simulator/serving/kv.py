@@ -6,7 +6,9 @@ and a fixed number of blocks for its recurrent state when the model has linear-a
 
 Capacity from the memory model (`plan.memory`): gpu_memory_utilization × device memory − weights on the
 busiest rank − the drafter's weights, divided by the KV bytes of one token (all attention layers, and the
-drafter's own KV). Approximations, stated with the result: sliding-window layers are charged every token
+drafter's own KV). With data-parallel attention each of the dp attention groups holds only its own
+sequences' KV (GQA heads split over the group's tp ranks, MLA's latent replicated on them), so the pool is dp
+times one rank's. Approximations, stated with the result: sliding-window layers are charged every token
 (engines that free out-of-window blocks hold less), and activation memory is not subtracted.
 """
 
@@ -61,7 +63,8 @@ def kv_capacity(
             f"{capacity / 1e9:.1f} GB usable)",
             "use more GPUs (--tp), a smaller weight format, or a higher --gpu-memory-utilization",
         )
-    tokens = int(free // per_token)
+    tokens = int(free // per_token) * layout.dp  # each data-parallel attention group holds its own KV
+    groups = f" × {layout.dp} attention groups, each holding its own sequences' KV" if layout.dp > 1 else ""
     return KvCapacity(
         tokens=tokens,
         state_tokens_per_request=math.ceil(state / per_token),
@@ -71,6 +74,7 @@ def kv_capacity(
             f"{gpu_memory_utilization:.0%} of {capacity / 1e9:.0f} GB minus {weights / 1e9:.1f} GB of weights"
             + (f" and {drafter_weight_bytes / 1e9:.2f} GB of drafter" if drafter_weight_bytes else "")
             + ")"
+            + groups
         ),
     )
 

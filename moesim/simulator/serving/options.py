@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from moesim.errors import MoesimError
 from moesim.options import option
+from moesim.simulator.bounds import DEFAULT_MAX_MINUTES
 
 DEFAULT_BLOCK_TOKENS = 16  # vLLM's default block_size on CUDA
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of device memory for weights + KV cache
@@ -48,7 +49,20 @@ class ServeOptions:
         kind=int,
     )
     tp: int = option(
-        1, "Tensor-parallel GPUs (experts split over them too, as `vllm serve -tp N` by default)."
+        1,
+        "Tensor-parallel GPUs of attention (alone: experts split over them too, as `vllm serve -tp N` by "
+        "default).",
+    )
+    gpus: int | None = option(
+        None,
+        "GPUs in all (default --tp); above --tp the attention runs data-parallel in --gpus/--tp groups "
+        "(SGLang --enable-dp-attention --dp, vLLM --data-parallel-size).",
+    )
+    ep: int | None = option(
+        None,
+        "Expert-parallel ranks of the routed experts, with an all-to-all dispatch and combine per MoE layer "
+        "(SGLang --ep-size, vLLM --enable-expert-parallel: EP = --gpus). Default 1: experts tensor-parallel "
+        "over all GPUs.",
     )
 
 
@@ -83,6 +97,9 @@ class BenchmarkClient:
     random_output_len: int = option(128, "Output tokens of the random dataset.")
     random_range_ratio: float = option(0.0, "Lengths uniform in [L(1 − r), L(1 + r)], as vLLM draws them.")
     seed: int = option(0, "Seed of the workload and of the runs' random draws.")
+    max_minutes: float = option(
+        DEFAULT_MAX_MINUTES, "Refuse a run estimated to take longer (minutes on two cores)."
+    )
 
 
 __all__ = [

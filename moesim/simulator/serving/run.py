@@ -20,6 +20,7 @@ from typing import Any
 
 from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
+from moesim.simulator.bounds import DEFAULT_MAX_MINUTES, check_serving
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.scenario import ResolvedScenario, Scenario
 from moesim.simulator.serving.draws import AcceptanceDraws
@@ -27,7 +28,7 @@ from moesim.simulator.serving.kv import KvBlocks, KvCapacity, kv_capacity
 from moesim.simulator.serving.loop import run_serving_loop
 from moesim.simulator.serving.metrics import METRIC_NAMES, ServingMetrics, serving_metrics, speedups
 from moesim.simulator.serving.options import ServeOptions
-from moesim.simulator.serving.step_cost import ScenarioStepCost, StepCost, check_serving_layout
+from moesim.simulator.serving.step_cost import ScenarioStepCost, StepCost
 from moesim.simulator.serving.workload import Workload, send_times_s
 from moesim.simulator.speculative.drafters import drafter_bytes
 
@@ -145,12 +146,12 @@ def draws_for(resolved: ResolvedScenario, seed: int) -> AcceptanceDraws:
 
 
 def resolve_serving(scenario: Scenario) -> ResolvedScenario:
-    """The scenario resolved for serving: one GPU unless it names a layout, which must be one GPU or a
-    tensor-parallel group; the memory check is the KV capacity's (weights must leave room for it)."""
+    """The scenario resolved for serving: one GPU unless it names a layout (a tensor-parallel group, or
+    expert parallelism with data-parallel attention); the memory check is the KV capacity's (weights must
+    leave room for it)."""
     if scenario.layout is None:
         scenario = scenario.replace(layout=ParallelLayout())
     resolved = scenario.resolve(check_fit=False)
-    check_serving_layout(resolved.layout)
     resolved.layout.check_model(resolved.model)
     return resolved
 
@@ -166,12 +167,16 @@ def serve(
     options: ServeOptions | None = None,
     step_cost: StepCost | None = None,
     progress: Callable[[int], None] | None = None,
+    max_minutes: float = DEFAULT_MAX_MINUTES,
 ) -> ServeResult:
     """SD and no-SD runs of `workload` at every (concurrency limit, request rate); `progress(n)` counts
-    finished requests (2 × requests per point)."""
+    finished requests (2 × requests per point). A run estimated above `max_minutes` is refused first."""
     options = options or ServeOptions()
     if len(concurrencies) * len(request_rates) > MAX_SWEEP_POINTS:
         raise MoesimError("max_concurrency", f"at most {MAX_SWEEP_POINTS} sweep points per call")
+    requests = len(workload.requests)
+    mean_output = sum(r.output_len for r in workload.requests) / max(1, requests)
+    check_serving(requests, mean_output, concurrencies, 2 * len(request_rates), max_minutes)
     resolved = resolve_serving(scenario)
     cost = step_cost or ScenarioStepCost(resolved)
     with_drafter = capacity_for(resolved, options, True)
@@ -221,6 +226,10 @@ def serve(
                 else f"SD: {with_drafter.description}; no SD: {without.description}"
             ),
             "step_cost": cost.description,
-            "not_modelled": "expert-parallel layouts; the drafter's pass over prompt tokens",
+            "not_modelled": (
+                "the drafter's pass over prompt tokens; with data-parallel attention one scheduler and one KV "
+                "pool for all groups (requests balanced over the groups, limits for all of them as SGLang's "
+                "max_running_requests; vLLM's max_num_seqs is per DP rank)"
+            ),
         },
     )

@@ -23,7 +23,17 @@ On a tensor-parallel group (`layout` with ep = 1: attention, dense layers and ev
 `tp` GPUs, as `vllm serve -tp N` and SGLang `--tp N` run by default) a decode or verification step is the
 slowest rank's parallel plan with its all-reduces; a step with prefill chunks adds to it what the chunks
 add on one rank (the mixed plan of the rank's slice of the model minus its decode plan) and to the two
-all-reduces per layer (after attention and after the FFN). Expert-parallel layouts are not modelled here.
+all-reduces per layer (after attention and after the FFN).
+
+With expert parallelism (ep > 1) and data-parallel attention (tp < gpus: dp = gpus / tp attention groups,
+as SGLang's `--tp G --enable-dp-attention --dp D --ep-size G` and vLLM's `--data-parallel-size D
+--tensor-parallel-size T --enable-expert-parallel` lay them out) a decode or verification step is again the
+slowest rank's parallel plan: its group's share of the sequences in attention, the all-to-all dispatch and
+combine around every MoE layer, the busiest expert rank. A prefill chunk lands on one attention group, whose
+ranks run its attention; its tokens' expert work spreads over the expert ranks like a TP rank's share (the
+chunk's added work is priced on a rank holding 1/gpus of every expert's width: the same FLOPs and bytes as a
+balanced EP rank), and it adds its tokens to the group's attention all-reduce and to every MoE layer's
+dispatch and combine (each token sent once to each other rank its top-k experts live on).
 """
 
 from __future__ import annotations
@@ -32,10 +42,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from moesim.errors import MoesimError
 from moesim.simulator.engines import overheads as ov
-from moesim.simulator.execution.collectives import all_reduce_s, node_link
+from moesim.simulator.execution.collectives import all_reduce_s, all_to_all_s, node_link
 from moesim.simulator.execution.timer import FastTimer, StepTimer
+from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.blocks import ACT_BYTES
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.plan.mixed import MIXED_APPROXIMATIONS, PrefillChunks, build_mixed_plan
@@ -95,24 +105,23 @@ class StepCost(Protocol):
     def __call__(self, shape: StepShape) -> float: ...
 
 
-def check_serving_layout(layout: ParallelLayout) -> None:
-    """Refuse layouts the serving cost does not model: only one GPU or one tensor-parallel group."""
-    if not layout.is_single and layout.ep != 1:
-        raise MoesimError(
-            "layout",
-            f"serving runs on one GPU or a tensor-parallel group; {layout.describe()} is expert-parallel",
-            "use --tp N alone (experts split over the N GPUs)",
-        )
+def chunk_rank_model(model: ModelSpec, layout: ParallelLayout) -> ModelSpec:
+    """The rank slice a prefill chunk's added work is priced on: attention and dense layers split over the
+    attention group's `tp`, every routed expert over all the GPUs (a balanced expert-parallel rank does the
+    same expert FLOPs and reads the same expert bytes as this tensor-parallel share)."""
+    rank = rank_model(model, layout)
+    if layout.ep == 1 or not model.expert_width:
+        return rank
+    return replace(rank, expert_width=math.ceil(model.expert_width / layout.gpus))
 
 
 class ScenarioStepCost:
     """The step model of a resolved scenario (one GPU or a TP group), cached by bucketed step shape."""
 
     def __init__(self, resolved: ResolvedScenario, timer: StepTimer | None = None) -> None:
-        check_serving_layout(resolved.layout)
         self.resolved = resolved
         self.timer = timer or FastTimer(resolved.hardware)
-        self.rank = rank_model(resolved.model, resolved.layout)
+        self.rank = chunk_rank_model(resolved.model, resolved.layout)
         self._costs: dict[StepShape, float] = {}
         self._timers: dict[int, tuple[StepTimes, DraftTimes, PiecewiseCosts]] = {}
 
@@ -191,14 +200,30 @@ class ScenarioStepCost:
             )
         return self.timer.step(plan, launch).step_s
 
-    def _all_reduces_s(self, tokens: int) -> float:
-        """The two all-reduces per layer of a tensor-parallel step over `tokens` tokens."""
+    def _communication_s(self, decode_tokens: int, chunk_tokens: int) -> float:
+        """The collectives of a step's layers over `decode_tokens` decode tokens (spread over the attention
+        groups) and `chunk_tokens` prompt tokens (on one group): a TP group's two all-reduces per layer;
+        with expert parallelism, the group's attention all-reduce per layer and every MoE layer's dispatch
+        and combine of the busiest group's tokens (each rank sends its 1/tp share)."""
         layout, model = self.resolved.layout, self.resolved.model
+        tokens = decode_tokens + chunk_tokens
         if tokens == 0 or layout.is_single:
             return 0.0
-        link = node_link(self.resolved.hardware.node, layout.tp)
-        message = tokens * model.hidden * ACT_BYTES
-        return 2 * model.n_layers * float(all_reduce_s(message, layout.tp, link))
+        node = self.resolved.hardware.node
+        if layout.ep == 1:
+            message = tokens * model.hidden * ACT_BYTES
+            return 2 * model.n_layers * float(all_reduce_s(message, layout.tp, node_link(node, layout.tp)))
+        group_tokens = math.ceil(decode_tokens / layout.dp) + chunk_tokens
+        attention = 0.0
+        if layout.tp > 1:
+            message = group_tokens * model.hidden * ACT_BYTES
+            attention = model.n_layers * float(all_reduce_s(message, layout.tp, node_link(node, layout.tp)))
+        moe_layers = sum(1 for ffn in model.layer_ffn if ffn == "moe")
+        ranks_hit = layout.ep * (1.0 - (1.0 - 1.0 / layout.ep) ** model.top_k)  # E[ranks of k experts]
+        copies = ranks_hit * (layout.ep - 1) / layout.ep  # copies that leave the rank
+        send = math.ceil(group_tokens / layout.tp) * copies * model.hidden * ACT_BYTES
+        all_to_all = float(all_to_all_s(send, layout.gpus, node_link(node, layout.gpus)))
+        return attention + 2 * moe_layers * all_to_all
 
     def _mixed_device_s(self, shape: StepShape, launch: str) -> float:
         """The kernel stream of a step with prefill chunks (see the module docstring for a TP group)."""
@@ -207,8 +232,8 @@ class ScenarioStepCost:
             return self._rank_s(shape, launch)
         q = self._verify_tokens(shape)
         decode_tokens = shape.decode_seqs * q
-        added_comm = self._all_reduces_s(decode_tokens + shape.chunks.tokens) - self._all_reduces_s(
-            decode_tokens
+        added_comm = self._communication_s(decode_tokens, shape.chunks.tokens) - self._communication_s(
+            decode_tokens, 0
         )
         if not shape.decode_seqs:
             return self._rank_s(shape, launch) + added_comm

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.simulator.bounds import check_seed
 
 DATASETS = ("random", "chat", "jsonl")
 # Longest prompt or output a workload may ask for (tokens): beyond every catalogue model's context window.
@@ -93,7 +94,7 @@ def random_workload(
     _check_len("random_output_len", output_len)
     if not 0.0 <= range_ratio < 1.0:
         raise MoesimError("random_range_ratio", f"must be in [0, 1), got {range_ratio}", "as vLLM requires")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     low_in, high_in = math.floor(input_len * (1 - range_ratio)), math.ceil(input_len * (1 + range_ratio))
     low_out = max(1, math.floor(output_len * (1 - range_ratio)))
     high_out = math.ceil(output_len * (1 + range_ratio))
@@ -115,7 +116,7 @@ def sglang_random_workload(
     _check_len("random_output_len", output_len)
     if not 0.0 <= range_ratio <= 1.0:
         raise MoesimError("random_range_ratio", f"must be in [0, 1], got {range_ratio}")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     inputs = _uniform_lengths(max(int(input_len * range_ratio), 1), input_len, num_prompts, rng)
     outputs = _uniform_lengths(max(int(output_len * range_ratio), 1), output_len, num_prompts, rng)
     return Workload(
@@ -128,7 +129,7 @@ def sglang_random_workload(
 def chat_workload(num_prompts: int, seed: int = 0, lengths: ChatLengths = CHAT_LENGTHS) -> Workload:
     """Conversational lengths drawn from `lengths` (log-normal around the documented medians)."""
     _check_count(num_prompts)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
 
     def draw(median: float, sigma: float, cap: int) -> np.ndarray:
         values = np.rint(median * np.exp(sigma * rng.standard_normal(num_prompts)))
@@ -181,7 +182,7 @@ def send_times_s(n: int, request_rate: float, burstiness: float = 1.0, seed: int
         raise MoesimError("burstiness", f"must be a positive number, got {burstiness}")
     if math.isinf(request_rate):
         return np.zeros(n)
-    rng = np.random.default_rng([seed, 1])
+    rng = np.random.default_rng([check_seed(seed), 1])
     delays = np.cumsum(rng.gamma(shape=burstiness, scale=1.0 / (request_rate * burstiness), size=n))
     return delays * (n / request_rate) / delays[-1]
 

@@ -28,14 +28,21 @@ from typing import Any, NamedTuple
 from moesim.simulator.engines import overheads as ov
 from moesim.simulator.engines.profile import DrafterStyle, ServingEngineProfile
 from moesim.simulator.execution.launch import LaunchParams
-from moesim.simulator.execution.timer import StepTimer, TimedStep, time_parallel
+from moesim.simulator.execution.timer import StepCall, StepTimer, TimedStep, parallel_call
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.plan.parallel import ParallelStep, build_parallel_plan, prepare_parallel_plans
 from moesim.simulator.plan.step import StepPlan
 from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.scenario import ResolvedScenario
 from moesim.simulator.speculative.acceptance import expected_tokens
-from moesim.simulator.speculative.drafters import Drafter, draft_pass_s, draft_time_s, handoff_s
+from moesim.simulator.speculative.drafters import (
+    Drafter,
+    draft_pass_s,
+    draft_time_s,
+    drafter_model,
+    handoff_s,
+    runs_on_device,
+)
 
 
 @dataclass(frozen=True)
@@ -173,26 +180,49 @@ def time_step(
     """One kernel-stream step of `rows` (default: the scenario's batch) × `tokens_per_seq` tokens, launched
     `launch` (default: the scenario's)."""
     r = resolved
-    batch = r.batch if rows is None else rows
-    mode = r.launch if launch is None else launch
-    if r.layout.is_single:
-        plan = build_plan(
-            r.model, batch, tokens_per_seq, r.context_len, r.kernel_style, r.routing, r.hardware
-        )
-        return TimedPlan(plan, timer.step(plan, mode))
-    step = build_parallel_plan(
-        r.model, batch, tokens_per_seq, r.layout, r.hardware, r.context_len, r.kernel_style, r.routing
-    )
-    return TimedPlan(step.plan, time_parallel(timer, step, mode), step)
+    key = (r.batch if rows is None else rows, tokens_per_seq, r.launch if launch is None else launch)
+    return time_steps(r, timer, [key])[key]
+
+
+def time_steps(
+    resolved: ResolvedScenario, timer: StepTimer, keys: Iterable[tuple[int, int, str]]
+) -> dict[tuple[int, int, str], TimedPlan]:
+    """`time_step` of every (rows, tokens per row, launch) in `keys`, timed in one `timer.steps` call (the
+    fast path costs plans of one structure together)."""
+    r = resolved
+    keys = list(dict.fromkeys(keys))
+    built: list[tuple[StepPlan, ParallelStep | None]] = []
+    calls: list[StepCall] = []
+    for rows, tokens_per_seq, launch in keys:
+        if r.layout.is_single:
+            plan = build_plan(
+                r.model, rows, tokens_per_seq, r.context_len, r.kernel_style, r.routing, r.hardware
+            )
+            built.append((plan, None))
+            calls.append(StepCall(plan, launch))
+        else:
+            step = build_parallel_plan(
+                r.model, rows, tokens_per_seq, r.layout, r.hardware, r.context_len, r.kernel_style, r.routing
+            )
+            built.append((step.plan, step))
+            calls.append(parallel_call(timer, step, launch))
+    timings = timer.steps(calls)
+    return {
+        key: TimedPlan(plan, timing, parallel)
+        for key, (plan, parallel), timing in zip(keys, built, timings, strict=True)
+    }
 
 
 def scenario_timers(
-    resolved: ResolvedScenario, timer: StepTimer
+    resolved: ResolvedScenario,
+    timer: StepTimer,
+    steps: dict[tuple[int, int, str], TimedPlan] | None = None,
 ) -> tuple[StepTimes, DraftTimes, PiecewiseCosts]:
     """The scenario's step and drafter times at any (rows, tokens, launch), memoised: a sweep builds them
-    once per (model, batch) and every draft length reuses the decode step and the drafter pass."""
+    once per (model, batch) and every draft length reuses the decode step and the drafter pass. `steps`
+    holds steps timed already (`time_steps` of the point's `point_step_keys`)."""
     r = resolved
-    steps: dict[tuple[int, int, str], TimedPlan] = {}
+    steps = {} if steps is None else steps
     passes: dict[tuple[int, int, str], float] = {}
     # an EAGLE head with a reduced vocabulary (EAGLE-3's draft vocabulary) has a smaller LM head
     draft_vocab = r.serving_engine.drafter.draft_vocab_size
@@ -225,24 +255,68 @@ def scenario_timers(
             )
         return passes[key]
 
+    em = r.hardware.empirical
+    piecewise = PiecewiseCosts(r.model.n_layers, em.graph_launch_us * 1e-6, em.launch_eager_us * 1e-6)
+    draft_model = drafter_model(r.drafter, target) if runs_on_device(r.drafter) else None
+    draft_layers = draft_model.n_layers if draft_model is not None else 0
+
+    def one_pass_s(rows: int, tokens_per_seq: int, launch: str) -> float:
+        """A drafter pass in `launch`; piecewise: graph pieces with each drafter layer's attention launched
+        eagerly between them (`ov.piecewise_step_s`)."""
+        if launch != "piecewise":
+            return pass_s(rows, tokens_per_seq, launch)
+        device_s = pass_s(rows, tokens_per_seq, "graph")
+        return ov.piecewise_step_s(device_s, draft_layers, piecewise.graph_launch_s, piecewise.eager_launch_s)
+
     def draft_times(style: DrafterStyle, sequences: int, draft_len: int, launch: str) -> DraftCost:
         rows = ov.draft_sequences(style, sequences)
-        first = pass_s(*ov.first_draft_pass(style, sequences, draft_len), launch)
+        timed = "graph" if launch == "piecewise" else launch
+        first = one_pass_s(*ov.first_draft_pass(style, sequences, draft_len), launch)
         total = draft_time_s(
             r.drafter,
             rows,
             draft_len,
-            step_times(rows, 1, launch).step_s if r.drafter.kind == "fraction" else 0.0,  # F × decode
+            step_times(rows, 1, timed).step_s if r.drafter.kind == "fraction" else 0.0,  # F × decode
             first,
-            pass_s(rows, 1, launch),
-            LaunchParams.from_hardware(r.hardware, launch).overhead_s,
+            one_pass_s(rows, 1, launch),
+            LaunchParams.from_hardware(r.hardware, timed).overhead_s,
             handoff_s(r.drafter, r.model, timer, r.layout, rows, draft_len),
         )
         return DraftCost(total, first)
 
-    em = r.hardware.empirical
-    piecewise = PiecewiseCosts(r.model.n_layers, em.graph_launch_us * 1e-6, em.launch_eager_us * 1e-6)
     return step_times, draft_times, piecewise
+
+
+def _engine_launch(
+    profile: ServingEngineProfile, rows: int, tokens_per_seq: int, requested_launch: str
+) -> tuple[str, int, str]:
+    """(launch as run, rows run, launch its kernel stream is timed in) of a step under `profile`."""
+    launch = ov.launch_for(profile, rows, tokens_per_seq, requested_launch)
+    rows_run = ov.padded_sequences(profile, rows, tokens_per_seq, requested_launch)
+    return launch, rows_run, "graph" if launch == "piecewise" else launch
+
+
+def engine_step_keys(
+    profile: ServingEngineProfile, rows: int, tokens_per_seq: int, requested_launch: str
+) -> list[tuple[int, int, str]]:
+    """The (rows, tokens, launch) kernel-stream steps `engine_step` asks for: the step as run, and the
+    unpadded one when the engine pads."""
+    _, rows_run, timed_launch = _engine_launch(profile, rows, tokens_per_seq, requested_launch)
+    return [(rows_run, tokens_per_seq, timed_launch), (rows, tokens_per_seq, timed_launch)][
+        : 1 if rows_run == rows else 2
+    ]
+
+
+def point_step_keys(
+    profile: ServingEngineProfile, batch: int, draft_lens: Iterable[int], requested_launch: str
+) -> list[tuple[int, int, str]]:
+    """The kernel-stream steps (rows, tokens, launch) of `engine_point` at `batch` over `draft_lens`
+    (decode and verification; the drafter's passes are timed as asked)."""
+    keys = engine_step_keys(profile, batch, 1, requested_launch)
+    for k in draft_lens:
+        rows, tokens_per_row = ov.verify_shape(profile.drafter, batch, k)
+        keys += engine_step_keys(profile, rows, tokens_per_row, requested_launch)
+    return list(dict.fromkeys(keys))
 
 
 def engine_step(
@@ -257,9 +331,7 @@ def engine_step(
     """A step of `rows` × `tokens_per_seq` as the serving engine runs it (see the module docstring); the
     verification of an SD round over `sd_sequences` sequences adds their bookkeeping and runs under the
     engine's SD overlap."""
-    launch = ov.launch_for(profile, rows, tokens_per_seq, requested_launch)
-    rows_run = ov.padded_sequences(profile, rows, tokens_per_seq, requested_launch)
-    timed_launch = "graph" if launch == "piecewise" else launch
+    launch, rows_run, timed_launch = _engine_launch(profile, rows, tokens_per_seq, requested_launch)
     timed = steps(rows_run, tokens_per_seq, timed_launch)
     device_s = timed.step_s
     if launch == "piecewise":
@@ -381,9 +453,12 @@ __all__ = [
     "draft_cost_s",
     "engine_point",
     "engine_step",
+    "engine_step_keys",
+    "point_step_keys",
     "prepare_points",
     "scenario_timers",
     "speculative_point",
     "step_shapes",
     "time_step",
+    "time_steps",
 ]

@@ -20,12 +20,26 @@ from moesim.simulator.bounds import DEFAULT_MAX_CONFIGS, check_configs, check_me
 from moesim.simulator.engines.profile import load_serving_engine
 from moesim.simulator.execution.timer import FastTimer, StepTimer
 from moesim.simulator.models.spec import ModelSpec
+from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.plan.step import check_step_inputs
 from moesim.simulator.plan.styles import kernel_style_builder
-from moesim.simulator.scenario import Scenario, resolve_hardware, resolve_routing
+from moesim.simulator.scenario import (
+    ResolvedScenario,
+    Scenario,
+    check_routing_size,
+    resolve_hardware,
+    resolve_routing,
+)
 from moesim.simulator.speculative.acceptance import peak_batch
 from moesim.simulator.speculative.drafters import parse_drafter
-from moesim.simulator.speculative.point import prepare_points, scenario_timers, speculative_point
+from moesim.simulator.speculative.point import (
+    TimedPlan,
+    point_step_keys,
+    prepare_points,
+    scenario_timers,
+    speculative_point,
+    time_steps,
+)
 
 ROW_FIELDS = (
     "model",
@@ -159,8 +173,12 @@ def run_sweep(
     skipped: list[dict[str, Any]] = []
     descriptions: dict[str, str] = {}
     for model in models:
+        what = f"{model.name} with draft length {max_k}"
+        check_routing_size(
+            model, base.routing, base.overlap, base.baseline_overlap, max_k + 1, base.max_memory_gb, what
+        )
         routing = resolve_routing(model, base.routing, base.overlap, base.baseline_overlap)
-        check_memory(routing, max_k + 1, base.max_memory_gb, f"{model.name} with draft length {max_k}")
+        check_memory(routing, max_k + 1, base.max_memory_gb, what)
         descriptions[model.name] = routing.description
         resolved_batches = []
         for batch in batches:
@@ -175,9 +193,10 @@ def run_sweep(
                 if progress:
                     progress(len(draft_lens))
         prepare_points(resolved_batches, draft_lens)
+        timed = _time_model_steps(resolved_batches, draft_lens, timer)
         for resolved in resolved_batches:
             batch = resolved.batch
-            timers = scenario_timers(resolved, timer)
+            timers = scenario_timers(resolved, timer, timed[resolved.layout])
             layout = resolved.layout
             for k in draft_lens:
                 point = speculative_point(resolved, timer, k, timers=timers)
@@ -220,6 +239,18 @@ def run_sweep(
             "serving_engine_provenance": serving.provenance.kind,
         },
     )
+
+
+def _time_model_steps(
+    resolved: Sequence[ResolvedScenario], draft_lens: Sequence[int], timer: StepTimer
+) -> dict[ParallelLayout, dict[tuple[int, int, str], TimedPlan]]:
+    """Every decode and verification step of one model's points (its batch sizes × `draft_lens`), timed
+    in one `timer.steps` call per layout: the fast path costs the steps that share a structure together."""
+    by_layout: dict[ParallelLayout, tuple[ResolvedScenario, list[tuple[int, int, str]]]] = {}
+    for r in resolved:
+        _, keys = by_layout.setdefault(r.layout, (r, []))
+        keys += point_step_keys(r.serving_engine, r.batch, draft_lens, r.launch)
+    return {layout: time_steps(r, timer, keys) for layout, (r, keys) in by_layout.items()}
 
 
 def _sweep_in_processes(

@@ -18,7 +18,8 @@ import numpy as np
 
 from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
-from moesim.reading import read_text
+from moesim.reading import csv_rows, read_text
+from moesim.simulator.bounds import check_count
 from moesim.validation.reference.predict import TERMS
 
 # --------------------------------------------------------------------------------------------- summary
@@ -256,8 +257,9 @@ def read_measured_csv(path: str | Path) -> list[dict[str, Any]]:
             f"{file}: no header or rows",
             f"the header needs {', '.join(MEASURED_REQUIRED)}; `moesim validate measured --schema` shows every column",
         )
-    reader = csv.DictReader(lines)
-    header = [h.strip() for h in (reader.fieldnames or [])]
+    header, records = csv_rows(
+        "--measured", lines, str(file), "measurements CSV"
+    )  # duplicates, ragged refused
     missing = [c for c in MEASURED_REQUIRED if c not in header]
     if missing:
         raise MoesimError(
@@ -266,7 +268,7 @@ def read_measured_csv(path: str | Path) -> list[dict[str, Any]]:
             f"the header needs {', '.join(MEASURED_REQUIRED)} (optional: {', '.join(MEASURED_OPTIONAL)})",
         )
     rows: list[dict[str, Any]] = []
-    for number, raw in enumerate(reader, start=2):
+    for number, raw in enumerate(records, start=2):
         item = {(k or "").strip(): (v or "").strip() for k, v in raw.items()}
         where = f"{file.name} row {number - 1}"
         row: dict[str, Any] = {"model": item["model"], "source_dir": str(file.parent)}
@@ -302,7 +304,7 @@ def _int_cell(item: dict[str, str], key: str, where: str, minimum: int) -> int:
         raise MoesimError("--measured", f"{where}: {key} must be an integer, got {text!r}") from None
     if value < minimum:
         raise MoesimError("--measured", f"{where}: {key} must be ≥ {minimum}, got {value}")
-    return value
+    return check_count(value, key, f"--measured: {where}", low=minimum, fix=f"give {key} as a whole number")
 
 
 def _float_cell(item: dict[str, str], key: str, where: str, positive: bool = True) -> float:

@@ -14,7 +14,18 @@ from typing import Any
 
 from moesim.errors import MoesimError
 from moesim.options import option
+from moesim.simulator.bounds import (
+    DEFAULT_MAX_MEMORY_GB,
+    GPU_MAX_MEMORY_GB,
+    check_bytes,
+    check_count,
+    check_max_memory_gb,
+    check_seed,
+)
 from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.models.sequence_state import kv_cache_bytes
+from moesim.simulator.models.spec import ModelSpec
+from moesim.simulator.models.weights import total_weight_bytes
 from moesim.validation.reference.configs import default_routing, validation_grid
 from moesim.validation.reference.measure import MeasureSettings, clock_name, measure_model
 from moesim.validation.reference.predict import predict_rows
@@ -89,8 +100,36 @@ class ValidationOptions:
         choices=REFERENCE_STYLES,
     )
 
+    max_memory_gb: float | None = (
+        option(  # refuse a grid whose torch tensors would need more (None: per device)
+            None,
+            "Refuse a measurement grid whose torch tensors are estimated to need more memory (GB).",
+            default_text=f"{DEFAULT_MAX_MEMORY_GB:g} on a CPU, {GPU_MAX_MEMORY_GB:g} on a GPU",
+        )
+    )
+
+    def __post_init__(self) -> None:
+        check_seed(self.seed, "--seed")
+        check_count(self.context_len, "--context-len", low=0, fix="give the cached tokens per sequence")
+        if self.layers is not None:
+            check_count(self.layers, "--layers", high=4096, fix="give --layers 1 or more")
+        if self.threads is not None:
+            check_count(self.threads, "--threads", high=4096, fix="give --threads 1 or more")
+        for flag, values, low in (("--batch", self.batches, 1), ("--draft-len", self.draft_lens, 0)):
+            for value in values or ():
+                check_count(value, flag, low=low, fix=f"give {flag} values ≥ {low}")
+        if self.max_memory_gb is not None:
+            check_max_memory_gb(self.max_memory_gb)
+
+    @property
+    def memory_limit_gb(self) -> float:
+        """The limit given, or the device's default: DEFAULT_MAX_MEMORY_GB on a CPU, GPU_MAX_MEMORY_GB on a GPU."""
+        if self.max_memory_gb is not None:
+            return self.max_memory_gb
+        return GPU_MAX_MEMORY_GB if self.device == "cuda" else DEFAULT_MAX_MEMORY_GB
+
     def checked(self) -> ValidationOptions:
-        """These options, refused with one message when a shape is unknown or the context negative."""
+        """These options, refused with one message when a validation shape is unknown."""
         unknown = [m for m in self.models if m not in SHAPES]
         if unknown or not self.models:
             raise MoesimError(
@@ -98,9 +137,27 @@ class ValidationOptions:
                 f"unknown validation model(s) {', '.join(unknown) or '(none)'}",
                 f"choose from {', '.join(SHAPES)}",
             )
-        if self.context_len < 0:
-            raise MoesimError("--context-len", f"must be ≥ 0, got {self.context_len}")
         return self
+
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+ACTIVATION_COPIES = 16
+"""Hidden-width activation tensors a reference step holds per token at once (inputs, norms, projections, the
+expert block's gathers and outputs)."""
+
+
+def reference_bytes(
+    spec: ModelSpec, grid: list[tuple[int, int]], context_len: int, dtype_bytes: int
+) -> float:
+    """Estimated peak memory of the torch reference over `grid`: its weights, the KV cache of the largest
+    batch at the longest context, and the activations of the largest step."""
+    batch = max(b for b, _ in grid)
+    tokens = max(k for _, k in grid) + 1
+    weights = total_weight_bytes(spec)  # the spec's weight format is the reference dtype
+    cache = batch * kv_cache_bytes(spec, context_len + tokens, dtype_bytes)
+    activations = batch * tokens * max(spec.hidden, spec.expert_width) * dtype_bytes * ACTIVATION_COPIES
+    return float(weights + cache + activations)
 
 
 def cache_between_steps(cache: str, device: str) -> str:
@@ -185,14 +242,6 @@ def measure_validation(
 
     `hardware` only chooses the thread count and dtype a measured CPU profile was calibrated with.
     """
-    from moesim.calibrate.suites.timing import (
-        cache_flush_bytes,
-        machine_description,
-        machine_kind,
-        resolve_device,
-        today,
-    )
-
     if options.launch not in ("eager", "graph"):
         raise MoesimError("--launch", f"unknown launch mode {options.launch!r}", "choose eager or graph")
     if options.launch == "graph" and options.device != "cuda":
@@ -200,7 +249,6 @@ def measure_validation(
     threads = options.threads
     if options.device == "cpu" and threads is None:
         threads = profile_threads(hardware) or 1
-    device = resolve_device(options.device, threads if options.device == "cpu" else None)
     dtype = options.dtype or (profile_dtype(hardware) if hardware.provenance.kind == "measured" else None)
     dtype = dtype or ("fp32" if options.device == "cpu" else "bf16")
     if dtype not in ("fp32", "bf16", "fp16"):
@@ -210,6 +258,24 @@ def measure_validation(
         list(options.batches) if options.batches else None,
         list(options.draft_lens) if options.draft_lens is not None else None,
     )
+    specs = [validation_model(key, options.device, dtype, options.layers) for key in options.models]
+    for spec in specs:  # torch allocates nothing before this
+        check_bytes(
+            reference_bytes(spec, grid, options.context_len, DTYPE_BYTES[dtype]),
+            options.memory_limit_gb,
+            f"the torch reference of {spec.name} (weights and the KV cache of {max(b for b, _ in grid)} sequences × "
+            f"{options.context_len + max(k for _, k in grid) + 1:,} tokens)",
+            "give a shorter --context-len, smaller --batch values or fewer --layers",
+        )
+    from moesim.calibrate.suites.timing import (
+        cache_flush_bytes,
+        machine_description,
+        machine_kind,
+        resolve_device,
+        today,
+    )
+
+    device = resolve_device(options.device, threads if options.device == "cpu" else None)
     settings = MeasureSettings.for_mode(options.quick)
     cache = cache_between_steps(options.cache, options.device)
     flush_bytes = cache_flush_bytes(device, llc_multiple=1.0) if cache == "cold" else 0
@@ -217,7 +283,6 @@ def measure_validation(
     started = time.perf_counter()
     rows = []
     checks: dict[str, bool] = {}
-    specs = [validation_model(key, options.device, dtype, options.layers) for key in options.models]
     for key, spec in zip(options.models, specs, strict=True):
         rows += measure_model(
             spec,

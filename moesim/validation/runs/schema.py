@@ -9,15 +9,14 @@ in the same format (`moesim validate runs --schema` prints it).
 
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from moesim.errors import MoesimError
-from moesim.reading import read_text
+from moesim.reading import csv_rows, read_text
+from moesim.simulator.bounds import check_count, check_finite
 
 
 @dataclass(frozen=True)
@@ -100,6 +99,17 @@ class MeasuredRun:
         return tuple(self.values["batch"])
 
 
+def _whole(text: str) -> int:
+    """An integer cell (a decimal point is allowed for a whole number: 8.0)."""
+    try:
+        return int(text)
+    except ValueError:
+        value = float(text)
+        if not value.is_integer():
+            raise
+        return int(value)
+
+
 def _parse_cell(column: Column, text: str, where: str) -> Any:
     text = text.strip()
     if not text:
@@ -108,20 +118,16 @@ def _parse_cell(column: Column, text: str, where: str) -> Any:
         return None
     try:
         if column.kind == "int":
-            value: Any = int(text)
-            if value < 0:
-                raise ValueError
-            return value
+            return check_count(_whole(text), column.name, where, low=0, fix=f"give {column.meaning}")
         if column.kind == "float":
-            value = float(text)
-            if not value > 0.0:
-                raise ValueError
-            return value
+            return check_finite(
+                float(text), column.name, where, low=0.0, low_open=True, fix=f"give {column.meaning}"
+            )
         if column.kind == "ints":
-            values = tuple(int(part) for part in text.split(";"))
-            if not values or min(values) < 1:
-                raise ValueError
-            return values
+            return tuple(
+                check_count(_whole(part), column.name, where, fix=f"give {column.meaning}")
+                for part in text.split(";")
+            )
     except ValueError as exc:
         raise MoesimError(
             f"{where}: {column.name}",
@@ -137,8 +143,7 @@ def _parse_cell(column: Column, text: str, where: str) -> Any:
 
 def parse_runs(text: str, source: str) -> list[MeasuredRun]:
     """Rows of a runs CSV, each cell checked against the schema (errors name the file, row and column)."""
-    reader = csv.DictReader(io.StringIO(text))
-    header = reader.fieldnames or []
+    header, rows = csv_rows(source, text, source, "runs CSV")  # duplicate columns and ragged rows refused
     missing = [c.name for c in SCHEMA if c.required and c.name not in header]
     if missing:
         raise MoesimError(
@@ -153,9 +158,10 @@ def parse_runs(text: str, source: str) -> list[MeasuredRun]:
         )
     runs: list[MeasuredRun] = []
     seen: set[str] = set()
-    for line, row in enumerate(reader, start=2):
+    for line, row in enumerate(rows, start=2):
         where = f"{source} line {line}"
         values = {c.name: _parse_cell(c, row.get(c.name) or "", where) for c in SCHEMA}
+        _check_acceptance_length(values, where)
         if values["run_id"] in seen:
             raise MoesimError(
                 f"{where}: run_id", f"{values['run_id']!r} appears twice", "give each row its own id"
@@ -165,6 +171,26 @@ def parse_runs(text: str, source: str) -> list[MeasuredRun]:
     if not runs:
         raise MoesimError(source, "has no rows", "add one row per measured point")
     return runs
+
+
+def _check_acceptance_length(values: dict[str, Any], where: str) -> None:
+    """A round yields at most its verified tokens: K + 1 for a chain, the draft tokens + 1 for a tree."""
+    length = values.get("acceptance_length")
+    if length is None:
+        return
+    tree = values.get("draft_shape") == "tree"
+    drafted = values.get("draft_tokens") if tree else values.get("draft_len")
+    if length < 1.0:
+        raise MoesimError(
+            f"{where}: acceptance_length", f"is {length:g}, below 1 (a round yields at least one token)"
+        )
+    if drafted is not None and length > drafted + 1:
+        raise MoesimError(
+            f"{where}: acceptance_length",
+            f"is {length:g}, above the {drafted + 1} tokens a round of "
+            f"{'draft_tokens' if tree else 'draft_len'} {drafted} can yield",
+            "check acceptance_length (accepted + 1 per round) against the draft length",
+        )
 
 
 def read_runs(path: str | None = None) -> list[MeasuredRun]:

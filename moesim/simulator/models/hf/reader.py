@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from moesim.errors import MoesimError
+from moesim.simulator.bounds import check_count
 from moesim.simulator.models.spec import AttentionLayerKind, AttentionSpec, FfnLayerKind, LinearAttentionSpec
 
 _MISSING = object()
@@ -245,6 +246,8 @@ class HfConfig:
         if value is None:
             return None
         if isinstance(value, list) and value and all(isinstance(v, (int, float)) for v in value):
+            for item in value:
+                check_count(item, self.field(key), low=0, fix="write whole numbers ≥ 0 a model can have")
             if len(set(value)) > 1:
                 mean = round(sum(value) / len(value))
                 self.assume(
@@ -252,9 +255,9 @@ class HfConfig:
                 )
                 return mean
             value = value[0]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise MoesimError(self.field(key), f"expects an integer, got {value!r}", "write a whole number")
-        return int(value)
+        return check_count(value, self.field(key), low=0, fix="write a whole number ≥ 0 a model can have")
 
     def boolean(self, key: str, default: bool) -> bool:
         value = self.get(key, default)
@@ -543,7 +546,15 @@ def window(cfg: HfConfig, kinds: list[AttentionLayerKind], key: str = "sliding_w
 def gqa(cfg: HfConfig, hidden: int, **extra: Any) -> AttentionSpec:
     """MHA/GQA from the common keys; head_dim defaults to hidden ÷ heads as in transformers."""
     heads = cfg.first_integer(HEAD_KEYS)
+    if heads < 1:
+        raise MoesimError(
+            cfg.field(HEAD_KEYS[0]), f"must be a positive integer, got {heads}", "give the head count"
+        )
     head_dim = cfg.first_integer(("head_dim", "kv_channels", "attention_head_dim"), None)
+    if head_dim == 0:  # transformers reads `head_dim or hidden // heads`
+        cfg.assume(
+            f"{cfg.prefix}head_dim: 0 read as hidden ÷ heads = {hidden // heads}, as transformers does"
+        )
     return AttentionSpec(
         num_heads=heads,
         num_kv_heads=cfg.first_integer(KV_HEAD_KEYS, heads),

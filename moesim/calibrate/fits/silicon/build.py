@@ -1,0 +1,143 @@
+"""A `silicon` profile: a datasheet profile whose terms are fitted to one system × framework of the database.
+
+`calibrate_from_silicon("h200_sxm/sglang")` reads the selected tables (`tables.select`), fits
+
+- the grouped expert GEMM terms per dtype from `moe_perf` (`moe_fit`),
+- the GEMM efficiency curve from `gemm_perf` (bf16; fp8 reported) (`gemm_fit`),
+- the node's scale-up link from `nccl_perf` and the framework's `custom_allreduce_perf` (`comm_fit`),
+
+each with its rows and its error in-sample and on held-out shapes (`holdout`), onto the datasheet profile of
+the same GPU (`SYSTEM_PROFILES`). Every other field keeps its datasheet value or documented default, and
+says so. Every fitted field names its system, framework, version, table, rows and residual in the
+profile's provenance and its `[fit_quality]`.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field, replace
+
+from moesim.calibrate.fits.silicon import tables
+from moesim.calibrate.fits.silicon.comm_fit import fit_link
+from moesim.calibrate.fits.silicon.gemm_fit import fit_gemm
+from moesim.calibrate.fits.silicon.holdout import FitQuality
+from moesim.calibrate.fits.silicon.moe_fit import fit_moe
+from moesim.errors import MoesimError
+from moesim.simulator.hardware.defaults import DEFAULT_EXPERT_GEMM
+from moesim.simulator.hardware.profile import HardwareProfile, load_profile
+from moesim.simulator.hardware.sections import Provenance
+
+# The database's systems and the bundled datasheet profile of the same GPU (its facts and node).
+SYSTEM_PROFILES = {
+    "a100_sxm": "a100-80gb",
+    "h100_sxm": "h100-sxm",
+    "h200_sxm": "h200",
+    "b200_sxm": "b200",
+    "b300_sxm": "b300",
+    "gb200": "gb200",
+    "gb300": "gb300",
+    "l40s": "l40s",
+    "rtx_pro_6000_server": "rtx-pro-6000",
+}
+SILICON_PREFIX = "silicon/"
+
+
+def profile_name(system: str, framework: str) -> str:
+    """The name of a system × framework silicon profile, e.g. 'h200_sxm-sglang'."""
+    return f"{system}-{framework}"
+
+
+@dataclass(frozen=True)
+class SiliconCalibration:
+    profile: HardwareProfile
+    selection: tables.Selection
+    quality: dict[str, FitQuality] = field(default_factory=dict)  # term -> fit quality (incl. reported-only)
+    baseline: dict[str, FitQuality] = field(default_factory=dict)  # term -> the defaults on the same rows
+
+
+def base_profile(system: str) -> HardwareProfile:
+    name = SYSTEM_PROFILES.get(system)
+    if name is None:
+        raise MoesimError(
+            "--from-silicon",
+            f"moesim has no datasheet profile for the database's system {system!r}",
+            f"systems with one: {', '.join(sorted(SYSTEM_PROFILES))}",
+        )
+    return load_profile(name)
+
+
+def calibrate_from_silicon(text: str, root: str | None = None) -> SiliconCalibration:
+    """Fit a silicon profile for `SYSTEM/FRAMEWORK[/VERSION]` (module docstring)."""
+    data_root = tables.database_root(root)
+    selection = tables.select(tables.scan(data_root), text)
+    base = base_profile(selection.system)
+    quality: dict[str, FitQuality] = {}
+    baseline: dict[str, FitQuality] = {}
+    empirical, node = base.empirical, base.node
+    versions: dict[str, str] = {}
+
+    moe = selection.get("moe_perf")
+    if moe is not None:
+        defaults = dict(DEFAULT_EXPERT_GEMM)
+        fits = fit_moe(tables.read_columns(moe), base, moe.label, defaults)
+        terms = dict(defaults)
+        for f in fits:
+            terms[f.dtype] = f.terms
+            quality[f"expert_gemm.{f.dtype}"] = f.quality
+            baseline[f"expert_gemm.{f.dtype}"] = f.default_quality
+        if fits:
+            empirical = replace(empirical, expert_gemm=terms)
+            versions["moe_perf"] = moe.version
+
+    gemm = selection.get("gemm_perf")
+    if gemm is not None:
+        for g in fit_gemm(tables.read_columns(gemm), base, gemm.label):
+            if g.dtype == "bf16":
+                empirical = replace(empirical, gemm_efficiency=g.efficiency)
+                quality["gemm_efficiency"] = g.quality
+            else:  # one curve per profile: the other dtypes' fits are reported, not stored
+                quality[f"gemm_efficiency.{g.dtype} (reported, not stored)"] = g.quality
+        versions["gemm_perf"] = gemm.version
+
+    comm = [selection.get(name) for name in ("custom_allreduce_perf", "nccl_perf")]
+    comm_tables = [(c.label, tables.read_columns(c)) for c in comm if c is not None]
+    if comm_tables:
+        link = fit_link(comm_tables, base.node.gpus_per_node, base.node.scale_up_bandwidth_gbps or 100.0)
+        if link is not None:
+            node = replace(
+                node, scale_up_bandwidth_gbps=link.bandwidth_gbps, scale_up_latency_us=link.latency_us
+            )
+            quality["node.scale_up"] = link.quality
+            for c in comm:
+                if c is not None:
+                    versions[c.table] = f"{c.framework} {c.version}"
+    if not quality:
+        raise MoesimError("--from-silicon", f"{selection.name} has no table moesim fits", "choose another")
+
+    notes = [q.sentence(term) for term, q in quality.items()]
+    kept = [a for a in base.provenance.assumptions if not any(a.startswith(t.split(" ")[0]) for t in quality)]
+    name = profile_name(selection.system, selection.framework)
+    software = {
+        "aiconfigurator-core": tables.installed_version() or tables.PINNED_VERSION,
+        "framework": selection.framework,
+        **{f"{table} version": version for table, version in versions.items()},
+    }
+    provenance = Provenance(
+        kind="silicon",
+        source=(
+            f"NVIDIA aiconfigurator-core {software['aiconfigurator-core']} silicon database ({tables.LICENCE}), "
+            f"{selection.name}, fitted by moesim onto the datasheet profile '{base.name}'"
+        ),
+        date=datetime.date.today().isoformat(),
+        software=software,
+        assumptions=tuple(notes + kept),
+    )
+    profile = HardwareProfile(
+        name=name,
+        datasheet=base.datasheet,
+        empirical=empirical,
+        provenance=provenance,
+        node=node,
+        fit_quality={term.split(" ")[0]: q.metrics() for term, q in quality.items()},
+    )
+    return SiliconCalibration(profile, selection, quality, baseline)

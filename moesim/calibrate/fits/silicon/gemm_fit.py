@@ -1,0 +1,100 @@
+"""`gemm_perf` → the GEMM efficiency curve e(M), through the same fit as the local GEMM suite.
+
+A row is one x[m, k] @ W[k, n] in `gemm_dtype`, timed on the real GPU. moesim prices it as the cost model
+does any GEMM: fixed latency + max(2mnk / (peak × e(m)), bytes / achieved bandwidth), the bytes being the
+weights (n·k in the dtype) plus the bf16 activations in and out. `calibrate.fit_gemm.fit_gemm_table` fits
+e(M) on the training shapes; the held-out shapes are then priced with the fitted curve.
+
+The profile carries one curve (the cost model has no per-dtype curve), fitted to bf16; the fp8 fit is
+reported beside it so its error is known.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from moesim.calibrate.fits.gemm import fit_gemm_table
+from moesim.calibrate.fits.silicon.holdout import FitQuality, held_out_mask
+from moesim.simulator.execution.cost import CostParams, kernel_times_s
+from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.hardware.sections import GemmEfficiency
+
+# The database's GEMM dtypes moesim has a peak for: (moesim dtype, weight bytes per element).
+GEMM_DTYPES = {"bfloat16": ("bf16", 2.0), "fp8": ("fp8", 1.0)}
+ACTIVATION_BYTES = 2.0
+MAX_ROWS_PER_DTYPE = 4000
+SAMPLE_SEED = 21
+
+
+@dataclass(frozen=True)
+class GemmFit:
+    dtype: str
+    efficiency: GemmEfficiency
+    quality: FitQuality
+
+
+def _gemm_arrays(
+    m: np.ndarray, n: np.ndarray, k: np.ndarray, weight_bytes: float
+) -> tuple[np.ndarray, np.ndarray]:
+    flops = 2.0 * m * n * k
+    nbytes = n * k * weight_bytes + (m * k + m * n) * ACTIVATION_BYTES
+    return flops, nbytes
+
+
+def price(
+    hw: HardwareProfile,
+    curve: GemmEfficiency,
+    dtype: str,
+    m: np.ndarray,
+    flops: np.ndarray,
+    nbytes: np.ndarray,
+) -> np.ndarray:
+    """Seconds the cost model gives each GEMM with efficiency curve `curve`."""
+    em = hw.empirical
+    peak = hw.peak_flops_per_s(dtype)
+    params = CostParams.for_gemms(
+        em.kernel_fixed_latency_us * 1e-6,
+        hw.memory_bandwidth_bytes_per_s,
+        em.half_bandwidth_transfer_bytes,
+        np.asarray(curve.m_tokens),
+        np.asarray(curve.efficiency),
+        peak,
+    )
+    return kernel_times_s(flops, m, np.full_like(m, peak), nbytes, np.zeros_like(m), params)[0]
+
+
+def fit_gemm(columns: dict[str, np.ndarray], hw: HardwareProfile, table: str) -> list[GemmFit]:
+    out = []
+    em = hw.empirical
+    for db_dtype, (dtype, weight_bytes) in GEMM_DTYPES.items():
+        index = np.nonzero(columns["gemm_dtype"] == db_dtype)[0]
+        if index.size < 20 or dtype not in hw.datasheet.peak_dense_tflops:
+            continue
+        if index.size > MAX_ROWS_PER_DTYPE:
+            index = np.sort(
+                np.random.default_rng(SAMPLE_SEED).choice(index, MAX_ROWS_PER_DTYPE, replace=False)
+            )
+        m, n, k = (columns[c][index].astype(float) for c in ("m", "n", "k"))
+        measured = columns["latency"][index] * 1e-3
+        flops, nbytes = _gemm_arrays(m, n, k, weight_bytes)
+        held = held_out_mask(n, k)
+        train = ~held
+        rows = [
+            {"m": m[i], "flops": flops[i], "bytes": nbytes[i], "median_s": measured[i], "dtype": dtype}
+            for i in np.nonzero(train)[0]
+        ]
+        params = fit_gemm_table(
+            rows,
+            dtype,
+            hw.datasheet.peak_dense_tflops[dtype],
+            hw.memory_bandwidth_bytes_per_s / 1e9,
+            em.half_bandwidth_transfer_bytes,
+            em.kernel_fixed_latency_us,
+        )
+        predicted = price(hw, params.efficiency, dtype, m, flops, nbytes)
+        sources = ", ".join(sorted({str(s) for s in columns["kernel_source"][index]}))
+        note = f"{db_dtype} via {sources}"
+        out.append(GemmFit(dtype, params.efficiency, FitQuality.of(table, predicted, measured, held, note)))
+    return out
