@@ -305,11 +305,12 @@ def _engine_from_runs(
     all_engines: bool,
     as_json: bool,
 ) -> None:
-    from moesim.commands.engines import fit_from_runs, print_fit
+    from moesim.commands.engines import print_fit
+    from moesim.validation.runs.fit import fit_profile_from_runs
 
     if serving_engine is None:
         raise MoesimError("--serving-engine", "is required with --from-runs", "e.g. --serving-engine vllm")
-    data = fit_from_runs(runs, serving_engine, output, fit_text, all_engines)
+    data = fit_profile_from_runs(runs, serving_engine, output, fit_text, all_engines)
     if as_json:
         emit_json(data)
     else:

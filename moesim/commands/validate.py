@@ -246,13 +246,14 @@ def runs_command(
 ) -> None:
     """Predict measured serving runs with speculative decoding (PATH, a CSV: see --schema; without it, the
     bundled public runs); each row uses its own model, hardware profile and layout."""
-    from moesim.commands.engines import plot_runs_validation, print_runs_validation, runs_validation
+    from moesim.commands.engines import plot_runs_validation, print_runs_validation
     from moesim.commands.validate_render import print_runs_schema
+    from moesim.validation.runs.predict import validate_runs_under
 
     if schema:
         print_runs_schema(as_json)
         return
-    data = runs_validation(path, serving_engine)
+    data = validate_runs_under(path, serving_engine)
     if plot_path:
         plot_runs_validation(data, plot_path)
     if as_json:

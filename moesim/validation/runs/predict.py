@@ -207,3 +207,22 @@ def validate_runs(
         "routing: the `typical` preset (no traces of these runs)",
     ]
     return RunsValidation(str(label), rows, list(skipped), notes)
+
+
+def parse_engine_list(text: str) -> list[str]:
+    """`--serving-engine A,B,...`: the profiles to validate under (names, .toml paths or per-run)."""
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise MoesimError("--serving-engine", "needs at least one profile", "e.g. ideal,vllm or per-run")
+    return names
+
+
+def validate_runs_under(runs_path: str | None, serving_engines: str) -> dict[str, Any]:
+    """`moesim validate runs`: every requested profile's validation of the runs (the bundled ones for
+    None), sharing the device times."""
+    from moesim.validation.runs.schema import read_runs
+
+    runs = read_runs(runs_path)
+    ready = prepare(runs)
+    results = [validate_runs(runs, name, ready).to_json() for name in parse_engine_list(serving_engines)]
+    return {"runs": runs_path or "bundled measured_runs.csv", "validations": results}
