@@ -159,14 +159,6 @@ def resolve_model(model_name: str | None, model_config: str | None, options: dic
     )
 
 
-def hardware_option(func: F) -> F:
-    """--hardware NAME|PATH (the Scenario's field)."""
-    from moesim.commands.fields import click_option
-    from moesim.simulator.scenario import Scenario
-
-    return click_option(Scenario, "hardware")(func)
-
-
 def make_console() -> Any:
     """A rich console that keeps tables readable when output is piped (rich would otherwise assume 80 columns)."""
     from rich.console import Console

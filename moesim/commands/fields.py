@@ -105,4 +105,11 @@ def fields_of(cls: type, flags: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-__all__ = ["click_option", "field_options", "fields_of"]
+def hardware_option(func: F) -> F:
+    """--hardware NAME|PATH (the Scenario's field)."""
+    from moesim.simulator.scenario import Scenario
+
+    return click_option(Scenario, "hardware")(func)
+
+
+__all__ = ["click_option", "field_options", "fields_of", "hardware_option"]

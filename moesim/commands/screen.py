@@ -11,11 +11,10 @@ from moesim.commands.common import (
     check_outputs,
     emit_json,
     handle_errors,
-    hardware_option,
     make_console,
     resolve_model,
 )
-from moesim.commands.fields import field_options, fields_of
+from moesim.commands.fields import field_options, fields_of, hardware_option
 from moesim.commands.parallel_options import layout_from_kwargs, parallel_options
 from moesim.commands.progress import progress
 from moesim.commands.simulate import scenario_from_flags, sd_options, step_options

@@ -13,12 +13,11 @@ from moesim.commands.common import (
     check_outputs,
     emit_json,
     handle_errors,
-    hardware_option,
     make_console,
     model_options,
     resolve_model,
 )
-from moesim.commands.fields import field_options, fields_of
+from moesim.commands.fields import field_options, fields_of, hardware_option
 from moesim.commands.progress import progress
 from moesim.commands.simulate import scenario_from_flags, sd_options
 from moesim.errors import MoesimError

@@ -13,14 +13,13 @@ from moesim.commands.common import (
     check_outputs,
     emit_json,
     handle_errors,
-    hardware_option,
     make_console,
     model_options,
     override_options,
     resolve_model,
     with_override_flags,
 )
-from moesim.commands.fields import field_options, fields_of
+from moesim.commands.fields import field_options, fields_of, hardware_option
 from moesim.commands.parallel_options import layout_from_kwargs, parallel_options
 from moesim.errors import MoesimError
 from moesim.simulator.scenario import Scenario, SweepGrid

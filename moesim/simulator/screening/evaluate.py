@@ -18,10 +18,12 @@ from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.models.weights import param_counts, total_weight_bytes
 from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.scenario import Scenario, resolve_hardware, resolve_routing
-from moesim.simulator.screening.request import DEFAULT_BATCHES, DEFAULT_DRAFT_LENS
 from moesim.simulator.screening.space import Design, Value
 from moesim.simulator.speculative.acceptance import peak_batch
 from moesim.simulator.speculative.sweep import SweepRow, run_sweep
+
+DEFAULT_BATCHES = (1, 4, 16, 64)
+DEFAULT_DRAFT_LENS = (1, 2, 3, 4)
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,9 @@ from moesim.options import option
 from moesim.simulator.bounds import DEFAULT_MAX_MINUTES
 from moesim.simulator.screening.backends import BACKENDS
 from moesim.simulator.screening.constraints import DEFAULT_TOLERANCE, Constraint
+from moesim.simulator.screening.evaluate import DEFAULT_BATCHES, DEFAULT_DRAFT_LENS
 from moesim.simulator.screening.space import Design, Value
 
-DEFAULT_BATCHES: tuple[int, ...] = (1, 4, 16, 64)
-DEFAULT_DRAFT_LENS: tuple[int, ...] = (1, 2, 3, 4)
 DEFAULT_TOP = 10
 
 
@@ -111,4 +110,4 @@ class ScreenRequest:
         ]
 
 
-__all__ = ["DEFAULT_BATCHES", "DEFAULT_DRAFT_LENS", "DEFAULT_TOP", "ScreenRequest"]
+__all__ = ["DEFAULT_TOP", "ScreenRequest"]
