@@ -14,6 +14,7 @@ from moesim.simulator.execution.collectives import (
     all_gather_s,
     all_reduce_s,
     all_to_all_s,
+    messages_s,
     node_link,
     reduce_scatter_s,
 )
@@ -145,3 +146,11 @@ def test_missing_link_bandwidth_is_a_clear_error() -> None:
 def test_bad_inputs_raise_moesim_error(call) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(MoesimError):
         call()
+
+
+def test_point_to_point_messages_cost_one_latency_each_and_the_bytes_once() -> None:
+    node = NodeSpec(gpus_per_node=8, scale_up_bandwidth_gbps=450.0, scale_up_latency_us=3.0,
+                    scale_out_bandwidth_gbps=50.0, scale_out_latency_us=6.0)  # fmt: skip
+    inside = node_link(node, 8)
+    assert messages_s(1e6, node, 8, messages=2) == pytest.approx(2 * 3e-6 + 1e6 / inside.bytes_per_s)
+    assert messages_s(1e6, node, 9) == pytest.approx(6e-6 + 1e6 / node_link(node, 9).bytes_per_s)  # scale-out

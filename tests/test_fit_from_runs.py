@@ -107,3 +107,22 @@ def test_fit_parameters_fits_any_callable_predictor() -> None:
     )
     assert fit.values["step_us"] == pytest.approx(250.0, rel=1e-6)
     assert fit.values["per_token_us"] == pytest.approx(2.0, rel=1e-6)
+
+
+def test_each_row_is_fitted_at_its_engine_version_and_keeps_that_version_s_facts() -> None:
+    """SGLang rows run before spec-v2 (R4: `sglang-spec-v1`, no overlap under SD) keep sd_overlap_kept = 0
+    while a fit of the `sglang` profile moves it; the spec-v2 rows (R8) follow the fitted value."""
+    from moesim.validation.runs.fit import _engine_predict
+    from moesim.validation.runs.predict import version_profile
+    from moesim.validation.runs.schema import read_runs
+
+    rows = [r for r in read_runs() if r.run_id in ("R4-t4-4-16-b32", "R8-120b-b64")]
+    ready, _ = prepare(rows)
+    base = load_serving_engine("sglang")
+    assert [version_profile(p.run, base).name for p in ready] == ["sglang-spec-v1", "sglang"]
+    start = {n: getattr(base.host, n) for n in ("sd_overlap_kept", "step_us")}
+    predict = _engine_predict(ready, base, ["sd_overlap_kept", "step_us"])
+    kept, dropped = predict(start), predict({**start, "sd_overlap_kept": 0.0})
+    assert kept[0] == dropped[0]  # spec v1: already 0, read from SGLang 0.5.2's source
+    assert dropped[1] < kept[1]  # spec-v2 without its overlap would be slower
+    assert predict({**start, "step_us": 900.0})[0] < kept[0]  # a shared host term moves both

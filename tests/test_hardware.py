@@ -312,7 +312,7 @@ def test_name_defaults_to_file_stem(tmp_path):
 
 def test_unknown_name_suggests_close_matches():
     with pytest.raises(MoesimError) as info:
-        load_profile("h20")
+        load_profile("h2000")  # (h20 is a profile of its own since the 2026 GPUs)
     assert "h200" in str(info.value) and info.value.field == "hardware"
 
 

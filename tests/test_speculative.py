@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -115,7 +117,18 @@ def test_bad_drafters_are_refused(text: str) -> None:
 
 
 def test_best_k_and_peak_batch() -> None:
-    assert best_draft_len([1, 2, 3], [1.2, 1.5, 1.4]) == (2, 1.5)
+    @dataclass(frozen=True)
+    class Row:
+        batch: int
+        draft_len: int
+        speedup: float
+
+    rows = [Row(1, 1, 1.2), Row(1, 2, 1.5), Row(1, 3, 1.4), Row(8, 1, 1.1), Row(8, 2, 1.1), Row(8, 3, 0.9)]
+    best = best_draft_len(rows, key=lambda row: row.batch)
+    assert {b: (r.draft_len, r.speedup) for b, r in best.items()} == {
+        1: (2, 1.5),
+        8: (1, 1.1),
+    }  # first on ties
     assert peak_batch([1, 2, 4], [1.1, 1.3, 1.3]) == (2, 1.3)
 
 

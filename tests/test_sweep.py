@@ -58,6 +58,13 @@ def test_sweep_matches_the_engine(sweep) -> None:  # type: ignore[no-untyped-def
     assert row.verify_step_s == pytest.approx(fast_step(plan, h200()).step_s)
 
 
+def test_tokens_per_second_and_speedup_come_from_one_round_time(sweep) -> None:  # type: ignore[no-untyped-def]
+    for row in sweep.rows:
+        assert row.round_s > row.draft_s + row.verify_step_s * (1 - 1e-12)  # the acceptance sync is in it
+        assert row.speedup == pytest.approx(row.tokens_per_step * row.decode_step_s / row.round_s, rel=1e-12)
+        assert row.tokens_per_s == pytest.approx(row.speedup * row.batch / row.decode_step_s, rel=1e-12)
+
+
 def test_csv_and_plot_are_written(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from moesim.simulator.speculative.plots import plot_sweep
 

@@ -366,7 +366,7 @@ def _from_silicon(selection: str, silicon_data: str | None, output: str | None, 
             "rows_held_out": q.rows_held_out,
             "mape_fit_percent": round(q.mape_fit_percent, 2),
             "mape_held_out_percent": round(q.mape_held_out_percent, 2),
-            "defaults_mape_held_out_percent": round(result.baseline[term].mape_held_out_percent, 2)
+            "datasheet_mape_held_out_percent": round(result.baseline[term].mape_held_out_percent, 2)
             if term in result.baseline
             else None,
         }
@@ -377,8 +377,8 @@ def _from_silicon(selection: str, silicon_data: str | None, output: str | None, 
         return
     click.echo(f"{result.profile.name} (silicon, {result.selection.name}) -> {output}")
     for r in rows:
-        baseline = r["defaults_mape_held_out_percent"]
-        versus = f"; documented defaults {baseline:.1f}%" if baseline is not None else ""
+        baseline = r["datasheet_mape_held_out_percent"]
+        versus = f"; datasheet profile {baseline:.1f}%" if baseline is not None else ""
         click.echo(
             f"  {r['term']:<42} {r['rows_fit']:>5} rows fit {r['mape_fit_percent']:5.1f}% | "
             f"{r['rows_held_out']:>5} held out {r['mape_held_out_percent']:5.1f}%{versus}   ({r['table']})"

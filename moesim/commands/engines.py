@@ -84,6 +84,9 @@ def print_runs_validation(data: dict[str, Any]) -> None:
             cells.append(f"{s['speedup_mape']:.1%} ({s['speedup_mean_error']:+.0%})")
         table.add_row(f"{source} ({int(validations[0]['by_source'][source]['rows'])})", *cells)
     console.print(table)
+    if "hardware" in data:
+        used = sorted(set(data["hardware"].values()))
+        console.print(f"hardware profiles (--silicon): {', '.join(used)}")
     rows = Table(title="per row: measured / predicted speedup and step ratio (first profile)")
     for column in ("run", "batch", "measured", "predicted", "ratio meas.", "ratio pred."):
         rows.add_column(column, justify="right")

@@ -237,12 +237,18 @@ def repredict_command(
         "each row's own engine preset)."
     },
 )
+@click.option(
+    "--silicon",
+    is_flag=True,
+    help="Price each run on the bundled silicon profile of its GPU under its own serving engine "
+    "(silicon/<system>-<framework>) where one exists, instead of the datasheet profile.",
+)
 @click.option("--plot", "plot_path", default=None, help="Write predicted vs measured as a PNG.")
 @click.option("--schema", is_flag=True, help="Print the CSV columns and exit.")
 @click.option("--json", "as_json", is_flag=True, help="Print the validations as JSON.")
 @handle_errors
 def runs_command(
-    path: str | None, serving_engine: str, plot_path: str | None, schema: bool, as_json: bool
+    path: str | None, serving_engine: str, silicon: bool, plot_path: str | None, schema: bool, as_json: bool
 ) -> None:
     """Predict measured serving runs with speculative decoding (PATH, a CSV: see --schema; without it, the
     bundled public runs); each row uses its own model, hardware profile and layout."""
@@ -253,7 +259,7 @@ def runs_command(
     if schema:
         print_runs_schema(as_json)
         return
-    data = validate_runs_under(path, serving_engine)
+    data = validate_runs_under(path, serving_engine, silicon=silicon)
     if plot_path:
         plot_runs_validation(data, plot_path)
     if as_json:

@@ -161,7 +161,7 @@ class Scenario:
         from moesim.simulator.plan.memory import fit_layout
         from moesim.simulator.plan.step import check_step_inputs
         from moesim.simulator.plan.styles import kernel_style_builder
-        from moesim.simulator.speculative.drafters import drafter_bytes, parse_drafter
+        from moesim.simulator.speculative.drafters import parse_drafter
 
         spec = resolve_model(self.model)
         hardware = resolve_hardware(self.hardware)
@@ -197,7 +197,7 @@ class Scenario:
                 self.batch,
                 max(1, self.context_len + k + 1),
                 layout=request,
-                drafter_bytes=drafter_bytes(drafter, spec, self.batch, self.context_len),
+                drafter_bytes=drafter.memory_bytes(spec, self.batch, self.context_len),
             )
             layout = memory.layout
         else:

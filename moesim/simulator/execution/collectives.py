@@ -155,6 +155,13 @@ def all_to_all_s(
     return link.latency_s + np.maximum(send, recv) / link.bytes_per_s
 
 
+def messages_s(total_bytes: float, node: NodeSpec, group_gpus: int, messages: int = 1) -> float:
+    """Seconds of `messages` point-to-point messages carrying `total_bytes` between two GPUs of a group of
+    `group_gpus` (the link `node_link` picks for that group): one latency each, the bytes at its bandwidth."""
+    link = node_link(node, group_gpus)
+    return messages * link.latency_s + total_bytes / link.bytes_per_s
+
+
 def collective_time_s(collective: Collective, node: NodeSpec) -> float:
     """Seconds of one collective on the node's links (scale-up within a node, scale-out across nodes)."""
     link = node_link(node, collective.ranks)

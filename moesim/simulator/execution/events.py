@@ -196,6 +196,98 @@ def breakdown_from_timeline(
     return out
 
 
+@dataclass(frozen=True)
+class KernelTimes:
+    """Per kernel, in issue order: its time alone on the device and the parts the event timer schedules."""
+
+    total_s: np.ndarray
+    fixed_s: np.ndarray
+    compute_s: np.ndarray
+    memory_s: np.ndarray  # at full bandwidth; shared with the other streams' transfers
+
+
+@dataclass
+class StepState:
+    """What the host and stream processes of one step share: the clock, the kernels and their times, the
+    events linking them, and the start and end of every kernel as it runs."""
+
+    env: simpy.Environment
+    kernels: tuple[Kernel, ...]
+    launch: LaunchParams
+    times: KernelTimes
+    host_costs_s: np.ndarray  # per kernel: host time before its issue (eager)
+    issued: list[simpy.Event]
+    done: list[simpy.Event]
+    deps: list[list[int]]
+    bandwidth: SharedBandwidth
+    by_stream: dict[int, list[int]]
+    starts: np.ndarray
+    ends: np.ndarray
+
+    @classmethod
+    def start(
+        cls, kernels: tuple[Kernel, ...], launch: LaunchParams, times: KernelTimes, is_gemm: np.ndarray
+    ) -> StepState:
+        env = simpy.Environment()
+        n = len(kernels)
+        by_stream: dict[int, list[int]] = {}
+        for i, kernel in enumerate(kernels):
+            by_stream.setdefault(kernel.stream, []).append(i)
+        return cls(
+            env=env,
+            kernels=kernels,
+            launch=launch,
+            times=times,
+            host_costs_s=launch.host_costs_s(n, is_gemm),
+            issued=[env.event() for _ in range(n)],
+            done=[env.event() for _ in range(n)],
+            deps=_dependencies(kernels),
+            bandwidth=SharedBandwidth(env),
+            by_stream=by_stream,
+            starts=np.zeros(n),
+            ends=np.zeros(n),
+        )
+
+    @property
+    def shares_bandwidth(self) -> bool:
+        """More than one stream: transfers running at the same time split the memory bandwidth."""
+        return len(self.by_stream) > 1
+
+
+def host_process(state: StepState) -> simpy.events.ProcessGenerator:
+    """The host: the first issue after the launch's start-up, then one kernel per host cost (eager), or the
+    whole step at once (graph replay)."""
+    env = state.env
+    yield env.timeout(state.launch.first_issue_s)
+    if state.launch.per_kernel_issue_s == 0.0:  # graph replay: the one launch issues everything
+        for event in state.issued:
+            event.succeed()
+        return
+    for i, event in enumerate(state.issued):
+        if i:
+            yield env.timeout(state.host_costs_s[i])
+        event.succeed()
+
+
+def stream_process(state: StepState, indices: list[int]) -> simpy.events.ProcessGenerator:
+    """One device stream: its kernels in issue order, each after its issue, its cross-stream waits and the
+    launch gap; memory time on the shared bandwidth server when other streams run beside it."""
+    env, times = state.env, state.times
+    for i in indices:
+        yield state.issued[i]
+        if state.deps[i]:
+            yield env.all_of([state.done[j] for j in state.deps[i]])
+        yield env.timeout(state.launch.gap_s)
+        state.starts[i] = env.now
+        if times.memory_s[i] > 0 and state.shares_bandwidth:
+            yield env.timeout(times.fixed_s[i])
+            yield env.all_of([env.timeout(times.compute_s[i]), state.bandwidth.transfer(times.memory_s[i])])
+        else:  # alone on the device: the bandwidth is all its own
+            yield env.timeout(times.total_s[i])
+        state.ends[i] = env.now
+        state.done[i].succeed()
+
+
 def run_events(
     plan: StepPlan,
     hardware: HardwareProfile,
@@ -225,51 +317,12 @@ def run_events(
 
     if not include_launch_and_sync:
         launch_params = launch_params.without_launch_and_sync()
-    first_issue = launch_params.first_issue_s
-    per_issue = launch_params.per_kernel_issue_s
-    host_costs = launch_params.host_costs_s(n, m > 0)
-    env = simpy.Environment()
-    issued = [env.event() for _ in range(n)]
-    done = [env.event() for _ in range(n)]
-    starts = np.zeros(n)
-    ends = np.zeros(n)
-    bandwidth = SharedBandwidth(env)
-    deps = _dependencies(kernels)
-
-    def host() -> Any:
-        yield env.timeout(first_issue)
-        if per_issue == 0.0:  # graph replay: the one launch issues everything
-            for event in issued:
-                event.succeed()
-            return
-        for i, event in enumerate(issued):
-            if i:
-                yield env.timeout(host_costs[i])
-            event.succeed()
-
-    def stream(indices: list[int]) -> Any:
-        for i in indices:
-            yield issued[i]
-            if deps[i]:
-                yield env.all_of([done[j] for j in deps[i]])
-            yield env.timeout(launch_params.gap_s)
-            starts[i] = env.now
-            if memory[i] > 0 and shared_bandwidth:
-                yield env.timeout(fixed[i])
-                yield env.all_of([env.timeout(compute[i]), bandwidth.transfer(memory[i])])
-            else:  # alone on the device: the bandwidth is all its own
-                yield env.timeout(total[i])
-            ends[i] = env.now
-            done[i].succeed()
-
-    env.process(host())
-    by_stream: dict[int, list[int]] = {}
-    for i, kernel in enumerate(kernels):
-        by_stream.setdefault(kernel.stream, []).append(i)
-    shared_bandwidth = len(by_stream) > 1
-    for indices in by_stream.values():
-        env.process(stream(indices))
-    env.run()
+    state = StepState.start(kernels, launch_params, KernelTimes(total, fixed, compute, memory), m > 0)
+    state.env.process(host_process(state))
+    for indices in state.by_stream.values():
+        state.env.process(stream_process(state, indices))
+    state.env.run()
+    starts, ends, first_issue = state.starts, state.ends, launch_params.first_issue_s
     device_end = float(ends.max()) if n else first_issue
     step_s = device_end + launch_params.sync_s
     timeline = [(k.name, k.stream, float(starts[i]), float(ends[i])) for i, k in enumerate(kernels)]

@@ -484,8 +484,9 @@ def fast_steps(
 ) -> list[FastStep]:
     """`fast_step` of many plans at once: plans that share a structure (the same kernels, accesses, streams
     and launch: one model's steps across batch sizes and draft lengths, designs of one layer pattern) are
-    costed and scheduled in one numpy pass over (plans × kernels) arrays. Every row goes through the same
-    floating-point operations as a plan alone, so each result is exactly `fast_step`'s."""
+    costed and scheduled over (plans × kernels) arrays: one stack structure, one roofline and one schedule
+    pass per group (the cache residency and per-kernel traffic sums still go row by row). Every row goes
+    through the same floating-point operations as a plan alone, so each result is exactly `fast_step`'s."""
     params = params or CostParams.from_hardware(hardware)
     arrays = [plan_arrays(request.plan) for request in requests]
     groups: dict[tuple[object, ...], list[int]] = {}

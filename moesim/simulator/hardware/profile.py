@@ -533,6 +533,20 @@ def list_profiles() -> list[str]:
     return plain + nested
 
 
+SILICON_PREFIX = "silicon/"
+
+
+def silicon_profile_for(hardware: str, framework: str) -> str | None:
+    """The bundled silicon profile fitted onto datasheet profile `hardware` for `framework` (its
+    provenance.software names both), e.g. ('h200', 'sglang') -> 'silicon/h200_sxm-sglang'; None if none."""
+    for name in list_profiles():
+        if name.startswith(SILICON_PREFIX):
+            software = load_profile(name).provenance.software
+            if software.get("datasheet_profile") == hardware and software.get("framework") == framework:
+                return name
+    return None
+
+
 def load_profile(name_or_path: str) -> HardwareProfile:
     """Load a bundled profile by name (`h200`, `measured/h200`) or any profile file by path."""
     known = list_profiles()
@@ -562,7 +576,8 @@ def load_profile(name_or_path: str) -> HardwareProfile:
     raise MoesimError(
         "hardware",
         f"unknown hardware profile {name_or_path!r}",
-        f"{hint}known: {', '.join(known)}; or give a path to a .toml file",
+        f"{hint}known: {', '.join(n for n in known if not n.startswith(SILICON_PREFIX))}, "
+        f"{SILICON_PREFIX}<system>-<framework> (see `moesim profiles`); or give a path to a .toml file",
     )
 
 

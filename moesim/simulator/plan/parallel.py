@@ -308,6 +308,7 @@ def build_parallel_plan(
     # Layers whose routing parameters are equal do the same per-rank work: compute it once per parameter set.
     layer_key = getattr(routing, "layer_params", lambda layer: layer)
     work_cache: dict[object, RankExperts] = {}
+    work_keys: dict[int, tuple[float, float]] = {}  # id(work) -> its template key (rounded once)
     for layer, (attn, ffn) in enumerate(zip(model.layer_attention, model.layer_ffn, strict=True)):
         work = None
         if ffn == "moe":
@@ -328,12 +329,9 @@ def build_parallel_plan(
                 work = work_cache[key_params]
             work_by_layer.append(work)
             distinct_total.append(float(work.total_distinct))
-        key = (
-            attn,
-            ffn,
-            round(float(work.max_distinct), 6) if work else 0.0,
-            round(float(work.max_tokens), 6) if work else 0.0,
-        )
+        if work is not None and id(work) not in work_keys:  # layers share a few work objects
+            work_keys[id(work)] = (round(float(work.max_distinct), 6), round(float(work.max_tokens), 6))
+        key = (attn, ffn, *(work_keys[id(work)] if work is not None else (0.0, 0.0)))
         if key not in templates:
             templates[key] = tuple(_layer(ctx, layout, attn, ffn, work))
         segments.append(pl.Segment(templates[key], layer))

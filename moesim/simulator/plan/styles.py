@@ -97,6 +97,7 @@ def plan_from_context(
     (layer templates shared by identical layers); `epilogue_ctx` sizes the head and tail when it differs."""
     model = ctx.model
     templates: dict[tuple[str, str, float], tuple[Kernel, ...]] = {}
+    rounded: dict[float, float] = {}
     segments = [Segment(tuple(builder.prologue(ctx)))]
     moe_index = 0
     for layer, (attn, ffn) in enumerate(zip(model.layer_attention, model.layer_ffn, strict=True)):
@@ -104,7 +105,9 @@ def plan_from_context(
         if ffn == "moe":
             u = distinct[moe_index]
             moe_index += 1
-        key = (attn, ffn, round(u, 6))
+        if u not in rounded:  # a model's layers share a few values
+            rounded[u] = round(u, 6)
+        key = (attn, ffn, rounded[u])
         if key not in templates:
             templates[key] = tuple(builder.layer(ctx, attn, ffn, u))
         segments.append(Segment(templates[key], layer))

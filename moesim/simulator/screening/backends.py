@@ -31,9 +31,12 @@ def default_workers() -> int:
 
 
 def chunked(tasks: Sequence[DesignTask], workers: int) -> list[list[DesignTask]]:
-    """Consecutive chunks of at most MAX_CHUNK designs, about CHUNKS_PER_WORKER per worker."""
+    """Chunks of at most MAX_CHUNK designs, about CHUNKS_PER_WORKER per worker, designs of one expert
+    count and top-k together: a worker samples the routing banks of an (N, k) once and its chunks reuse
+    them, instead of every worker sampling every (N, k) of the space. (Results go back in design order.)"""
     size = max(1, min(MAX_CHUNK, math.ceil(len(tasks) / (workers * CHUNKS_PER_WORKER))))
-    return [list(tasks[i : i + size]) for i in range(0, len(tasks), size)]
+    ordered = sorted(tasks, key=lambda task: (task.spec.n_experts, task.spec.top_k))  # stable
+    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
 
 
 def run_local(
@@ -54,7 +57,7 @@ def run_local(
             results.extend(evaluate_chunk(settings, chunk))
             if progress:
                 progress(len(chunk))
-        return results
+        return sorted(results, key=lambda r: r.index)
     from concurrent.futures import ProcessPoolExecutor, as_completed  # lazily: the CLI reads BACKENDS
 
     with ProcessPoolExecutor(max_workers=workers) as pool:

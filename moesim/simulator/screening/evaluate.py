@@ -19,7 +19,7 @@ from moesim.simulator.models.weights import param_counts, total_weight_bytes
 from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.scenario import Scenario, resolve_hardware, resolve_routing
 from moesim.simulator.screening.space import Design, Value
-from moesim.simulator.speculative.acceptance import peak_batch
+from moesim.simulator.speculative.acceptance import best_draft_len, peak_batch
 from moesim.simulator.speculative.sweep import SweepRow, run_sweep
 
 DEFAULT_BATCHES = (1, 4, 16, 64)
@@ -60,7 +60,7 @@ class BatchMetrics:
     decode_step_s: float
     verify_step_s: float
     draft_s: float
-    tokens_per_s: float  # with SD at the best draft length: B × E[tokens per step] ÷ (draft + verify)
+    tokens_per_s: float  # with SD at the best draft length: B × E[tokens per step] ÷ SD round
     decode_tokens_per_s: float  # without SD: B ÷ decode step
     gpus: int
 
@@ -96,10 +96,7 @@ def design_name(base: ModelSpec, index: int) -> str:
 
 
 def _batch_metrics(rows: Sequence[SweepRow]) -> tuple[BatchMetrics, ...]:
-    by_batch: dict[int, SweepRow] = {}
-    for row in rows:  # the first best draft length on ties, as `SweepResult.best_draft_lens`
-        if row.batch not in by_batch or row.speedup > by_batch[row.batch].speedup:
-            by_batch[row.batch] = row
+    by_batch = best_draft_len(rows, key=lambda row: row.batch)
     return tuple(
         BatchMetrics(
             batch=b,
@@ -108,7 +105,7 @@ def _batch_metrics(rows: Sequence[SweepRow]) -> tuple[BatchMetrics, ...]:
             decode_step_s=r.decode_step_s,
             verify_step_s=r.verify_step_s,
             draft_s=r.draft_s,
-            tokens_per_s=b * r.tokens_per_step / (r.draft_s + r.verify_step_s),
+            tokens_per_s=r.tokens_per_s,
             decode_tokens_per_s=b / r.decode_step_s,
             gpus=r.gpus,
         )

@@ -30,7 +30,6 @@ from moesim.simulator.serving.metrics import METRIC_NAMES, ServingMetrics, servi
 from moesim.simulator.serving.options import ServeOptions
 from moesim.simulator.serving.step_cost import ScenarioStepCost, StepCost
 from moesim.simulator.serving.workload import Workload, send_times_s
-from moesim.simulator.speculative.drafters import drafter_bytes
 
 MAX_SWEEP_POINTS = 64
 
@@ -126,7 +125,7 @@ def capacity_for(resolved: ResolvedScenario, options: ServeOptions, with_drafter
     """KV capacity of the scenario's target on its layout (and of its drafter when `with_drafter`)."""
     weights = per_token = 0.0
     if with_drafter:
-        one, two = (drafter_bytes(resolved.drafter, resolved.model, 1, n) for n in (1, 2))
+        one, two = (resolved.drafter.memory_bytes(resolved.model, 1, n) for n in (1, 2))
         per_token = two - one
         weights = one - per_token
     return kv_capacity(

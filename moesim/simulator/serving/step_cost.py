@@ -43,10 +43,11 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from moesim.simulator.engines import overheads as ov
-from moesim.simulator.execution.collectives import all_reduce_s, all_to_all_s, node_link
+from moesim.simulator.execution.collectives import collective_time_s
 from moesim.simulator.execution.timer import FastTimer, StepTimer
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.blocks import ACT_BYTES
+from moesim.simulator.plan.kernels import Collective
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.plan.mixed import MIXED_APPROXIMATIONS, PrefillChunks, build_mixed_plan
 from moesim.simulator.plan.parallel import rank_model
@@ -211,18 +212,18 @@ class ScenarioStepCost:
             return 0.0
         node = self.resolved.hardware.node
         if layout.ep == 1:
-            message = tokens * model.hidden * ACT_BYTES
-            return 2 * model.n_layers * float(all_reduce_s(message, layout.tp, node_link(node, layout.tp)))
+            all_reduce = Collective("all_reduce", layout.tp, tokens * model.hidden * ACT_BYTES)
+            return 2 * model.n_layers * collective_time_s(all_reduce, node)
         group_tokens = math.ceil(decode_tokens / layout.dp) + chunk_tokens
         attention = 0.0
         if layout.tp > 1:
-            message = group_tokens * model.hidden * ACT_BYTES
-            attention = model.n_layers * float(all_reduce_s(message, layout.tp, node_link(node, layout.tp)))
+            all_reduce = Collective("all_reduce", layout.tp, group_tokens * model.hidden * ACT_BYTES)
+            attention = model.n_layers * collective_time_s(all_reduce, node)
         moe_layers = sum(1 for ffn in model.layer_ffn if ffn == "moe")
         ranks_hit = layout.ep * (1.0 - (1.0 - 1.0 / layout.ep) ** model.top_k)  # E[ranks of k experts]
         copies = ranks_hit * (layout.ep - 1) / layout.ep  # copies that leave the rank
         send = math.ceil(group_tokens / layout.tp) * copies * model.hidden * ACT_BYTES
-        all_to_all = float(all_to_all_s(send, layout.gpus, node_link(node, layout.gpus)))
+        all_to_all = collective_time_s(Collective("all_to_all", layout.gpus, send), node)
         return attention + 2 * moe_layers * all_to_all
 
     def _mixed_device_s(self, shape: StepShape, launch: str) -> float:

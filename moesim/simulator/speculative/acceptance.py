@@ -11,6 +11,8 @@ The speedup itself is `speculative.point.SpeculativePoint.speedup` (with the ser
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable, Iterable
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -50,9 +52,24 @@ def _first_best(values: list[int], speedups: list[float]) -> tuple[int, float]:
     return values[index], float(speedups[index])
 
 
-def best_draft_len(draft_lens: list[int], speedups: list[float]) -> tuple[int, float]:
-    """The draft length with the highest speedup (the shorter one on ties)."""
-    return _first_best(draft_lens, speedups)
+class _Scored(Protocol):
+    @property
+    def speedup(self) -> float: ...
+
+
+ScoredT = TypeVar("ScoredT", bound=_Scored)
+KeyT = TypeVar("KeyT", bound=Hashable)
+
+
+def best_draft_len(rows: Iterable[ScoredT], key: Callable[[ScoredT], KeyT]) -> dict[KeyT, ScoredT]:
+    """The best-draft-length rule, the one place it is written: for each `key` (e.g. a model and batch), the
+    row (one per draft length, in the order swept) with the highest speedup; the first one on ties."""
+    best: dict[KeyT, ScoredT] = {}
+    for row in rows:
+        group = key(row)
+        if group not in best or row.speedup > best[group].speedup:
+            best[group] = row
+    return best
 
 
 def peak_batch(batches: list[int], speedups: list[float]) -> tuple[int, float]:

@@ -40,9 +40,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from moesim.errors import MoesimError
-from moesim.simulator.execution.collectives import node_link
+from moesim.simulator.execution.collectives import messages_s
 from moesim.simulator.execution.timer import StepTimer, time_parallel
 from moesim.simulator.models.sequence_state import kv_cache_bytes, sequence_state_bytes
 from moesim.simulator.models.spec import AttentionSpec, ModelSpec
@@ -69,28 +70,160 @@ HIDDEN_BYTES = 2  # bf16 hidden states
 
 @dataclass(frozen=True)
 class Drafter:
-    """A parsed `--draft` value."""
+    """A drafter kind (a parsed `--draft` value): the model it runs, the memory it adds beside the target and
+    how its K proposals are timed. One subclass per kind; the class attributes say what the kind does."""
 
-    kind: str  # eagle | mtp | ngram | model | fraction
+    kind: ClassVar[str]
+    runs_on_device: ClassVar[bool] = (
+        True  # runs passes on the device (n-gram lookup and fixed fractions do not)
+    )
+    reads_hidden_states: ClassVar[bool] = False  # conditions on the target's hidden states (EAGLE, MTP)
+    drafts_on_host: ClassVar[bool] = False  # proposes on the host, costed by the serving engine (n-gram)
+    needs_decode_step: ClassVar[bool] = False  # priced in target decode steps (fraction:F)
+
+    @property
+    def label(self) -> str:
+        return self.kind
+
+    def model(
+        self, target: ModelSpec, load_model: Callable[[str], ModelSpec] | None = None
+    ) -> ModelSpec | None:
+        """The model the drafter runs (None when it runs none)."""
+        return None
+
+    def pass_target(self, target: ModelSpec, draft_vocab_size: int) -> ModelSpec:
+        """The target as the drafter's passes see it (an EAGLE head may draft over a reduced vocabulary)."""
+        return target
+
+    def memory_bytes(self, target: ModelSpec, batch: int, context_len: int) -> float:
+        """Device memory the drafter adds beside the target (weights and its own KV cache)."""
+        return 0.0
+
+    def own_time_s(
+        self,
+        batch: int,
+        draft_len: int,
+        t_decode_s: float,
+        first_pass_s: float,
+        pass_s: float,
+        launch_overhead_s: float,
+    ) -> float:
+        """Seconds of K proposals for `batch` sequences: the first pass over the verified positions and K − 1
+        one-token passes, sharing one launch + sync."""
+        return first_pass_s + (draft_len - 1) * pass_s + launch_overhead_s
+
+
+@dataclass(frozen=True)
+class EagleHead(Drafter):
+    """`eagle`: an EAGLE-style head (one dense layer at the target's hidden size, 2h → h fusion, LM head)."""
+
+    kind: ClassVar[str] = "eagle"
+    reads_hidden_states: ClassVar[bool] = True
+
+    def model(self, target: ModelSpec, load_model: Callable[[str], ModelSpec] | None = None) -> ModelSpec:
+        return eagle_head(target)
+
+    def pass_target(self, target: ModelSpec, draft_vocab_size: int) -> ModelSpec:
+        return replace(target, vocab=draft_vocab_size) if draft_vocab_size else target
+
+    def memory_bytes(self, target: ModelSpec, batch: int, context_len: int) -> float:
+        head = self.model(target)
+        layer = attention_weight_bytes(head, "full") + dense_ffn_weight_bytes(head)
+        fusion = head.dense_format.matrix_bytes(head.hidden, 2 * head.hidden)
+        return layer + fusion + batch * sequence_state_bytes(head, context_len)
+
+
+@dataclass(frozen=True)
+class MtpModule(Drafter):
+    """`mtp`: the target's own multi-token-prediction layer, with the 2h → h projection and the shared LM head."""
+
+    kind: ClassVar[str] = "mtp"
+    reads_hidden_states: ClassVar[bool] = True
+
+    def model(self, target: ModelSpec, load_model: Callable[[str], ModelSpec] | None = None) -> ModelSpec:
+        return mtp_module(target)
+
+    def memory_bytes(self, target: ModelSpec, batch: int, context_len: int) -> float:
+        return target.mtp_layers * mtp_weight_bytes(target) + batch * kv_cache_bytes(
+            self.model(target), context_len
+        )
+
+
+@dataclass(frozen=True)
+class DraftModel(Drafter):
+    """`model:NAME`: a catalogue model run K times at batch B, its steps simulated like the target's."""
+
+    kind: ClassVar[str] = "model"
     model_name: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"model:{self.model_name}"
+
+    def model(self, target: ModelSpec, load_model: Callable[[str], ModelSpec] | None = None) -> ModelSpec:
+        if load_model is None:
+            from moesim.simulator.models.catalogue import load_model as catalogue_load
+
+            load_model = catalogue_load
+        return load_model(self.model_name)
+
+    def memory_bytes(self, target: ModelSpec, batch: int, context_len: int) -> float:
+        return drafter_memory_bytes(self.model(target), batch, context_len)
+
+
+@dataclass(frozen=True)
+class NgramLookup(Drafter):
+    """`ngram`: prompt-lookup drafting on the host, NGRAM_BASE_US + NGRAM_PER_SEQUENCE_US × B per round."""
+
+    kind: ClassVar[str] = "ngram"
+    runs_on_device: ClassVar[bool] = False
+    drafts_on_host: ClassVar[bool] = True
+
+    def own_time_s(
+        self,
+        batch: int,
+        draft_len: int,
+        t_decode_s: float,
+        first_pass_s: float,
+        pass_s: float,
+        launch_overhead_s: float,
+    ) -> float:
+        return (NGRAM_BASE_US + NGRAM_PER_SEQUENCE_US * batch) * 1e-6
+
+
+@dataclass(frozen=True)
+class FractionOfDecode(Drafter):
+    """`fraction:F`: F × T_decode(B) per draft token, no device pass of its own."""
+
+    kind: ClassVar[str] = "fraction"
+    runs_on_device: ClassVar[bool] = False
+    needs_decode_step: ClassVar[bool] = True
     fraction: float = 0.0
 
     @property
     def label(self) -> str:
-        if self.kind == "model":
-            return f"model:{self.model_name}"
-        if self.kind == "fraction":
-            return f"fraction:{self.fraction:g}"
-        return self.kind
+        return f"fraction:{self.fraction:g}"
+
+    def own_time_s(
+        self,
+        batch: int,
+        draft_len: int,
+        t_decode_s: float,
+        first_pass_s: float,
+        pass_s: float,
+        launch_overhead_s: float,
+    ) -> float:
+        return draft_len * self.fraction * t_decode_s
 
 
 def parse_drafter(text: str) -> Drafter:
     """Parse 'eagle', 'mtp', 'ngram', 'model:NAME' or 'fraction:F'."""
     value = text.strip()
-    if value in ("eagle", "mtp", "ngram"):
-        return Drafter(value)
+    by_name: dict[str, Drafter] = {"eagle": EagleHead(), "mtp": MtpModule(), "ngram": NgramLookup()}
+    if value in by_name:
+        return by_name[value]
     if value.startswith("model:") and len(value) > len("model:"):
-        return Drafter("model", model_name=value[len("model:") :])
+        return DraftModel(model_name=value[len("model:") :])
     if value.startswith("fraction:"):
         try:
             fraction = float(value[len("fraction:") :])
@@ -100,7 +233,7 @@ def parse_drafter(text: str) -> Drafter:
             raise MoesimError(
                 "draft", f"fraction must be a non-negative number, got {value!r}", "e.g. --draft fraction:0.1"
             )
-        return Drafter("fraction", fraction=fraction)
+        return FractionOfDecode(fraction=fraction)
     raise MoesimError("draft", f"unknown drafter {text!r}", f"choose one of {', '.join(DRAFTER_KINDS)}")
 
 
@@ -153,42 +286,6 @@ def with_fusion_projection(plan: StepPlan, model: ModelSpec, context: PlanContex
     return plan.with_segments((Segment((kernel,)), *plan.segments))
 
 
-def drafter_model(
-    drafter: Drafter, target: ModelSpec, load_model: Callable[[str], ModelSpec] | None = None
-) -> ModelSpec | None:
-    """The model a drafter runs (None for n-gram and fraction drafters)."""
-    if drafter.kind == "eagle":
-        return eagle_head(target)
-    if drafter.kind == "mtp":
-        return mtp_module(target)
-    if drafter.kind == "model":
-        if load_model is None:
-            from moesim.simulator.models.catalogue import load_model as catalogue_load
-
-            load_model = catalogue_load
-        return load_model(drafter.model_name)
-    return None
-
-
-def drafter_bytes(drafter: Drafter, target: ModelSpec, batch: int, context_len: int) -> float:
-    """Device memory a drafter adds beside the target (weights and its own KV cache)."""
-    if drafter.kind == "model":
-        draft = drafter_model(drafter, target)
-        assert draft is not None
-        return drafter_memory_bytes(draft, batch, context_len)
-    if drafter.kind == "eagle":
-        head = drafter_model(drafter, target)
-        assert head is not None
-        layer = attention_weight_bytes(head, "full") + dense_ffn_weight_bytes(head)
-        fusion = head.dense_format.matrix_bytes(head.hidden, 2 * head.hidden)
-        return layer + fusion + batch * sequence_state_bytes(head, context_len)
-    if drafter.kind == "mtp":
-        return target.mtp_layers * mtp_weight_bytes(target) + batch * kv_cache_bytes(
-            drafter_model(drafter, target) or target, context_len
-        )
-    return 0.0
-
-
 def drafter_pass_plan(
     drafter: Drafter,
     target: ModelSpec,
@@ -202,11 +299,11 @@ def drafter_pass_plan(
     tokens_per_seq: int = 1,
 ) -> StepPlan:
     """The plan of one drafter pass on one GPU: B sequences, `tokens_per_seq` tokens each."""
-    model = drafter_model(drafter, target, load_model)
+    model = drafter.model(target, load_model)
     assert model is not None
     style = kernel_style if kernel_style in ("fused", "per-token") else "fused"
     plan = build_plan(model, batch, tokens_per_seq, context_len, style, routing, device)
-    if drafter.kind in ("eagle", "mtp"):
+    if drafter.reads_hidden_states:
         context = PlanContext(model, batch, tokens_per_seq, context_len, device)
         plan = with_fusion_projection(plan, model, context)
     return plan
@@ -228,11 +325,6 @@ def drafter_layout(draft: ModelSpec, layout: ParallelLayout) -> ParallelLayout:
     return ParallelLayout(gpus=tp, tp=tp, ep=1, shared_experts=layout.shared_experts)
 
 
-def runs_on_device(drafter: Drafter) -> bool:
-    """Whether the drafter runs passes on the device (n-gram lookup and fixed fractions do not)."""
-    return drafter.kind not in ("ngram", "fraction")
-
-
 def draft_pass_s(
     drafter: Drafter,
     target: ModelSpec,
@@ -249,7 +341,7 @@ def draft_pass_s(
 ) -> float:
     """Device seconds of one drafter pass for `batch` sequences of `tokens_per_seq` tokens under `layout`
     (no launch, no sync); 0 for a drafter without device passes."""
-    if not runs_on_device(drafter):
+    if not drafter.runs_on_device:
         return 0.0
     hardware = timer.hardware
     q = tokens_per_seq
@@ -258,7 +350,7 @@ def draft_pass_s(
             drafter, target, hardware, batch, context_len, kernel_style, routing, load_model, tokens_per_seq=q
         )
         return timer.step(plan, launch, include_launch_and_sync=False).step_s
-    draft = drafter_model(drafter, target, load_model)
+    draft = drafter.model(target, load_model)
     assert draft is not None
     draft_layout = drafter_layout(draft, layout)
     if draft_layout.is_single:  # nothing to split: every rank drafts its group's sequences whole
@@ -271,7 +363,7 @@ def draft_pass_s(
     step = build_parallel_plan(
         draft, draft_batch, q, draft_layout, hardware, context_len, kernel_style, routing
     )
-    if drafter.kind in ("eagle", "mtp"):
+    if drafter.reads_hidden_states:
         rank = rank_model(draft, draft_layout)
         context = PlanContext(rank, draft_layout.sequences_per_group(draft_batch), q, context_len, hardware)
         step = replace(step, plan=with_fusion_projection(step.plan, rank, context))
@@ -287,15 +379,12 @@ def handoff_s(
     draft_len: int,
 ) -> float:
     """Per SD step, the two messages between the target's GPUs and a drafter on its own GPU (0 when shared)."""
-    if layout.draft_on != "separate" or not runs_on_device(drafter):
+    if layout.draft_on != "separate" or not drafter.runs_on_device:
         return 0.0
-    link = node_link(timer.hardware.node, layout.gpus + 1)
     positions = batch * (draft_len + 1)
-    to_drafter = positions * (
-        target.hidden * HIDDEN_BYTES if drafter.kind in ("eagle", "mtp") else TOKEN_ID_BYTES
-    )
+    to_drafter = positions * (target.hidden * HIDDEN_BYTES if drafter.reads_hidden_states else TOKEN_ID_BYTES)
     back = batch * draft_len * TOKEN_ID_BYTES
-    return 2 * link.latency_s + (to_drafter + back) / link.bytes_per_s
+    return messages_s(to_drafter + back, timer.hardware.node, layout.gpus + 1, messages=2)
 
 
 def draft_time_s(
@@ -313,10 +402,5 @@ def draft_time_s(
     (`launch_overhead_s`), plus the handoff to a drafter of its own (module docstring)."""
     if draft_len < 1:
         raise MoesimError("draft_len", f"must be ≥ 1, got {draft_len}")
-    if drafter.kind == "fraction":
-        own = draft_len * drafter.fraction * t_decode_s
-    elif drafter.kind == "ngram":
-        own = (NGRAM_BASE_US + NGRAM_PER_SEQUENCE_US * batch) * 1e-6
-    else:
-        own = first_pass_s + (draft_len - 1) * pass_s + launch_overhead_s
+    own = drafter.own_time_s(batch, draft_len, t_decode_s, first_pass_s, pass_s, launch_overhead_s)
     return own + handoff

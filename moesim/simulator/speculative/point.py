@@ -20,7 +20,6 @@ means the same in both. A step on a multi-GPU layout is the slowest rank's, coll
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -39,9 +38,7 @@ from moesim.simulator.speculative.drafters import (
     Drafter,
     draft_pass_s,
     draft_time_s,
-    drafter_model,
     handoff_s,
-    runs_on_device,
 )
 
 
@@ -226,11 +223,7 @@ def scenario_timers(
     passes: dict[tuple[int, int, str], float] = {}
     # an EAGLE head with a reduced vocabulary (EAGLE-3's draft vocabulary) has a smaller LM head
     draft_vocab = r.serving_engine.drafter.draft_vocab_size
-    target = (
-        dataclasses.replace(r.model, vocab=draft_vocab)
-        if draft_vocab and r.drafter.kind == "eagle"
-        else r.model
-    )
+    target = r.drafter.pass_target(r.model, draft_vocab)
 
     def step_times(rows: int, tokens_per_seq: int, launch: str) -> TimedPlan:
         key = (rows, tokens_per_seq, launch)
@@ -257,7 +250,7 @@ def scenario_timers(
 
     em = r.hardware.empirical
     piecewise = PiecewiseCosts(r.model.n_layers, em.graph_launch_us * 1e-6, em.launch_eager_us * 1e-6)
-    draft_model = drafter_model(r.drafter, target) if runs_on_device(r.drafter) else None
+    draft_model = r.drafter.model(target) if r.drafter.runs_on_device else None
     draft_layers = draft_model.n_layers if draft_model is not None else 0
 
     def one_pass_s(rows: int, tokens_per_seq: int, launch: str) -> float:
@@ -276,7 +269,7 @@ def scenario_timers(
             r.drafter,
             rows,
             draft_len,
-            step_times(rows, 1, timed).step_s if r.drafter.kind == "fraction" else 0.0,  # F × decode
+            step_times(rows, 1, timed).step_s if r.drafter.needs_decode_step else 0.0,  # F × decode
             first,
             one_pass_s(rows, 1, launch),
             LaunchParams.from_hardware(r.hardware, timed).overhead_s,
@@ -366,7 +359,7 @@ def draft_cost_s(
 ) -> tuple[float, float]:
     """(drafting seconds, its host part) of one SD round of `batch` sequences: an n-gram lookup on the host,
     or K drafter passes in the drafter's launch mode plus the engine's per-draft-step host work."""
-    if drafter.kind == "ngram":
+    if drafter.drafts_on_host:
         return ov.ngram_draft_s(profile, batch), 0.0
     draft_host_s = ov.draft_host_s(profile, draft_len)
     launch = ov.drafter_launch(profile.drafter, verify_launch)
@@ -390,7 +383,7 @@ def engine_point(
     verify = engine_step(profile, rows, tokens_per_row, requested_launch, steps, piecewise, batch)
     draft_s, draft_host_s = draft_cost_s(profile, drafter, batch, draft_len, verify.launch, drafts)
     first_pass_s = 0.0
-    if drafter.kind != "ngram" and profile.drafter.first_pass == "verified":
+    if not drafter.drafts_on_host and profile.drafter.first_pass == "verified":
         launch = ov.drafter_launch(profile.drafter, verify.launch)
         first_pass_s = drafts(profile.drafter, batch, draft_len, launch).first_pass_s
     return SpeculativePoint(

@@ -30,7 +30,7 @@ from moesim.simulator.scenario import (
     resolve_hardware,
     resolve_routing,
 )
-from moesim.simulator.speculative.acceptance import peak_batch
+from moesim.simulator.speculative.acceptance import best_draft_len, peak_batch
 from moesim.simulator.speculative.drafters import parse_drafter
 from moesim.simulator.speculative.point import (
     TimedPlan,
@@ -51,6 +51,7 @@ ROW_FIELDS = (
     "decode_step_s",
     "verify_step_s",
     "draft_s",
+    "round_s",
     "tokens_per_step",
     "decode_distinct_experts",
     "verify_distinct_experts",
@@ -70,11 +71,17 @@ class SweepRow:
     decode_step_s: float
     verify_step_s: float
     draft_s: float
+    round_s: float  # one SD round: draft + verify + the acceptance sync; speedup = tokens × decode ÷ round
     tokens_per_step: float
     decode_distinct_experts: float
     verify_distinct_experts: float
     gpus: int = 1
     layout: str = "1 GPU"
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Tokens per second with SD, from the same round time as the speedup."""
+        return self.batch * self.tokens_per_step / self.round_s
 
 
 @dataclass(frozen=True)
@@ -120,11 +127,7 @@ class SweepResult:
 
     def best_draft_lens(self) -> list[dict[str, Any]]:
         """For each (model, batch): the draft length with the highest speedup."""
-        best: dict[tuple[str, int], SweepRow] = {}
-        for row in self.rows:
-            key = (row.model, row.batch)
-            if key not in best or row.speedup > best[key].speedup:
-                best[key] = row
+        best = best_draft_len(self.rows, key=lambda row: (row.model, row.batch))
         return [
             {"model": m, "batch": b, "best_draft_len": r.draft_len, "speedup": r.speedup}
             for (m, b), r in best.items()
@@ -211,6 +214,7 @@ def run_sweep(
                         decode_step_s=point.decode.step_s,
                         verify_step_s=point.verify.step_s,
                         draft_s=point.draft_s,
+                        round_s=point.round_s,
                         tokens_per_step=point.tokens_per_step,
                         decode_distinct_experts=point.decode.plan.mean_distinct_experts,
                         verify_distinct_experts=point.verify.plan.mean_distinct_experts,

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from moesim.simulator.speculative.point import engine_point
 from moesim.validation.runs.predict import PER_RUN, RunPredictor, prepare, profile_for_run
 from moesim.validation.runs.schema import MeasuredRun, read_runs, unrepresentable_reason
 
@@ -65,13 +64,7 @@ def _label(run: MeasuredRun) -> str:
 
 def _speedups(predictor: RunPredictor, engine: str, acceptance_length: float) -> tuple[float, ...]:
     profile = profile_for_run(predictor.run, engine)
-    r = predictor.resolved
-    return tuple(
-        engine_point(
-            profile, r.drafter, b, predictor.run.draft_len, acceptance_length, r.launch, *predictor.timers
-        ).speedup
-        for b in CURVE_BATCHES
-    )
+    return tuple(predictor.point(profile, b, acceptance_length).speedup for b in CURVE_BATCHES)
 
 
 def run_curves(runs: Sequence[MeasuredRun], sources: Sequence[str] = DEFAULT_SOURCES) -> list[RunCurve]:

@@ -196,16 +196,17 @@ def _engine_predict(
     predictors: Sequence[RunPredictor], base: ServingEngineProfile, names: Sequence[str]
 ) -> Predict:
     """Predicted speedups with the fitted `names` set: each row under `base`'s engine at its own version
-    (`version_profile`: e.g. SGLang spec v1 keeps its synchronous SD rounds), the other host terms the
-    version's own."""
+    (`version_profile`: e.g. SGLang spec v1 keeps its synchronous SD rounds). A parameter on which the
+    row's version differs from `base` (read from that version's source) stays the version's: the fit
+    moves it only on the rows of `base`'s own version."""
     profiles = [profile_for_run(p.run, version_profile(p.run, base)) for p in predictors]
+    free = [[n for n in names if getattr(prof.host, n) == getattr(base.host, n)] for prof in profiles]
 
     def predict(values: dict[str, float]) -> np.ndarray:
-        fitted = {n: values[n] for n in names}
         return np.array(
             [
-                p.predict(replace(prof, fitted={**prof.fitted, **fitted}))[0]
-                for p, prof in zip(predictors, profiles, strict=True)
+                p.predict(replace(prof, fitted={**prof.fitted, **{n: values[n] for n in own}}))[0]
+                for p, prof, own in zip(predictors, profiles, free, strict=True)
             ]
         )
 

@@ -96,9 +96,12 @@ class RunPredictor:
         self.resolved = resolved[0]
         self.timers = scenario_timers(self.resolved, FastTimer(hardware))
 
-    def point(self, profile: ServingEngineProfile, batch: int) -> SpeculativePoint:
+    def point(
+        self, profile: ServingEngineProfile, batch: int, acceptance_length: float | None = None
+    ) -> SpeculativePoint:
+        """The row's point at `batch` under `profile` (at the row's acceptance length unless given)."""
         r = self.resolved
-        tokens = float(self.run.acceptance_length)
+        tokens = float(self.run.acceptance_length if acceptance_length is None else acceptance_length)
         return engine_point(profile, r.drafter, batch, self.run.draft_len, tokens, r.launch, *self.timers)
 
     def predict(self, profile: ServingEngineProfile) -> tuple[float, float, int]:
@@ -217,12 +220,25 @@ def parse_engine_list(text: str) -> list[str]:
     return names
 
 
-def validate_runs_under(runs_path: str | None, serving_engines: str) -> dict[str, Any]:
+def validate_runs_under(runs_path: str | None, serving_engines: str, silicon: bool = False) -> dict[str, Any]:
     """`moesim validate runs`: every requested profile's validation of the runs (the bundled ones for
-    None), sharing the device times."""
+    None), sharing the device times. With `silicon`, each run's hardware is the bundled silicon profile of
+    that GPU under the run's own serving engine, where one exists."""
+    from moesim.simulator.hardware.profile import silicon_profile_for
     from moesim.validation.runs.schema import read_runs
 
     runs = read_runs(runs_path)
+    hardware: dict[str, str] = {}
+    if silicon:
+        mapped = []
+        for run in runs:
+            name = silicon_profile_for(run.hardware, run.serving_engine) or run.hardware
+            hardware[run.run_id] = name
+            mapped.append(replace(run, values={**run.values, "hardware": name}))
+        runs = mapped
     ready = prepare(runs)
     results = [validate_runs(runs, name, ready).to_json() for name in parse_engine_list(serving_engines)]
-    return {"runs": runs_path or "bundled measured_runs.csv", "validations": results}
+    out: dict[str, Any] = {"runs": runs_path or "bundled measured_runs.csv", "validations": results}
+    if silicon:
+        out["hardware"] = hardware
+    return out

@@ -52,7 +52,9 @@ class SiliconCalibration:
     profile: HardwareProfile
     selection: tables.Selection
     quality: dict[str, FitQuality] = field(default_factory=dict)  # term -> fit quality (incl. reported-only)
-    baseline: dict[str, FitQuality] = field(default_factory=dict)  # term -> the defaults on the same rows
+    baseline: dict[str, FitQuality] = field(
+        default_factory=dict
+    )  # term -> the datasheet profile on the same rows
 
 
 def base_profile(system: str) -> HardwareProfile:
@@ -94,20 +96,26 @@ def calibrate_from_silicon(text: str, root: str | None = None) -> SiliconCalibra
         for g in fit_gemm(tables.read_columns(gemm), base, gemm.label):
             if g.dtype == "bf16":
                 empirical = replace(empirical, gemm_efficiency=g.efficiency)
-                quality["gemm_efficiency"] = g.quality
+                key = "gemm_efficiency"
             else:  # one curve per profile: the other dtypes' fits are reported, not stored
-                quality[f"gemm_efficiency.{g.dtype} (reported, not stored)"] = g.quality
+                key = f"gemm_efficiency.{g.dtype} (reported, not stored)"
+            quality[key], baseline[key] = g.quality, g.datasheet_quality
         versions["gemm_perf"] = gemm.version
 
     comm = [selection.get(name) for name in ("custom_allreduce_perf", "nccl_perf")]
     comm_tables = [(c.label, tables.read_columns(c)) for c in comm if c is not None]
     if comm_tables:
-        link = fit_link(comm_tables, base.node.gpus_per_node, base.node.scale_up_bandwidth_gbps or 100.0)
+        link = fit_link(
+            comm_tables,
+            base.node.gpus_per_node,
+            base.node.scale_up_bandwidth_gbps or 100.0,
+            base.node.scale_up_latency_us,
+        )
         if link is not None:
             node = replace(
                 node, scale_up_bandwidth_gbps=link.bandwidth_gbps, scale_up_latency_us=link.latency_us
             )
-            quality["node.scale_up"] = link.quality
+            quality["node.scale_up"], baseline["node.scale_up"] = link.quality, link.datasheet_quality
             for c in comm:
                 if c is not None:
                     versions[c.table] = f"{c.framework} {c.version}"
@@ -120,6 +128,7 @@ def calibrate_from_silicon(text: str, root: str | None = None) -> SiliconCalibra
     software = {
         "aiconfigurator-core": tables.installed_version() or tables.PINNED_VERSION,
         "framework": selection.framework,
+        "datasheet_profile": base.name,
         **{f"{table} version": version for table, version in versions.items()},
     }
     provenance = Provenance(

@@ -14,7 +14,7 @@ from moesim.calibrate.fits.silicon.build import SYSTEM_PROFILES, calibrate_from_
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.profile import list_profiles, save_profile
 
-BUNDLED_DIR = Path(__file__).resolve().parents[2] / "hardware_profiles" / "silicon"
+BUNDLED_DIR = Path(__file__).resolve().parents[3] / "hardware_profiles" / "silicon"
 
 
 def bundle(directory: Path = BUNDLED_DIR, root: str | None = None) -> list[Path]:

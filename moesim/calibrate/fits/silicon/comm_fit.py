@@ -34,6 +34,7 @@ class LinkFit:
     bandwidth_gbps: float  # datasheet-level scale-up bandwidth per GPU, one direction
     latency_us: float
     quality: FitQuality
+    datasheet_quality: FitQuality  # the datasheet node's link on the same rows
 
 
 def price(
@@ -57,7 +58,10 @@ def price(
 
 
 def fit_link(
-    tables: list[tuple[str, dict[str, np.ndarray]]], gpus_per_node: int, start_gbps: float
+    tables: list[tuple[str, dict[str, np.ndarray]]],
+    gpus_per_node: int,
+    start_gbps: float,
+    start_latency_us: float,
 ) -> LinkFit | None:
     """Fit the scale-up link to every collective row within one node of the given tables."""
     ops, ranks, nbytes, measured, labels = [], [], [], [], []
@@ -87,4 +91,11 @@ def fit_link(
     bandwidth, latency = round(float(solution.x[0]), 2), round(float(solution.x[1]), 3)
     predicted = price(op_a, ranks_a, bytes_a, bandwidth, latency)
     note = f"{', '.join(sorted(set(np.unique(op_a))))} on 2-{int(ranks_a.max())} GPUs"
-    return LinkFit(bandwidth, latency, FitQuality.of(" + ".join(labels), predicted, y, held, note))
+    before = price(op_a, ranks_a, bytes_a, start_gbps, start_latency_us)
+    label = " + ".join(labels)
+    return LinkFit(
+        bandwidth,
+        latency,
+        FitQuality.of(label, predicted, y, held, note),
+        FitQuality.of(label, before, y, held, "datasheet node"),
+    )

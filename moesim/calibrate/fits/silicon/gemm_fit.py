@@ -33,6 +33,7 @@ class GemmFit:
     dtype: str
     efficiency: GemmEfficiency
     quality: FitQuality
+    datasheet_quality: FitQuality  # the datasheet profile's own curve on the same rows
 
 
 def _gemm_arrays(
@@ -96,5 +97,13 @@ def fit_gemm(columns: dict[str, np.ndarray], hw: HardwareProfile, table: str) ->
         predicted = price(hw, params.efficiency, dtype, m, flops, nbytes)
         sources = ", ".join(sorted({str(s) for s in columns["kernel_source"][index]}))
         note = f"{db_dtype} via {sources}"
-        out.append(GemmFit(dtype, params.efficiency, FitQuality.of(table, predicted, measured, held, note)))
+        before = price(hw, em.gemm_efficiency, dtype, m, flops, nbytes)
+        out.append(
+            GemmFit(
+                dtype,
+                params.efficiency,
+                FitQuality.of(table, predicted, measured, held, note),
+                FitQuality.of(table, before, measured, held, "datasheet profile"),
+            )
+        )
     return out

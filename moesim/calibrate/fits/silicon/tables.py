@@ -238,9 +238,20 @@ def parse_selection(text: str) -> tuple[str, str, str]:
     return parts[0], parts[1], parts[2] if len(parts) == 3 else ""
 
 
+def primary_release(collections: list[Collection]) -> str:
+    """The framework version whose collection holds the most tables (ties: the newer): its main release.
+    A later version holding a few re-collected tables (trtllm 1.3.0rc23's one-dtype moe_perf on b200_sxm)
+    does not replace it."""
+    counts: dict[str, int] = {}
+    for c in collections:
+        counts[c.version] = counts.get(c.version, 0) + 1
+    return max(counts, key=lambda v: (counts[v], version_key(v)))
+
+
 def select(collections: Iterable[Collection], text: str) -> Selection:
     """For each table of the system under the framework (and the shared collective tables), the newest
-    version, or with /VERSION the newest at or below it (what that release's collection held)."""
+    collection at or below the framework's release: the one asked (/VERSION), else its primary release
+    (`primary_release`), so a table re-collected later for a few shapes does not hide the full one."""
     system, framework, version = parse_selection(text)
     items = list(collections)
     systems = sorted({c.system for c in items})
@@ -252,15 +263,15 @@ def select(collections: Iterable[Collection], text: str) -> Selection:
             "--from-silicon", f"{system} has no framework {framework!r}", f"known: {', '.join(frameworks)}"
         )
     own = [c for c in items if c.system == system and c.framework == framework]
-    if version:
-        versions = sorted({c.version for c in own}, key=version_key)
-        if version not in versions:
-            raise MoesimError(
-                "--from-silicon",
-                f"{system}/{framework} has no version {version!r}",
-                f"known: {', '.join(versions)}",
-            )
-        own = [c for c in own if version_key(c.version) <= version_key(version)]
+    versions = sorted({c.version for c in own}, key=version_key)
+    if version and version not in versions:
+        raise MoesimError(
+            "--from-silicon",
+            f"{system}/{framework} has no version {version!r}",
+            f"known: {', '.join(versions)}",
+        )
+    release = version or primary_release(own)
+    own = [c for c in own if version_key(c.version) <= version_key(release)]
     shared = [c for c in items if c.system == system and c.framework in SHARED_FRAMEWORKS]
     chosen: dict[str, Collection] = {}
     for c in sorted(own + shared, key=lambda c: (c.framework in SHARED_FRAMEWORKS, version_key(c.version))):
