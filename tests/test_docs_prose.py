@@ -1,7 +1,7 @@
 """The README's prose does not drift from the tool: every figure it states (a decimal, or a number with a unit
 such as tok/s, ms, µs or GB) is either printed by one of its ```console blocks, which `test_docs_examples`
 runs, or stands in a paragraph that names the command printing it (`moesim ...`, `python benchmarks/...`,
-`python -m ...`) or the committed file it is read from (a report or data file under `docs/`, `moesim/` or
+`python scripts/...`, `python -m ...`) or the committed file it is read from (a report or data file under `docs/`, `moesim/` or
 `tests/data/`: a record made by a stated command, or the module holding a documented default); a table
 counts as part of the paragraph that introduces it."""
 
@@ -15,7 +15,7 @@ FIGURE = re.compile(
     r"(?<![\w.\-/])\d[\d,]*\.\d+(?:\s?(?:×|%|tok/s|ms|µs|s|GB|B))?(?![\w.])"
     r"|(?<![\w.\-/])\d[\d,]*\s?(?:tok/s|ms|µs|GB)(?!\w)"
 )
-COMMAND = re.compile(r"`(?:moesim |python3?\s+(?:benchmarks/|-m )|docs/|moesim/|tests/data/)[^`]*`")
+COMMAND = re.compile(r"`(?:moesim |python3?\s+(?:benchmarks/|scripts/|-m )|docs/|moesim/|tests/data/)[^`]*`")
 
 
 def paragraphs_and_console(text: str) -> tuple[list[str], str]:
