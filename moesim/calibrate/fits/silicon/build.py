@@ -39,7 +39,14 @@ SYSTEM_PROFILES = {
     "l40s": "l40s",
     "rtx_pro_6000_server": "rtx-pro-6000",
 }
-SILICON_PREFIX = "silicon/"
+# The profile section each fitted term lives in (its provenance lines are named `<section>.<term>`).
+SECTION_OF_TERM = {"expert_gemm": "empirical", "gemm_efficiency": "empirical", "node": ""}
+
+
+def field_name(term: str) -> str:
+    """'expert_gemm.bf16' -> 'empirical.expert_gemm.bf16'; 'node.scale_up' stays."""
+    section = SECTION_OF_TERM.get(term.split(".")[0], "")
+    return f"{section}.{term}" if section else term
 
 
 def profile_name(system: str, framework: str) -> str:
@@ -122,8 +129,10 @@ def calibrate_from_silicon(text: str, root: str | None = None) -> SiliconCalibra
     if not quality:
         raise MoesimError("--from-silicon", f"{selection.name} has no table moesim fits", "choose another")
 
-    notes = [q.sentence(term) for term, q in quality.items()]
-    kept = [a for a in base.provenance.assumptions if not any(a.startswith(t.split(" ")[0]) for t in quality)]
+    notes = [q.sentence(field_name(term)) for term, q in quality.items()]
+    # the base's notes on fitted fields go: empirical.<field> (every dtype of it) and node.scale_up*
+    fitted = tuple(".".join(field_name(t.split(" ")[0]).split(".")[:2]) for t in quality)
+    kept = [a for a in base.provenance.assumptions if not a.startswith(fitted)]
     name = profile_name(selection.system, selection.framework)
     software = {
         "aiconfigurator-core": tables.installed_version() or tables.PINNED_VERSION,
