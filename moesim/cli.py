@@ -1,25 +1,89 @@
-"""The `moesim` command group: thin wrappers that parse flags, call the library and print."""
+"""The `moesim` command group: thin wrappers that parse flags, call the library and print.
+
+Each command's module is imported only when that command runs (or shows its help), so that `moesim --help`
+starts without numpy; `COMMANDS` holds each command's one-line summary for the group's help, and a test
+checks that it matches the command's own.
+"""
 
 from __future__ import annotations
 
-import sys
+import importlib
 
 import click
 
 from moesim import __version__
-from moesim.commands.calibrate import calibrate_command
-from moesim.commands.catalog import models_command, profiles_group
-from moesim.commands.engines import engines_command
 from moesim.commands.renamed import MoesimGroup
-from moesim.commands.routing import routing_group
-from moesim.commands.screen import screen_command
-from moesim.commands.serve import serve_command
-from moesim.commands.simulate import layer_command, simulate_command, sweep_command
-from moesim.commands.validate import validate_command
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "simulate": (
+        "moesim.commands.simulate:simulate_command",
+        "One SD point: decode step, verification of K drafts, speedup.",
+    ),
+    "sweep": (
+        "moesim.commands.simulate:sweep_command",
+        "SD speedup over models × batches × draft lengths, with peaks.",
+    ),
+    "serve": (
+        "moesim.commands.serve:serve_command",
+        "A simulated `vllm bench serve` run, with and without SD.",
+    ),
+    "screen": (
+        "moesim.commands.screen:screen_command",
+        "Rank hypothetical MoE designs for SD, with a Pareto front.",
+    ),
+    "layer": (
+        "moesim.commands.simulate:layer_command",
+        "One MoE layer's expert block, routed to hit exactly U experts.",
+    ),
+    "models": (
+        "moesim.commands.catalog:models_command",
+        "The bundled models, or one model as moesim understood it.",
+    ),
+    "profiles": (
+        "moesim.commands.catalog:profiles_group",
+        "The bundled hardware profiles; derive one for unseen hardware.",
+    ),
+    "engines": (
+        "moesim.commands.engines:engines_command",
+        "The serving-engine profiles: host costs, graph sizes, sources.",
+    ),
+    "routing": (
+        "moesim.commands.routing:routing_group",
+        "Routing statistics: fit, inspect, predict, generate, record.",
+    ),
+    "calibrate": (
+        "moesim.commands.calibrate:calibrate_command",
+        "Measure this device's costs and fit a hardware profile.",
+    ),
+    "validate": (
+        "moesim.commands.validate:validate_group",
+        "Predictions against measurements: torch, CSVs, runs, benchmarks.",
+    ),
+}
+"""Command name → (module:attribute, one-line summary shown by `moesim --help`)."""
+
+
+class LazyGroup(MoesimGroup):
+    """A group whose commands are imported when first used; --help lists them from `COMMANDS`."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, _, attribute = COMMANDS[cmd_name][0].partition(":")
+        command = getattr(importlib.import_module(module), attribute)
+        assert isinstance(command, click.Command)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, summary) for name, (_, summary) in COMMANDS.items()])
 
 
 @click.group(
-    cls=MoesimGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110}
+    cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110}
 )
 @click.version_option(__version__, prog_name="moesim")
 def cli() -> None:
@@ -30,29 +94,10 @@ def cli() -> None:
       moesim sweep                     # every bundled model on an H200 profile, SD speedup vs batch
       moesim simulate --model qwen3-30b-a3b --hardware h200 --batch 1 --draft-len 3
       moesim calibrate --device cpu --quick --output cpu.toml
-      moesim validate --profile cpu.toml --device cpu --quick
+      moesim validate reference --profile cpu.toml --device cpu --quick
     """
 
 
-for command in (
-    simulate_command,
-    sweep_command,
-    screen_command,
-    layer_command,
-    models_command,
-    profiles_group,
-    engines_command,
-    routing_group,
-    calibrate_command,
-    validate_command,
-    serve_command,
-):
-    cli.add_command(command)
-
-
 def main() -> None:
-    """Console-script entry point; Ctrl-C outside a command (while loading, parsing) stops without a traceback."""
-    try:
-        cli()
-    except KeyboardInterrupt:
-        sys.exit(130)
+    """Console-script entry point."""
+    cli()

@@ -168,7 +168,9 @@ def test_read_only_location_is_refused_before_any_work(
 
 def test_read_only_report_folder_is_refused_before_measuring(tmp_path: Path) -> None:
     with read_only_dir(tmp_path / "ro") as folder:
-        code, _, err = invoke("validate", "--profile", "h200", "--report", str(folder / "report"))
+        code, _, err = invoke(
+            "validate", "reference", "--profile", "h200", "--report", str(folder / "report")
+        )
         assert code == 2 and "--report" in err and "cannot write" in err
 
 

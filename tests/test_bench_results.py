@@ -1,5 +1,5 @@
 """Serving-benchmark files in: vLLM and SGLang records, workload rebuilding, and `moesim validate
---bench-result` (a round trip on the shipped example pair, pairing, errors)."""
+bench` (a round trip on the shipped example pair, pairing, errors)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from importlib import resources
 import pytest
 from click.testing import CliRunner
 
-from moesim.commands.validate import validate_command
+from moesim.commands.validate import validate_group
 from moesim.errors import MoesimError
 from moesim.validation.bench.compare import pair_records
 from moesim.validation.bench.results import parse_record, read_bench_results, workload_of
@@ -93,10 +93,10 @@ def test_runs_are_paired_by_concurrency_and_rate() -> None:
 def test_validate_round_trip_on_the_shipped_example_pair() -> None:
     """The example files were written from `moesim serve` itself: predicting them gives them back."""
     result = CliRunner().invoke(
-        validate_command,
+        validate_group,
         [
+            "bench", str(DATA / "vllm_bench_example_sd.json"),
             "--profile", "h200", "--model", "qwen3-30b-a3b",
-            "--bench-result", str(DATA / "vllm_bench_example_sd.json"),
             "--baseline", str(DATA / "vllm_bench_example_baseline.json"),
             "--json",
         ],
@@ -113,18 +113,18 @@ def test_validate_round_trip_on_the_shipped_example_pair() -> None:
 def test_validate_bench_takes_an_acceptance_length() -> None:
     """--acceptance-length alone is accepted (--acceptance once defaulted to 0.8, so both were always set)."""
     common = [
+        "bench", str(DATA / "vllm_bench_example_sd.json"),
         "--profile", "h200", "--model", "qwen3-30b-a3b",
-        "--bench-result", str(DATA / "vllm_bench_example_sd.json"),
         "--baseline", str(DATA / "vllm_bench_example_baseline.json"),
         "--json",
     ]  # fmt: skip
-    result = CliRunner().invoke(validate_command, [*common, "--acceptance-length", "2.0"])
+    result = CliRunner().invoke(validate_group, [*common, "--acceptance-length", "2.0"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["summary"]["mape"] > 1e-3  # not the α the files were written with
 
 
 def test_validate_bench_needs_all_three_flags() -> None:
     result = CliRunner().invoke(
-        validate_command, ["--profile", "h200", "--bench-result", str(DATA / "vllm_bench_example_sd.json")]
+        validate_group, ["bench", str(DATA / "vllm_bench_example_sd.json"), "--profile", "h200"]
     )
     assert result.exit_code != 0 and "--baseline" in result.output

@@ -25,7 +25,7 @@ NEEDS_A_DEVICE = (
     "calibrate --device cuda --output",  # measures a GPU
     "calibrate --device cpu --quick",  # measures this machine for minutes (tests/test_calibrate_runner.py runs it small)
     "--device cuda",  # validation on a GPU
-    "validate --profile cpu.toml --device cpu",  # torch measurements
+    "validate reference --profile cpu.toml --device cpu",  # torch measurements
     "routing record",  # needs transformers and a model
     "pip install",
     "python -m pytest",

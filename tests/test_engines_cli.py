@@ -30,7 +30,7 @@ def test_engines_lists_every_profile_with_provenance() -> None:
 def test_validate_runs_reports_per_source_and_lists_what_it_cannot_represent(tmp_path: Path) -> None:
     plot = tmp_path / "runs.png"
     code, out, _ = invoke(
-        "validate", "--runs", "--serving-engine", "ideal,sglang", "--plot", str(plot), "--json"
+        "validate", "runs", "--serving-engine", "ideal,sglang", "--plot", str(plot), "--json"
     )
     assert code == 0 and plot.stat().st_size > 0
     data = json.loads(out)
@@ -39,7 +39,7 @@ def test_validate_runs_reports_per_source_and_lists_what_it_cannot_represent(tmp
     assert {"R1", "R2", "R4", "R8", "all"} <= set(ideal["by_source"])
     assert ideal["not_represented"] and all(s["reason"] for s in ideal["not_represented"])
     represented = {r["run_id"] for r in ideal["rows"]} | {s["run_id"] for s in ideal["not_represented"]}
-    code, schema, _ = invoke("validate", "--runs-schema", "--json")
+    code, schema, _ = invoke("validate", "runs", "--schema", "--json")
     bundled = {run.run_id for run in read_runs()}
     assert code == 0 and represented == bundled and len(bundled) == 32 and json.loads(schema)["columns"]
 
@@ -64,16 +64,16 @@ def test_calibrate_from_runs_writes_a_fitted_profile_that_loads(tmp_path: Path) 
     profile = load_serving_engine(str(output))
     assert profile.provenance.kind == "fitted" and set(profile.fitted) == {"draft_step_us", "accept_sync_us"}
     assert profile.host == load_serving_engine("trtllm").host  # documented defaults kept apart
-    code, out, _ = invoke("validate", "--runs", "--serving-engine", str(output), "--json")
+    code, out, _ = invoke("validate", "runs", "--serving-engine", str(output), "--json")
     assert code == 0 and json.loads(out)["validations"][0]["serving_engine"] == "my-trtllm"
 
 
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (("validate", "--runs", "--serving-engine", "vlm"), "did you mean vllm"),
-        (("validate", "--runs", "nope.csv"), "nope.csv does not exist"),
-        (("validate", "--device", "cpu"), "--profile: is required"),
+        (("validate", "runs", "--serving-engine", "vlm"), "did you mean vllm"),
+        (("validate", "runs", "nope.csv"), "nope.csv does not exist"),
+        (("validate", "reference", "--device", "cpu"), "--profile: is required"),
         (
             ("calibrate", "--from-runs", "moesim/data/measured_runs.csv", "--output", "x.toml"),
             "--serving-engine",

@@ -79,11 +79,11 @@ TARGETS: list[Target] = [
         lambda f, d: ["simulate", "--model", "olmoe-1b-7b", "--routing", f],
         ("--routing",),
     ),
-    ("measured", ".csv", lambda f, d: ["validate", "--profile", "h200", "--measured", f], ("--measured",)),
+    ("measured", ".csv", lambda f, d: ["validate", "measured", f, "--profile", "h200"], ("--measured",)),
     (
         "repredict",
         ".json",
-        lambda f, d: ["validate", "--profile", "h200", "--repredict", f],
+        lambda f, d: ["validate", "repredict", f, "--profile", "h200"],
         ("--repredict",),
     ),
     (
@@ -215,9 +215,9 @@ FLAG_CASES = [
     ),
     (["routing", "inspect", "t.npz", "--plot", "x.bmp"], "--plot"),
     (["profiles", "derive", "--from", "h200", "--to", "h900", "--output", "o.toml"], "hardware"),
-    (["validate", "--device", "cpu"], "--profile"),
-    (["validate", "--profile", "h200", "--context-len", "-1"], "--context-len"),
-    (["validate", "--profile", "h200", "--models", "nope"], "--models"),
+    (["validate", "reference", "--device", "cpu"], "--profile"),
+    (["validate", "reference", "--profile", "h200", "--context-len", "-1"], "--context-len"),
+    (["validate", "reference", "--profile", "h200", "--models", "nope"], "--models"),
     (
         ["calibrate", "--device", "cpu", "--threads", "2", "--device", "cuda", "--output", "x.toml"],
         "--threads",

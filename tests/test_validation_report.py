@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moesim.commands.validate import validate_command
+from moesim.commands.validate import validate_group
 from moesim.errors import MoesimError
 from moesim.validation.reference.predict import TERMS
 from moesim.validation.reference.report import (
@@ -137,19 +137,19 @@ def test_bad_measured_csv_names_the_problem(tmp_path, text, problem):
 def test_cli_bad_csv_is_one_line_and_exit_2(tmp_path):
     path = tmp_path / "bad.csv"
     path.write_text("model,batch\nx,1\n")
-    result = CliRunner().invoke(validate_command, ["--profile", "h200", "--measured", str(path)])
+    result = CliRunner().invoke(validate_group, ["measured", str(path), "--profile", "h200"])
     assert result.exit_code == 2
     assert "missing column" in result.output and "Traceback" not in result.output
     missing = CliRunner().invoke(
-        validate_command, ["--profile", "h200", "--measured", str(tmp_path / "none.csv")]
+        validate_group, ["measured", str(tmp_path / "none.csv"), "--profile", "h200"]
     )
     assert missing.exit_code == 2 and "does not exist" in missing.output
 
 
 def test_cli_measured_example_json_schema(tmp_path):
     result = CliRunner().invoke(
-        validate_command,
-        ["--profile", "h200", "--measured", str(EXAMPLE), "--json", "--report", str(tmp_path / "rep")],
+        validate_group,
+        ["measured", str(EXAMPLE), "--profile", "h200", "--json", "--report", str(tmp_path / "rep")],
     )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
@@ -165,9 +165,9 @@ def test_cli_measured_example_json_schema(tmp_path):
 
 
 def test_cli_schema_and_unknown_model():
-    schema = CliRunner().invoke(validate_command, ["--profile", "h200", "--schema"])
+    schema = CliRunner().invoke(validate_group, ["measured", "--schema"])
     assert schema.exit_code == 0 and "measured_step_s" in schema.output
-    bad = CliRunner().invoke(validate_command, ["--profile", "h200", "--models", "nope"])
+    bad = CliRunner().invoke(validate_group, ["reference", "--profile", "h200", "--models", "nope"])
     assert bad.exit_code == 2 and "--models" in bad.output
 
 

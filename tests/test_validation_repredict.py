@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from moesim.commands.validate import validate_command
+from moesim.commands.validate import validate_group
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.profile import load_profile
 from moesim.validation.reference.configs import config_seed, default_routing, row_routing, run_layers
@@ -112,13 +112,13 @@ def test_cli_repredict_writes_a_report(tmp_path):
     path.write_text(json.dumps(fake_run("h200")))
     out = tmp_path / "report"
     result = CliRunner().invoke(
-        validate_command,
-        ["--repredict", str(path), "--profile", "h200", "--json", "--report", str(out)],
+        validate_group,
+        ["repredict", str(path), "--profile", "h200", "--json", "--report", str(out)],
     )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["summary"]["n"] == 2 * len(GRID)
-    assert "--repredict" in data["meta"]["command"] or data["meta"]["repredicted_from"] == str(path)
+    assert "repredict" in data["meta"]["command"] or data["meta"]["repredicted_from"] == str(path)
     assert (out / "report.md").read_text().count("re-predicted") >= 1
     assert (out / "predicted_vs_measured.png").stat().st_size > 0
 
@@ -131,7 +131,7 @@ def test_cli_repredict_bad_input_is_one_line_exit_2(tmp_path, content, problem):
     path = tmp_path / "result.json"
     if content is not None:
         path.write_text(content)
-    result = CliRunner().invoke(validate_command, ["--repredict", str(path), "--profile", "h200"])
+    result = CliRunner().invoke(validate_group, ["repredict", str(path), "--profile", "h200"])
     assert result.exit_code == 2
     assert problem in result.output
     assert "Traceback" not in result.output
@@ -142,7 +142,7 @@ def test_measured_csv_rows_are_refused(tmp_path):
     del run["meta"]["device"]
     path = tmp_path / "result.json"
     path.write_text(json.dumps(run))
-    result = CliRunner().invoke(validate_command, ["--repredict", str(path), "--profile", "h200"])
+    result = CliRunner().invoke(validate_group, ["repredict", str(path), "--profile", "h200"])
     assert result.exit_code == 2 and "not a torch-reference run" in result.output
 
 

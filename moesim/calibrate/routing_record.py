@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.simulator.routing.settings import RECORD_DEFAULTS
 from moesim.simulator.routing.trace import RoutingTrace
 
 EXPERT_COUNT_FIELDS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts")
@@ -103,7 +104,11 @@ def _tokenise(tokenizer: Any, prompt: str, vocab_size: int, max_tokens: int) -> 
 
 
 def record_trace(
-    path_or_config: str, prompts: Sequence[str], max_tokens: int = 256, new_tokens: int = 0, seed: int = 0
+    path_or_config: str,
+    prompts: Sequence[str],
+    max_tokens: int = RECORD_DEFAULTS.max_tokens,
+    new_tokens: int = RECORD_DEFAULTS.new_tokens,
+    seed: int = RECORD_DEFAULTS.seed,
 ) -> RoutingTrace:
     """Run each prompt through the model (and optionally greedy-generate) and record every router's choices."""
     import torch

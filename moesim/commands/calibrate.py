@@ -88,7 +88,7 @@ def _suites(text: str | None) -> tuple[str, ...]:
     type=click.Path(dir_okay=False, exists=True),
     default=None,
     help="Measure nothing: fit --serving-engine's host parameters to measured serving runs (a CSV as "
-    "`moesim validate --runs-schema`), cross-validated, and write the fitted engine profile to --output.",
+    "`moesim validate runs --schema`), cross-validated, and write the fitted engine profile to --output.",
 )
 @click.option(
     "--serving-engine", "serving_engine", default=None, help="With --from-runs: the profile to start from."
@@ -305,11 +305,12 @@ def _engine_from_runs(
     all_engines: bool,
     as_json: bool,
 ) -> None:
-    from moesim.commands.engines import fit_from_runs, print_fit
+    from moesim.commands.engines import print_fit
+    from moesim.validation.runs.fit import fit_profile_from_runs
 
     if serving_engine is None:
         raise MoesimError("--serving-engine", "is required with --from-runs", "e.g. --serving-engine vllm")
-    data = fit_from_runs(runs, serving_engine, output, fit_text, all_engines)
+    data = fit_profile_from_runs(runs, serving_engine, output, fit_text, all_engines)
     if as_json:
         emit_json(data)
     else:

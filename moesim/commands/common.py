@@ -71,8 +71,8 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(_finite(data), indent=2, default=_json_default))
 
 
-def parse_int_list(field: str, text: str) -> list[int]:
-    """Parse '1,2,4' (or a range '1-8') into positive integers, naming the flag on error."""
+def parse_int_list(field: str, text: str, minimum: int = 1) -> list[int]:
+    """Parse '1,2,4' (or a range '1-8') into integers ≥ `minimum`, naming the flag on error."""
     values: list[int] = []
     try:
         for part in text.split(","):
@@ -94,9 +94,9 @@ def parse_int_list(field: str, text: str) -> list[int]:
         raise MoesimError(field, f"expected integers like 1,2,4 or 1-8, got {text!r}") from None
     if not values:
         raise MoesimError(field, "needs at least one value")
-    bad = [value for value in values if value < 1]
+    bad = [value for value in values if value < minimum]
     if bad:
-        raise MoesimError(field, f"values must be ≥ 1, got {bad[0]}")
+        raise MoesimError(field, f"values must be ≥ {minimum}, got {bad[0]}")
     return values
 
 
@@ -157,16 +157,6 @@ def resolve_model(model_name: str | None, model_config: str | None, options: dic
     return with_override_flags(
         load_model(model_name if model_name is not None else str(model_config)), options
     )
-
-
-def hardware_option(func: F) -> F:
-    """--hardware NAME|PATH."""
-    return click.option(
-        "--hardware",
-        default="h200",
-        show_default=True,
-        help="Hardware profile: a bundled name (see `moesim profiles`) or a path to a profile .toml.",
-    )(func)
 
 
 def make_console() -> Any:

@@ -1,5 +1,5 @@
 """Serving-engine commands: `moesim engines` (the profiles and their provenance), and the renderers of
-`moesim validate --runs` and `moesim calibrate --from-runs`."""
+`moesim validate runs` and `moesim calibrate --from-runs`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any
 import click
 
 from moesim.commands.common import emit_json, handle_errors, make_console
-from moesim.errors import MoesimError
 
 
 def engine_summary(name: str) -> dict[str, Any]:
@@ -69,39 +68,6 @@ def engines_command(names: tuple[str, ...], as_json: bool) -> None:
             console.print("  * fitted from measured runs (documented default kept in [host])")
 
 
-def _parse_engines(text: str) -> list[str]:
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    if not names:
-        raise MoesimError("--serving-engine", "needs at least one profile", "e.g. ideal,vllm or per-run")
-    return names
-
-
-def runs_validation(runs_path: str | None, serving_engines: str, silicon: bool = False) -> dict[str, Any]:
-    """Every requested profile's validation of the runs, sharing the device times. With `silicon`, each run's
-    hardware is the bundled silicon profile of that GPU under the run's own serving engine, where one exists."""
-    from dataclasses import replace
-
-    from moesim.simulator.hardware.profile import silicon_profile_for
-    from moesim.validation.runs.predict import prepare, validate_runs
-    from moesim.validation.runs.schema import read_runs
-
-    runs = read_runs(runs_path)
-    hardware: dict[str, str] = {}
-    if silicon:
-        mapped = []
-        for run in runs:
-            name = silicon_profile_for(run.hardware, run.serving_engine) or run.hardware
-            hardware[run.run_id] = name
-            mapped.append(replace(run, values={**run.values, "hardware": name}))
-        runs = mapped
-    ready = prepare(runs)
-    results = [validate_runs(runs, name, ready).to_json() for name in _parse_engines(serving_engines)]
-    out: dict[str, Any] = {"runs": runs_path or "bundled measured_runs.csv", "validations": results}
-    if silicon:
-        out["hardware"] = hardware
-    return out
-
-
 def print_runs_validation(data: dict[str, Any]) -> None:
     from rich.table import Table
 
@@ -159,37 +125,6 @@ def plot_runs_validation(data: dict[str, Any], path: str) -> None:
     ax.legend()
     fig.tight_layout()
     save_figure(fig, path, dpi=120)
-
-
-def fit_from_runs(
-    runs_path: str, serving_engine: str, output: str, fit_text: str | None, all_engines: bool
-) -> dict[str, Any]:
-    """Fit the engine's host parameters to the runs measured with it and write the fitted profile."""
-    from dataclasses import replace
-    from pathlib import Path
-
-    from moesim.simulator.engines.profile import load_serving_engine, save_profile
-    from moesim.validation.runs.fit import DEFAULT_FIT, fit_engine_profile
-    from moesim.validation.runs.schema import read_runs
-
-    base = load_serving_engine(serving_engine)
-    runs = read_runs(runs_path)
-    if not all_engines:
-        runs = [r for r in runs if r.serving_engine == base.provenance.engine]
-        if not runs:
-            raise MoesimError(
-                "--from-runs",
-                f"no row of {runs_path} was measured with {base.provenance.engine}",
-                "fit a profile of the engine the runs used, or pass --all-engines",
-            )
-    names = tuple(p.strip() for p in fit_text.split(",") if p.strip()) if fit_text else DEFAULT_FIT
-    fit = fit_engine_profile(runs, base, names, source_label=Path(runs_path).name)
-    header = (
-        f"Serving-engine profile {base.name} fitted by `moesim calibrate --from-runs {Path(runs_path).name} "
-        f"--serving-engine {serving_engine}`: [host] keeps the documented defaults, [fitted] the fitted values."
-    )
-    save_profile(replace(fit.profile, name=Path(output).stem), output, header)
-    return {"output": output, **fit.to_json()}
 
 
 def _pct(value: float) -> str:

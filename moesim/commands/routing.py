@@ -9,12 +9,14 @@ import click
 import numpy as np
 
 from moesim.atomic import check_output_path
-from moesim.commands.common import emit_json, handle_errors, parse_float_list
+from moesim.commands.common import emit_json, handle_errors
+from moesim.commands.fields import field_options, fields_of
 from moesim.commands.progress import progress
 from moesim.errors import MoesimError
 from moesim.figures import check_plot_path
-from moesim.simulator.bounds import DEFAULT_MAX_MEMORY_GB
-from moesim.simulator.routing.placement import PLACEMENT_SPELLINGS
+from moesim.options import option_fields
+from moesim.simulator.routing.predict import DistinctQuery
+from moesim.simulator.routing.settings import FitSettings, GenerateSettings, RecordSettings
 
 
 @click.group("routing")
@@ -40,25 +42,15 @@ def _trace_options(func: Any) -> Any:
 @click.option(
     "--output", "-o", required=True, type=click.Path(dir_okay=False), help="Statistics file (.json)."
 )
-@click.option(
-    "--max-distance", type=int, default=16, show_default=True, help="Overlap distances / window lengths."
-)
-@click.option(
-    "--groups", "n_groups", type=int, default=1, show_default=True, help="Expert groups (group-limited)."
-)
-@click.option("--topk-groups", type=int, default=1, show_default=True, help="Groups each token may use.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@field_options(FitSettings, *option_fields(FitSettings))
 @click.option("--json", "as_json", is_flag=True, help="Print the fitted parameters as JSON.")
 @handle_errors
 def fit_command(
     trace: str,
     n_experts: int | None,
     output: str,
-    max_distance: int,
-    n_groups: int,
-    topk_groups: int,
-    seed: int,
     as_json: bool,
+    **flags: Any,
 ) -> None:
     """Fit per-layer correlated routing to TRACE and write the statistics file."""
     from moesim.simulator.routing.estimator import RoutingEstimator
@@ -66,11 +58,13 @@ def fit_command(
     from moesim.simulator.routing.trace import load_trace
 
     check_output_path("--output", output)
-    if n_groups == 1:
-        topk_groups = 1
+    settings = FitSettings(**fields_of(FitSettings, flags))
+    topk_groups = 1 if settings.n_groups == 1 else settings.topk_groups
     routing_trace = load_trace(trace, n_experts)
     with progress(f"fitting {routing_trace.n_layers} layers of {Path(trace).name}"):
-        estimator = RoutingEstimator(max_distance, n_groups, topk_groups, seed=seed).fit(routing_trace)
+        estimator = RoutingEstimator(
+            settings.max_distance, settings.n_groups, topk_groups, seed=settings.seed
+        ).fit(routing_trace)
     save_routing_stats(output, estimator.model_, estimator.statistics_, source=Path(trace).name)
     if as_json:
         document = stats_document(estimator.model_, None, Path(trace).name)
@@ -90,9 +84,7 @@ def fit_command(
 
 @routing_group.command("inspect")
 @_trace_options
-@click.option(
-    "--max-distance", type=int, default=16, show_default=True, help="Largest distance / window length."
-)
+@field_options(FitSettings, "max_distance", max_distance={"help": "Largest distance / window length."})
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Write a plot (png, pdf, svg).")
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
 @handle_errors
@@ -179,173 +171,32 @@ def _plot(path: str, trace: str, stats: list[dict[str, Any]], independent: np.nd
 
 
 @routing_group.command("predict")
-@click.option("--experts", "n_experts", type=int, required=True, help="Routed experts N.")
-@click.option("--top-k", type=int, required=True, help="Experts per token k.")
-@click.option("--tokens", type=int, required=True, help="Tokens per sequence T (a verification step: K+1).")
-@click.option("--batch", type=int, default=1, show_default=True, help="Independent sequences B.")
-@click.option(
-    "--overlap", default=None, help="Overlap at distances 1..D, e.g. 0.35,0.25,0.2 (last holds beyond)."
-)
-@click.option(
-    "--baseline-overlap", type=float, default=None, help="Overlap of tokens of different sequences."
-)
-@click.option(
-    "--routing", "routing_spec", default="independent", show_default=True, help="independent|typical|STATS"
-)
-@click.option(
-    "--layer", type=int, default=None, help="Layer index (per-layer statistics); default: all layers."
-)
-@click.option(
-    "--groups", "n_groups", type=int, default=1, show_default=True, help="Expert groups (group-limited)."
-)
-@click.option("--topk-groups", type=int, default=1, show_default=True, help="Groups each token may use.")
-@click.option("--ranks", type=int, default=None, help="Expert-parallel ranks: also report the busiest rank.")
-@click.option("--placement", type=click.Choice(PLACEMENT_SPELLINGS), default="contiguous", show_default=True)
-@click.option(
-    "--max-memory-gb",
-    type=float,
-    default=DEFAULT_MAX_MEMORY_GB,
-    show_default=True,
-    help="Refuse to sample the quantiles when that would need more memory than this.",
-)
+@field_options(DistinctQuery, *option_fields(DistinctQuery))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
-def predict_command(
-    n_experts: int,
-    top_k: int,
-    tokens: int,
-    batch: int,
-    overlap: str | None,
-    baseline_overlap: float | None,
-    routing_spec: str,
-    layer: int | None,
-    n_groups: int,
-    topk_groups: int,
-    ranks: int | None,
-    placement: str,
-    max_memory_gb: float,
-    as_json: bool,
-) -> None:
+def predict_command(as_json: bool, **flags: Any) -> None:
     """Distinct experts per layer for B sequences × T tokens (mean and p10/p50/p90)."""
-    from moesim.simulator.routing.base import (
-        MIN_QUANTILE_SAMPLES,
-        affordable_samples,
-        sampling_bytes,
-    )
-    from moesim.simulator.routing.correlated import CorrelatedRouting
-    from moesim.simulator.routing.independent import expected_distinct_uniform
-    from moesim.simulator.routing.presets import routing_from_cli
+    from moesim.simulator.routing.predict import predict_distinct
 
-    if not 1 <= top_k <= n_experts:
-        raise MoesimError("--top-k", f"must be between 1 and --experts {n_experts}, got {top_k}")
-    if tokens < 1 or batch < 1:
-        raise MoesimError("--tokens", f"--tokens and --batch must be ≥ 1, got {tokens} and {batch}")
-    if n_groups == 1:
-        topk_groups = 1
-    curve = parse_float_list("--overlap", overlap) if overlap else None
-    model = routing_from_cli(routing_spec, n_experts, top_k, curve, baseline_overlap, n_groups, topk_groups)
-    layers: list[int | None] = [layer]
-    if layer is None and isinstance(model, CorrelatedRouting) and len(model.layers) > 1:
-        layers = [index for index, _ in model.layers]
-    if layer is not None and layer < 0:
-        raise MoesimError("--layer", f"must be ≥ 0, got {layer}")
-    fitted = [index for index, _ in model.layers] if isinstance(model, CorrelatedRouting) else []
-    if layer is not None and Path(routing_spec).exists() and layer not in fitted:
-        raise MoesimError(
-            "--layer", f"{routing_spec} has statistics for layers {fitted}, not {layer}", "choose one of them"
-        )
-    if ranks is not None and (ranks < 1 or n_experts % ranks):
-        raise MoesimError("--ranks", f"must divide --experts {n_experts}, got {ranks}")
-    if max_memory_gb <= 0:
-        raise MoesimError("--max-memory-gb", f"must be > 0, got {max_memory_gb:g}")
-    # enough samples for stable quantiles, as many as the memory limit allows
-    wanted = int(np.clip(2e7 / (batch * tokens * n_experts), 200, 4000))
-    n_samples = affordable_samples(n_experts, batch, tokens, max_memory_gb * 1e9, wanted)
-    if n_samples == 0:
-        need_gb = sampling_bytes(n_experts, batch, tokens, MIN_QUANTILE_SAMPLES) / 1e9
-        raise MoesimError(
-            "--batch",
-            f"sampling {batch} × {tokens} tokens over {n_experts} experts needs about {need_gb:,.0f} GB "
-            f"({MIN_QUANTILE_SAMPLES} samples), above the --max-memory-gb limit of {max_memory_gb:g} GB",
-            "lower --batch or --tokens, or raise --max-memory-gb",
-        )
-    rng = np.random.default_rng(0)
-    per_layer = []
-    with progress(f"sampling {n_samples} steps per layer", len(layers)) as advance:
-        for index in layers:
-            per_layer.append(
-                _predict_layer(
-                    model, n_experts, top_k, batch, tokens, n_samples, rng, index, ranks, placement
-                )
-            )
-            advance(1)
-    result: dict[str, Any] = {
-        "distinct_experts": float(np.mean([e["distinct_experts"] for e in per_layer])),
-        "p10": float(np.mean([e["p10"] for e in per_layer])),
-        "p50": float(np.mean([e["p50"] for e in per_layer])),
-        "p90": float(np.mean([e["p90"] for e in per_layer])),
-        "independent_uniform": float(expected_distinct_uniform(n_experts, top_k, batch * tokens)),
-        "upper_bound": min(n_experts, batch * tokens * top_k),
-        "experts": n_experts,
-        "top_k": top_k,
-        "tokens": tokens,
-        "batch": batch,
-        "routing": model.description,
-    }
-    if len(per_layer) > 1 or layer is not None or ranks is not None:
-        result["per_layer"] = per_layer
+    query = DistinctQuery(**fields_of(DistinctQuery, flags))
+    with progress("sampling steps per layer") as advance:
+        result = predict_distinct(query, advance)
     if as_json:
         emit_json(result)
         return
     click.echo(f"routing: {result['routing']}")
     click.echo(
-        f"distinct experts for {batch} × {tokens} tokens: mean {result['distinct_experts']:.2f} "
+        f"distinct experts for {query.batch} × {query.tokens} tokens: mean {result['distinct_experts']:.2f} "
         f"(p10 {result['p10']:.0f}, p50 {result['p50']:.0f}, p90 {result['p90']:.0f}); "
         f"independent uniform {result['independent_uniform']:.2f}, at most {result['upper_bound']}"
     )
-    for entry in per_layer if len(per_layer) > 1 or ranks is not None else []:
+    per_layer = result.get("per_layer", [])
+    for entry in per_layer if len(per_layer) > 1 or query.ranks is not None else []:
         line = f"  layer {entry['layer']}: mean {entry['distinct_experts']:.2f}"
         if "per_rank" in entry:
             busiest = entry["per_rank"]["max_distinct"]
-            line += f", busiest of {ranks} ranks: mean {busiest['mean']:.2f} p90 {busiest['p90']:.0f} experts"
+            line += f", busiest of {query.ranks} ranks: mean {busiest['mean']:.2f} p90 {busiest['p90']:.0f} experts"
         click.echo(line)
-
-
-def _predict_layer(
-    model: Any,
-    n_experts: int,
-    top_k: int,
-    batch: int,
-    tokens: int,
-    n_samples: int,
-    rng: np.random.Generator,
-    index: int | None,
-    ranks: int | None,
-    placement: str,
-) -> dict[str, Any]:
-    """Mean and quantiles of distinct experts of one layer (and of the busiest expert-parallel rank)."""
-    from moesim.simulator.routing.base import DistinctExperts
-    from moesim.simulator.routing.correlated import rank_summary
-
-    loads = model.sample_expert_loads(n_experts, top_k, batch, tokens, n_samples, rng, index)
-    spread = DistinctExperts.from_samples((loads > 0).sum(axis=1))
-    entry: dict[str, Any] = {
-        "layer": index,
-        "distinct_experts": model.expected_distinct(n_experts, top_k, batch, tokens, index),
-        "p10": spread.p10,
-        "p50": spread.p50,
-        "p90": spread.p90,
-    }
-    if ranks is not None:
-        summary = rank_summary(loads, ranks, placement)  # type: ignore[arg-type]
-        entry["per_rank"] = {
-            "ranks": ranks,
-            "placement": summary.placement,
-            "max_distinct": vars(summary.max_distinct),
-            "max_tokens": vars(summary.max_tokens),
-            "mean_distinct_per_rank": summary.mean_distinct_per_rank,
-        }
-    return entry
 
 
 @routing_group.command("generate")
@@ -357,14 +208,7 @@ def _predict_layer(
 @click.option(
     "--output", "-o", required=True, type=click.Path(dir_okay=False), help="Trace (.npz or .jsonl)."
 )
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option(
-    "--max-memory-gb",
-    type=float,
-    default=DEFAULT_MAX_MEMORY_GB,
-    show_default=True,
-    help="Refuse a trace whose generation is estimated to need more memory.",
-)
+@field_options(GenerateSettings, *option_fields(GenerateSettings))
 @handle_errors
 def generate_command(
     stats: str, sequences: int, tokens: int, output: str, seed: int, max_memory_gb: float
@@ -391,13 +235,7 @@ def generate_command(
 @click.option(
     "--output", "-o", required=True, type=click.Path(dir_okay=False), help="Trace (.npz or .jsonl)."
 )
-@click.option(
-    "--max-tokens", type=int, default=256, show_default=True, help="Truncate each prompt to this many tokens."
-)
-@click.option(
-    "--generate", "new_tokens", type=int, default=0, show_default=True, help="Also record N generated tokens."
-)
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for randomly initialised weights.")
+@field_options(RecordSettings, *option_fields(RecordSettings))
 @handle_errors
 def record_command(
     hf_model: str, prompts: str, output: str, max_tokens: int, new_tokens: int, seed: int

@@ -11,21 +11,16 @@ from moesim.commands.common import (
     check_outputs,
     emit_json,
     handle_errors,
-    hardware_option,
     make_console,
-    parse_int_list,
     resolve_model,
 )
+from moesim.commands.fields import field_options, fields_of, hardware_option
 from moesim.commands.parallel_options import layout_from_kwargs, parallel_options
 from moesim.commands.progress import progress
 from moesim.commands.simulate import scenario_from_flags, sd_options, step_options
-from moesim.errors import MoesimError
-from moesim.simulator.bounds import DEFAULT_MAX_MINUTES
 from moesim.simulator.models.overrides import OVERRIDE_OPTIONS
-from moesim.simulator.screening.backends import BACKENDS
-from moesim.simulator.screening.constraints import CONSTRAINT_KINDS, DEFAULT_TOLERANCE
-
-DEFAULT_TOP = 10
+from moesim.simulator.screening.constraints import CONSTRAINT_KINDS
+from moesim.simulator.screening.request import ScreenRequest
 
 
 def design_axis_options(func: Any) -> Any:
@@ -51,24 +46,7 @@ def design_axis_options(func: Any) -> Any:
     help="Base model from a config file (or a folder holding config.json).",
 )
 @design_axis_options
-@click.option(
-    "--designs",
-    "designs_csv",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="A CSV of designs: one override field per column, one design per row.",
-)
-@click.option(
-    "--sample", type=int, default=None, help="Evaluate N designs drawn (seeded) from the grid instead of all."
-)
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --sample.")
-@click.option(
-    "--max-minutes",
-    type=float,
-    default=DEFAULT_MAX_MINUTES,
-    show_default=True,
-    help="Refuse a screen estimated to take longer (minutes on two cores).",
-)
+@field_options(ScreenRequest, "designs_csv", "sample", "seed", "max_minutes")
 @click.option(
     "--constraint",
     "constraint_kinds",
@@ -76,62 +54,13 @@ def design_axis_options(func: Any) -> Any:
     type=click.Choice(CONSTRAINT_KINDS),
     help="Keep designs comparable: active-params or total-params equal to the base model's, or fits (memory fits the layout at every batch). Repeatable.",
 )
-@click.option(
-    "--free",
-    "free_field",
-    default=None,
-    help="The field solved to meet the (first) parameter constraint, e.g. expert-width; without it designs off the target are dropped.",
-)
-@click.option(
-    "--free-multiple",
-    type=int,
-    default=1,
-    show_default=True,
-    help="The solved value is a multiple of this (e.g. 64).",
-)
-@click.option(
-    "--tolerance",
-    type=float,
-    default=DEFAULT_TOLERANCE,
-    show_default=True,
-    help="Relative distance from the target parameter count accepted.",
-)
+@field_options(ScreenRequest, "free_field", "free_multiple", "tolerance")
 @hardware_option
-@click.option("--batch", "batches", default="1,4,16,64", show_default=True, help="Batch sizes.")
-@click.option(
-    "--draft-len",
-    "draft_lens",
-    default="1,2,3,4",
-    show_default=True,
-    help="Draft lengths K (the best per batch is reported).",
-)
+@field_options(ScreenRequest, "batches", "draft_lens")
 @step_options
 @sd_options
 @parallel_options
-@click.option(
-    "--objective",
-    default=None,
-    help="Ranking objective: speedup@B, tokens@B or peak-speedup [default: speedup at the smallest batch].",
-)
-@click.option(
-    "--top", type=int, default=DEFAULT_TOP, show_default=True, help="Designs shown in the ranking table."
-)
-@click.option(
-    "--backend",
-    type=click.Choice(BACKENDS),
-    default="local",
-    show_default=True,
-    help="local: a process pool; ray: Ray tasks (pip install 'moesim[ray]').",
-)
-@click.option(
-    "--workers",
-    type=int,
-    default=None,
-    help="Local processes (default: the CPUs available; 1 runs in this process).",
-)
-@click.option(
-    "--address", default=None, help="Ray cluster address (with --backend ray; default: a local Ray)."
-)
+@field_options(ScreenRequest, "objective", "top", "backend", "workers", "address")
 @click.option(
     "--csv",
     "csv_path",
@@ -172,17 +101,17 @@ def screen_command(**options: Any) -> None:
         plot=options["plot_path"],
         as_json=options["as_json"],
     )
-    base, designs, constraints, settings = _scenario(options)
-    with progress(f"screen ({options['backend']})", len(designs)) as advance:
+    base, designs, request, settings = _scenario(options)
+    with progress(f"screen ({request.backend})", len(designs)) as advance:
         result = screen(
             base,
             designs,
             settings,
-            constraints,
-            objective=options["objective"],
-            backend=options["backend"],
-            workers=options["workers"],
-            address=options["address"],
+            request.constraints(),
+            objective=request.objective,
+            backend=request.backend,
+            workers=request.workers,
+            address=request.address,
             progress=advance,
         )
     if options["csv_path"]:
@@ -206,17 +135,16 @@ def screen_command(**options: Any) -> None:
         emit_json({**result.to_json(), "measured_runs_error": [n.to_json() for n in nearby]})
         return
     if not to_stdout:  # standard output carries the CSV, the table or the plot
-        _print(result, options["top"])
+        _print(result, request.top)
         console = make_console()
         for line in nearby:
             console.print(line.text)
 
 
-def _scenario(options: dict[str, Any]) -> tuple[Any, list[Any], list[Any], Any]:
-    """Flags → base model, designs, constraints and settings (the library owns every default)."""
-    from moesim.simulator.screening.constraints import Constraint
+def _scenario(options: dict[str, Any]) -> tuple[Any, list[Any], ScreenRequest, Any]:
+    """Flags → base model, designs, the request and the settings (the library owns every default and rule)."""
     from moesim.simulator.screening.evaluate import ScreenSettings
-    from moesim.simulator.screening.space import grid, parse_values, read_designs, sample
+    from moesim.simulator.screening.space import parse_values
 
     base = resolve_model(options["model_name"], options["model_config"], {})  # the axes are the overrides
     axes = {
@@ -224,45 +152,20 @@ def _scenario(options: dict[str, Any]) -> tuple[Any, list[Any], list[Any], Any]:
         for _, field, _, _ in OVERRIDE_OPTIONS
         if options.get(f"axis_{field}") is not None
     }
-    if options["designs_csv"]:
-        if axes or options["sample"]:
-            raise MoesimError("--designs", "a CSV of designs replaces the field flags and --sample")
-        designs = read_designs(options["designs_csv"])
-    elif options["sample"] is not None:
-        designs = sample(axes, options["sample"], options["seed"])
-    else:
-        designs = grid(axes)
-    kinds = list(dict.fromkeys(options["constraint_kinds"]))
-    free = options["free_field"]
-    parameter_kinds = [kind for kind in kinds if kind != "fits"]
-    if free and not parameter_kinds:
-        raise MoesimError(
-            "--free", "solves a parameter constraint", "add --constraint active-params or total-params"
-        )
-    constraints = [
-        Constraint(
-            kind,
-            free_field=free if parameter_kinds and kind == parameter_kinds[0] else None,
-            multiple=options["free_multiple"],
-            tolerance=options["tolerance"],
-        )
-        for kind in kinds
-    ]
-    if options["address"] and options["backend"] != "ray":
-        raise MoesimError("--address", "is for --backend ray")
+    request = ScreenRequest(**fields_of(ScreenRequest, options), constraint_kinds=options["constraint_kinds"])
+    designs = request.designs(axes)
+    request.constraints()  # refuse a bad combination before any work
     settings = ScreenSettings(
         scenario_from_flags(base, options["hardware"], options, layout=layout_from_kwargs(options)),
-        batches=tuple(sorted(set(parse_int_list("--batch", options["batches"])))),
-        draft_lens=tuple(sorted(set(parse_int_list("--draft-len", options["draft_lens"])))),
-        max_minutes=options["max_minutes"],
+        batches=request.grid_batches,
+        draft_lens=request.grid_draft_lens,
+        max_minutes=request.max_minutes,
     )
-    if options["top"] < 1:
-        raise MoesimError("--top", f"must be ≥ 1, got {options['top']}")
     if options["parquet_path"]:
         from moesim.simulator.screening.screen import parquet_modules
 
         parquet_modules()
-    return base, designs, constraints, settings
+    return base, designs, request, settings
 
 
 def _print(result: Any, top: int) -> None:

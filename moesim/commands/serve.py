@@ -13,30 +13,20 @@ from moesim.commands.common import (
     check_outputs,
     emit_json,
     handle_errors,
-    hardware_option,
     make_console,
     model_options,
-    parse_float_list,
-    parse_int_list,
     resolve_model,
 )
+from moesim.commands.fields import field_options, fields_of, hardware_option
 from moesim.commands.progress import progress
 from moesim.commands.simulate import scenario_from_flags, sd_options
 from moesim.errors import MoesimError
-from moesim.simulator.bounds import DEFAULT_MAX_MINUTES, check_count, check_serving
-from moesim.simulator.execution.launch import LAUNCH_MODES
+from moesim.options import option_fields
+from moesim.simulator.bounds import check_count, check_serving
 from moesim.simulator.plan.layout import ParallelLayout
-from moesim.simulator.scenario import (
-    DEFAULT_DRAFT_LEN,
-    DEFAULT_KERNEL_STYLE,
-    DEFAULT_LAUNCH,
-    DEFAULT_SERVING_ENGINE,
-)
-from moesim.simulator.serving.options import SchedulerLimits, ServeOptions
-from moesim.simulator.serving.workload import DATASETS
+from moesim.simulator.scenario import Scenario
+from moesim.simulator.serving.options import BenchmarkClient, SchedulerLimits, ServeOptions
 
-LIMITS = SchedulerLimits()
-DEFAULTS = ServeOptions()
 SUMMARY_COLUMNS = (
     ("output_throughput", "out tok/s", "{:.0f}"),
     ("mean_tpot_ms", "TPOT ms", "{:.2f}"),
@@ -53,133 +43,25 @@ DETAIL_METRICS = (
 
 def serve_options(func: Any) -> Any:
     """The flags `vllm bench serve` and the engine share with moesim, under the same names."""
-    options = [
-        click.option("--num-prompts", type=int, default=1000, show_default=True, help="Requests to send."),
-        click.option(
-            "--max-concurrency",
-            default=None,
-            help="Most requests in flight (the client's semaphore); a comma list sweeps, e.g. 1,4,16,64.",
-        ),
-        click.option(
-            "--request-rate",
-            default="inf",
-            show_default=True,
-            help="Requests per second (inf: all at once); a comma list sweeps.",
-        ),
-        click.option(
-            "--burstiness",
-            type=float,
-            default=1.0,
-            show_default=True,
-            help="Gamma shape of the gaps between requests: 1 Poisson, < 1 burstier.",
-        ),
-        click.option(
-            "--dataset-name",
-            type=click.Choice(DATASETS),
-            default="random",
-            show_default=True,
-            help="random (vLLM's), chat (log-normal conversational lengths) or jsonl.",
-        ),
-        click.option(
-            "--dataset-path", default=None, help='JSONL of {"input_len": N, "output_len": M} per line.'
-        ),
-        click.option("--random-input-len", type=int, default=1024, show_default=True),
-        click.option("--random-output-len", type=int, default=128, show_default=True),
-        click.option(
-            "--random-range-ratio",
-            type=float,
-            default=0.0,
-            show_default=True,
-            help="Lengths uniform in [L(1 − r), L(1 + r)], as vLLM draws them.",
-        ),
-        click.option("--seed", type=int, default=0, show_default=True),
-        click.option(
-            "--max-minutes",
-            type=float,
-            default=DEFAULT_MAX_MINUTES,
-            show_default=True,
-            help="Refuse a run estimated to take longer (minutes on two cores).",
-        ),
-        click.option(
-            "--draft-len", type=int, default=DEFAULT_DRAFT_LEN, show_default=True, help="Draft tokens K."
-        ),
-        click.option(
-            "--max-num-batched-tokens",
-            type=int,
-            default=LIMITS.max_num_batched_tokens,
-            show_default=True,
-            help="Token budget per step (vLLM's flag; its default on ≥ 70 GB GPUs).",
-        ),
-        click.option("--max-num-seqs", type=int, default=LIMITS.max_num_seqs, show_default=True),
-        click.option(
-            "--gpu-memory-utilization",
-            type=float,
-            default=DEFAULTS.gpu_memory_utilization,
-            show_default=True,
-            help="Share of device memory for weights and KV cache (vLLM's flag).",
-        ),
-        click.option(
-            "--kv-cache-tokens",
-            type=int,
-            default=None,
-            help="KV-cache capacity in tokens when known (vLLM logs it); else from the memory model.",
-        ),
-        click.option(
-            "--launch",
-            type=click.Choice(LAUNCH_MODES),
-            default=DEFAULT_LAUNCH,
-            show_default=True,
-            help="graph: CUDA-graph replay; eager: one host launch per kernel.",
-        ),
-        click.option(
-            "--tp",
-            type=int,
-            default=1,
-            show_default=True,
-            help="Tensor-parallel GPUs of attention (alone: experts split over them too, as `vllm serve -tp N` "
-            "by default).",
-        ),
-        click.option(
-            "--gpus",
-            type=int,
-            default=None,
-            help="GPUs in all (default --tp); above --tp the attention runs data-parallel in --gpus/--tp "
-            "groups (SGLang --enable-dp-attention --dp, vLLM --data-parallel-size).",
-        ),
-        click.option(
-            "--ep",
-            type=int,
-            default=None,
-            help="Expert-parallel ranks of the routed experts, with an all-to-all dispatch and combine per MoE "
-            "layer (SGLang --ep-size, vLLM --enable-expert-parallel: EP = --gpus). Default 1: experts "
-            "tensor-parallel over all GPUs.",
-        ),
-        click.option("--kernel-style", default=DEFAULT_KERNEL_STYLE, show_default=True, help="Kernel style."),
-        click.option(
-            "--serving-engine",
-            "serving_engine",
-            default=DEFAULT_SERVING_ENGINE,
-            show_default=True,
-            help="What the serving engine adds to each step (see `moesim engines`): ideal, vllm, sglang, "
-            "trtllm, ... or a profile .toml.",
-        ),
-        click.option(
-            "--routing",
-            "routing_spec",
-            default=None,
-            help="typical (default), independent, or a routing statistics file.",
-        ),
-    ]
-    for option in reversed(options):
-        func = option(func)
+    for decorate in reversed(
+        (
+            field_options(BenchmarkClient, *option_fields(BenchmarkClient)),
+            field_options(Scenario, "draft_len"),
+            field_options(SchedulerLimits, *option_fields(SchedulerLimits)),
+            field_options(ServeOptions, "gpu_memory_utilization", "kv_cache_tokens"),
+            field_options(Scenario, "launch"),
+            field_options(ServeOptions, "tp", "gpus", "ep"),
+            field_options(Scenario, "kernel_style", "serving_engine", "routing"),
+        )
+    ):
+        func = decorate(func)
     return func
 
 
 def options_from_flags(flags: dict[str, Any]) -> ServeOptions:
     return ServeOptions(
-        limits=SchedulerLimits(flags["max_num_batched_tokens"], flags["max_num_seqs"]),
-        gpu_memory_utilization=flags["gpu_memory_utilization"],
-        kv_cache_tokens=flags["kv_cache_tokens"],
+        limits=SchedulerLimits(**fields_of(SchedulerLimits, flags)),
+        **fields_of(ServeOptions, flags),
     )
 
 
@@ -286,32 +168,28 @@ def serve_command(
         resolve_model(model_name, model_config, flags),
         hardware,
         flags,
-        draft_len=flags["draft_len"],
         layout=serving_layout(flags["tp"], flags["gpus"], flags["ep"]),
     )
-    concurrencies: list[int | None] = (
-        list(parse_int_list("--max-concurrency", flags["max_concurrency"]))
-        if flags["max_concurrency"]
-        else [None]
-    )
-    rates = parse_float_list("--request-rate", flags["request_rate"])
-    if flags["dataset_name"] == "random":  # the estimate before any request is drawn
-        check_count(flags["num_prompts"], "num_prompts", fix="give --num-prompts 1 or more")
+    client = BenchmarkClient(**fields_of(BenchmarkClient, flags))
+    concurrencies: list[int | None] = list(client.max_concurrency or [None])
+    rates = list(client.request_rate)
+    if client.dataset_name == "random":  # the estimate before any request is drawn
+        check_count(client.num_prompts, "num_prompts", fix="give --num-prompts 1 or more")
         check_serving(
-            flags["num_prompts"],
-            flags["random_output_len"] * (1 + abs(flags["random_range_ratio"])),
+            client.num_prompts,
+            client.random_output_len * (1 + abs(client.random_range_ratio)),
             concurrencies,
             2 * len(rates),
-            flags["max_minutes"],
+            client.max_minutes,
         )
     workload = build_workload(
-        flags["dataset_name"],
-        flags["num_prompts"],
-        input_len=flags["random_input_len"],
-        output_len=flags["random_output_len"],
-        range_ratio=flags["random_range_ratio"],
-        seed=flags["seed"],
-        dataset_path=flags["dataset_path"],
+        client.dataset_name,
+        client.num_prompts,
+        input_len=client.random_input_len,
+        output_len=client.random_output_len,
+        range_ratio=client.random_range_ratio,
+        seed=client.seed,
+        dataset_path=client.dataset_path,
     )
     total = 2 * len(workload.requests) * len(concurrencies) * len(rates)
     with progress("serve", total) as advance:
@@ -320,11 +198,11 @@ def serve_command(
             workload,
             concurrencies=concurrencies,
             request_rates=rates,
-            burstiness=flags["burstiness"],
-            seed=flags["seed"],
+            burstiness=client.burstiness,
+            seed=client.seed,
             options=options_from_flags(flags),
             progress=advance,
-            max_minutes=flags["max_minutes"],
+            max_minutes=client.max_minutes,
         )
     if csv_path:
         result.write_csv(csv_path)

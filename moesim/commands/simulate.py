@@ -10,27 +10,19 @@ from rich.console import Console
 from rich.table import Table
 
 from moesim.commands.common import (
-    apply_options,
     check_outputs,
     emit_json,
     handle_errors,
-    hardware_option,
     make_console,
     model_options,
     override_options,
-    parse_int_list,
     resolve_model,
     with_override_flags,
 )
+from moesim.commands.fields import field_options, fields_of, hardware_option
 from moesim.commands.parallel_options import layout_from_kwargs, parallel_options
 from moesim.errors import MoesimError
-from moesim.simulator.bounds import DEFAULT_MAX_CONFIGS
-from moesim.simulator.scenario import (
-    DEFAULT_BATCH,
-    DEFAULT_DRAFT_LEN,
-    DEFAULT_SWEEP_BATCHES,
-    DEFAULT_SWEEP_DRAFT_LENS,
-)
+from moesim.simulator.scenario import Scenario, SweepGrid
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -50,125 +42,29 @@ CATEGORY_LABELS = {
 }
 
 
-def step_options(func: F) -> F:
-    """--context-len, --launch, --kernel-style, --serving-engine and the routing flags shared by simulate and sweep."""
-    from moesim.simulator.bounds import DEFAULT_MAX_MEMORY_GB
-    from moesim.simulator.execution.launch import LAUNCH_MODES
-    from moesim.simulator.scenario import (
-        CPU_LAUNCH,
-        DEFAULT_CONTEXT_LEN,
-        DEFAULT_KERNEL_STYLE,
-        DEFAULT_LAUNCH,
-        DEFAULT_SERVING_ENGINE,
-    )
+STEP_FIELDS = (
+    "context_len",
+    "launch",
+    "max_memory_gb",
+    "kernel_style",
+    "serving_engine",
+    "routing",
+    "overlap",
+    "baseline_overlap",
+)
+"""The Scenario fields of one step that simulate, sweep and serve offer as flags."""
+SD_FIELDS = ("drafter", "acceptance", "acceptance_length")
+"""The Scenario fields of speculative decoding."""
 
-    options = [
-        click.option(
-            "--context-len",
-            type=int,
-            default=DEFAULT_CONTEXT_LEN,
-            show_default=True,
-            help="Cached tokens per sequence.",
-        ),
-        click.option(
-            "--launch",
-            type=click.Choice(LAUNCH_MODES),
-            default=None,
-            help=f"graph: CUDA-graph replay (one launch per step); eager: one host launch per kernel "
-            f"[default: {DEFAULT_LAUNCH} on a GPU, {CPU_LAUNCH} on a CPU].",
-        ),
-        click.option(
-            "--max-memory-gb",
-            type=float,
-            default=DEFAULT_MAX_MEMORY_GB,
-            show_default=True,
-            help="Refuse a run whose routing sampling is estimated to need more memory than this.",
-        ),
-        click.option(
-            "--kernel-style",
-            default=DEFAULT_KERNEL_STYLE,
-            show_default=True,
-            help="Kernel style: fused (vLLM/SGLang kernels), per-token (naive loop), or a registered style.",
-        ),
-        click.option(
-            "--serving-engine",
-            "serving_engine",
-            default=DEFAULT_SERVING_ENGINE,
-            show_default=True,
-            help="What the serving engine adds to each step (host work, CUDA-graph sizes and padding, drafter "
-            "style): ideal (nothing), vllm, vllm-v0, sglang, trtllm or a profile .toml (see `moesim engines`).",
-        ),
-        click.option(
-            "--routing",
-            "routing_spec",
-            default=None,
-            help="typical (the default: correlated routing with documented typical statistics), independent, "
-            "or a routing statistics file from `moesim routing fit`. With --overlap/--baseline-overlap and no "
-            "--routing, the routing model is fitted to those summary statistics.",
-        ),
-        click.option(
-            "--overlap", default=None, help="Same-sequence expert overlap at distances 1..D, e.g. 0.4,0.3."
-        ),
-        click.option(
-            "--baseline-overlap", type=float, default=None, help="Overlap between different sequences."
-        ),
-    ]
-    return apply_options(func, options)
-
-
-def sd_options(func: F) -> F:
-    """--draft, --acceptance, --acceptance-length."""
-    from moesim.simulator.scenario import DEFAULT_ACCEPTANCE, DEFAULT_DRAFTER
-
-    options = [
-        click.option(
-            "--draft",
-            "drafter",
-            default=DEFAULT_DRAFTER,
-            show_default=True,
-            help="Drafter: eagle, mtp, ngram, model:NAME or fraction:F (F × a decode step per draft token).",
-        ),
-        click.option(
-            "--acceptance",
-            type=float,
-            default=None,
-            help=f"Per-token acceptance rate α: E[tokens/step] = (1 − α^(K+1)) / (1 − α) "
-            f"[default: {DEFAULT_ACCEPTANCE}].",
-        ),
-        click.option(
-            "--acceptance-length",
-            type=float,
-            default=None,
-            help="Mean tokens per verification step instead of --acceptance (capped at K+1).",
-        ),
-    ]
-    return apply_options(func, options)
-
-
-# What the flags of `step_options` and `sd_options` name in a Scenario (flag keyword → Scenario field).
-SCENARIO_FLAGS = {
-    "context_len": "context_len",
-    "kernel_style": "kernel_style",
-    "launch": "launch",
-    "routing_spec": "routing",
-    "overlap": "overlap",
-    "baseline_overlap": "baseline_overlap",
-    "drafter": "drafter",
-    "acceptance": "acceptance",
-    "acceptance_length": "acceptance_length",
-    "serving_engine": "serving_engine",
-    "max_memory_gb": "max_memory_gb",
-}
+step_options = field_options(Scenario, *STEP_FIELDS)
+sd_options = field_options(Scenario, *SD_FIELDS)
 
 
 def scenario_from_flags(spec: Any, hardware: Any, flags: dict[str, Any], **fields: Any) -> Any:
-    """The Scenario the step and SD flags in `flags` describe, for `spec` on `hardware`, with `fields`
-    (batch, draft length, layout) as the command gives them: one place for every command. A flag the
-    command does not offer keeps the Scenario's default."""
-    from moesim.simulator.scenario import Scenario
-
-    given = {name: flags[key] for key, name in SCENARIO_FLAGS.items() if key in flags}
-    return Scenario(spec, hardware, **given, **fields)
+    """The Scenario the flags in `flags` describe, for `spec` on `hardware`, with `fields` (batch, draft
+    length, layout) as the command gives them: one place for every command. A field the command does not
+    offer keeps the Scenario's default."""
+    return Scenario(spec, **(fields_of(Scenario, flags) | fields | {"hardware": hardware}))
 
 
 def _ms(seconds: float) -> str:
@@ -188,14 +84,7 @@ def _distinct(step: dict[str, Any]) -> str:
 @click.command("simulate")
 @model_options
 @hardware_option
-@click.option("--batch", type=int, default=DEFAULT_BATCH, show_default=True, help="Sequences in the batch B.")
-@click.option(
-    "--draft-len",
-    type=int,
-    default=DEFAULT_DRAFT_LEN,
-    show_default=True,
-    help="Draft tokens K per verification step.",
-)
+@field_options(Scenario, "batch", "draft_len")
 @step_options
 @sd_options
 @parallel_options
@@ -206,8 +95,6 @@ def simulate_command(
     model_name: str | None,
     model_config: str | None,
     hardware: str,
-    batch: int,
-    draft_len: int,
     timeline: bool,
     as_json: bool,
     **flags: Any,
@@ -223,16 +110,22 @@ def simulate_command(
     request = layout_from_kwargs(flags)
     spec = resolve_model(model_name, model_config, flags)
     profile = load_profile(hardware)
-    result = simulate(
-        scenario_from_flags(spec, profile, flags, batch=batch, draft_len=draft_len, layout=request)
-    )
-    kernel_style, context_len = flags["kernel_style"], flags["context_len"]
+    result = simulate(scenario_from_flags(spec, profile, flags, layout=request))
     data = result.to_json(timeline)
-    nearby = nearby_error(engine_of(flags["serving_engine"]), batch, spec.n_experts, spec.is_moe)
+    nearby = nearby_error(engine_of(flags["serving_engine"]), flags["batch"], spec.n_experts, spec.is_moe)
     data["measured_runs_error"] = nearby.to_json()
     if as_json:
         emit_json(data)
         return
+    _print_point(data, spec, profile, flags, chosen=request.fixed() is None, nearby=nearby)
+
+
+def _print_point(
+    data: dict[str, Any], spec: Any, profile: Any, flags: dict[str, Any], *, chosen: bool, nearby: Any
+) -> None:
+    """The tables and lines `moesim simulate` prints for one SD point."""
+    batch, draft_len = flags["batch"], flags["draft_len"]
+    kernel_style, context_len = flags["kernel_style"], flags["context_len"]
     console = make_console()
     a = data["assumptions"]
     acceptance_text = (
@@ -250,7 +143,7 @@ def simulate_command(
     )
     if a.get("compute_rule"):
         console.print(f"note: {a['compute_rule']}")
-    _print_layout(console, data["parallel"], request.fixed() is None, a["device"])
+    _print_layout(console, data["parallel"], chosen, a["device"])
     table = Table(title="where the time goes (ms)")
     table.add_column("category")
     table.add_column(f"decode (M={batch})", justify="right")
@@ -328,36 +221,10 @@ def _print_layout(console: Console, parallel: dict[str, Any], chosen: bool, devi
 
 
 @click.command("sweep")
-@click.option(
-    "--model",
-    "model_names",
-    default="all",
-    show_default=True,
-    help="Comma-separated catalogue names or model files, or 'all'.",
-)
-@click.option(
-    "--model-config",
-    "model_configs",
-    default="",
-    help="Comma-separated Hugging Face config.json files (or catalogue-style .toml): swept instead of the "
-    "catalogue, or beside the models --model names.",
-)
+@field_options(SweepGrid, "models", "model_configs")
 @override_options
 @hardware_option
-@click.option(
-    "--batch",
-    "batches",
-    default=",".join(map(str, DEFAULT_SWEEP_BATCHES)),
-    show_default=True,
-    help="Batch sizes.",
-)
-@click.option(
-    "--draft-len",
-    "draft_lens",
-    default=",".join(map(str, DEFAULT_SWEEP_DRAFT_LENS)),
-    show_default=True,
-    help="Draft lengths K.",
-)
+@field_options(SweepGrid, "batches", "draft_lens")
 @step_options
 @sd_options
 @parallel_options
@@ -367,30 +234,12 @@ def _print_layout(console: Console, parallel: dict[str, Any], chosen: bool, devi
 @click.option(
     "--plot", "plot_path", type=click.Path(dir_okay=False), default=None, help="Write a plot (png, pdf, svg)."
 )
-@click.option(
-    "--max-configs",
-    type=int,
-    default=DEFAULT_MAX_CONFIGS,
-    show_default=True,
-    help="Refuse a sweep of more configurations (models × batches × draft lengths) than this.",
-)
+@field_options(SweepGrid, "max_configs")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON {rows, peaks, skipped, assumptions}.")
-@click.option(
-    "--workers", type=int, default=1, show_default=True, help="Processes sweeping the models side by side."
-)
+@field_options(SweepGrid, "workers")
 @handle_errors
 def sweep_command(
-    model_names: str,
-    model_configs: str,
-    hardware: str,
-    batches: str,
-    draft_lens: str,
-    max_configs: int,
-    csv_path: str | None,
-    plot_path: str | None,
-    as_json: bool,
-    workers: int,
-    **flags: Any,
+    hardware: str, csv_path: str | None, plot_path: str | None, as_json: bool, **flags: Any
 ) -> None:
     """SD speedup over models × batch sizes × draft lengths (closed-form fast path), with peaks and a plot.
 
@@ -409,23 +258,19 @@ def sweep_command(
 
     to_stdout = check_outputs(csv=csv_path, plot=plot_path, as_json=as_json)
     request = layout_from_kwargs(flags)
-    batch_list = parse_int_list("--batch", batches)
-    k_list = parse_int_list("--draft-len", draft_lens)
-    explicit = click.get_current_context().get_parameter_source("model_names")
-    if model_configs and explicit != click.core.ParameterSource.COMMANDLINE:
-        model_names = ""  # --model-config alone replaces the catalogue (the default --model all)
-    names = model_list(model_names) + model_list(model_configs)
+    grid = SweepGrid(**fields_of(SweepGrid, flags))
+    batch_list, k_list, max_configs = list(grid.batches), list(grid.draft_lens), grid.max_configs
+    names = model_list(grid.models) + model_list(grid.model_configs)
     if not names:
         raise MoesimError("--model", "needs at least one model name (or all), or --model-config PATH")
     specs = [with_override_flags(load_model(str(name)), flags) for name in names]
     profile = load_profile(hardware)
     base = scenario_from_flags(specs[0], profile, flags, layout=request)
-    kernel_style, context_len = flags["kernel_style"], flags["context_len"]
     total = len(specs) * len(batch_list) * len(k_list)
     check_configs(total, max_configs)
     with progress("sweep", total) as advance:
         result = run_sweep(
-            base, specs, batch_list, k_list, progress=advance, max_configs=max_configs, workers=workers
+            base, specs, batch_list, k_list, progress=advance, max_configs=max_configs, workers=grid.workers
         )
     if csv_path:
         result.write_csv(csv_path)
@@ -440,6 +285,18 @@ def sweep_command(
         return
     if to_stdout:
         return  # standard output carries the CSV or the plot
+    _print_sweep(result, specs, profile, flags, grid, nearby)
+    for path in (csv_path, plot_path if result.rows else None):
+        if path:
+            make_console().print(f"wrote {path}")
+
+
+def _print_sweep(
+    result: Any, specs: list[Any], profile: Any, flags: dict[str, Any], grid: SweepGrid, nearby: Any
+) -> None:
+    """The tables `moesim sweep` prints: speedup per batch and draft length for each model, and the peaks."""
+    batch_list, k_list = list(grid.batches), list(grid.draft_lens)
+    kernel_style, context_len = flags["kernel_style"], flags["context_len"]
     console = make_console()
     a = result.assumptions
     console.print(
@@ -491,10 +348,6 @@ def sweep_command(
         console.print(f"[yellow]skipped[/yellow] {skip['model']} ({which}): {skip['reason']}")
     for line in nearby:
         console.print(line.text)
-    if csv_path:
-        console.print(f"wrote {csv_path}")
-    if plot_path and result.rows:
-        console.print(f"wrote {plot_path}")
 
 
 @click.command("layer")
@@ -504,8 +357,7 @@ def sweep_command(
 @click.option(
     "--distinct-experts", type=int, required=True, help="Distinct experts U the forced routing hits."
 )
-@click.option("--launch", type=click.Choice(["graph", "eager"]), default="graph", show_default=True)
-@click.option("--kernel-style", default="fused", show_default=True, help="Kernel style.")
+@field_options(Scenario, "launch", "kernel_style")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON {time_s, ...}.")
 @handle_errors
 def layer_command(
@@ -514,7 +366,7 @@ def layer_command(
     hardware: str,
     tokens: int,
     distinct_experts: int,
-    launch: str,
+    launch: str | None,
     kernel_style: str,
     as_json: bool,
     **overrides: Any,
@@ -529,6 +381,7 @@ def layer_command(
 
     spec = resolve_model(model_name, model_config, overrides)
     profile = load_profile(hardware)
+    launch = Scenario(spec, profile, launch=launch).for_device(profile).launch or ""
     seconds = simulate_expert_block(spec, profile, tokens, distinct_experts, launch, kernel_style)
     data = {
         "model": spec.name,

@@ -1,4 +1,14 @@
-"""`moesim validate`: measured torch MoE steps (or measurements made elsewhere) against the simulator."""
+"""`moesim validate ...`: the simulator against measurements, one sub-command per subject.
+
+    reference   torch MoE steps measured on this device against the prediction of exactly the same work
+    measured    a CSV of step times measured elsewhere
+    repredict   the rows of an earlier `validate reference` run, re-scored with another profile
+    runs        measured serving runs with speculative decoding (the bundled public runs, or a CSV)
+    bench       a vLLM / SGLang serving benchmark against `moesim serve` on the workload it describes
+
+The old spellings (`moesim validate --measured FILE`, `--repredict`, `--runs`, `--bench-result`, and the flags
+of the torch reference alone) are accepted for one release with one deprecation line.
+"""
 
 from __future__ import annotations
 
@@ -7,389 +17,116 @@ from typing import Any
 
 import click
 
-from moesim.atomic import check_output_dir
-from moesim.commands.common import emit_json, handle_errors, make_console, parse_int_list
+from moesim.commands.common import emit_json, handle_errors
+from moesim.commands.fields import field_options, fields_of
+from moesim.commands.renamed import deprecation
 from moesim.errors import MoesimError
-from moesim.simulator.bounds import DEFAULT_MAX_MEMORY_GB, GPU_MAX_MEMORY_GB
-from moesim.simulator.scenario import DEFAULT_ACCEPTANCE, DEFAULT_DRAFTER, DEFAULT_SERVING_ENGINE
-from moesim.validation.reference.report import MEASURED_SCHEMA
+from moesim.options import option_fields
+from moesim.simulator.scenario import Scenario
+from moesim.simulator.serving.options import BenchmarkClient, ServeOptions
+from moesim.validation.bench.compare import BenchFile
+from moesim.validation.reference.run import ValidationOptions
 
-_EXAMPLES = """
-\b
-Examples:
-  moesim validate --profile cpu.toml --device cpu --quick --json
-  moesim validate --profile cpu.toml --device cpu --quick --reference torch-fused --report out
-  moesim validate --profile measured/h200 --device cuda --quick --report docs/validation/h200
-  moesim validate --profile h200 --measured bench.csv --kernel-style fused --launch graph
-  moesim validate --repredict run/result.json --profile measured/h200 --report out
-  moesim validate --runs --serving-engine ideal,vllm,sglang,trtllm,per-run
-  moesim validate --profile h200 --model qwen3-30b-a3b --bench-result SD.json --baseline BASE.json
-"""
+# Old spelling → (sub-command, flag whose value becomes its argument, flags renamed inside it).
+OLD_SPELLINGS: tuple[tuple[str, str, str | None, dict[str, str]], ...] = (
+    ("--runs-schema", "runs", None, {"--runs-schema": "--schema"}),
+    ("--runs", "runs", "--runs", {}),
+    ("--bench-result", "bench", "--bench-result", {}),
+    ("--repredict", "repredict", "--repredict", {}),
+    ("--schema", "measured", None, {}),
+    ("--measured", "measured", "--measured", {}),
+)
 
 
-@click.command(
-    "validate",
-    help="Measure real torch MoE decode and verification steps on this device and compare them with the "
-    "simulator's prediction for exactly the same work (same model shape, routing and kernels), or compare "
-    "measurements made elsewhere (--measured). Reports per row measured and predicted step time, signed "
-    "error and verify/decode ratios; overall MAPE, p90 error, the worst row, the noise floor, and which "
-    "cost term the error comes from." + _EXAMPLES,
-)
-@click.option(
-    "--profile",
-    default=None,
-    help="Hardware profile (name or file) to predict with, e.g. a calibrated cpu.toml (not with --runs).",
-)
-@click.option(
-    "--device",
-    type=click.Choice(["cpu", "cuda"]),
-    default="cpu",
-    show_default=True,
-    help="Where to run the torch reference.",
-)
-@click.option(
-    "--models",
-    "models_text",
-    default="fine,coarse,shared",
-    show_default=True,
-    help="Validation shapes: fine (Qwen3-30B-A3B), coarse (Mixtral-8x7B), shared (Qwen2-57B-A14B).",
-)
-@click.option(
-    "--quick",
-    is_flag=True,
-    help="Batches 1,4,32 × draft lengths 0,1,3,7 and fewer repeats (36 rows for 3 models; the full grid is 72).",
-)
-@click.option(
-    "--launch",
-    type=click.Choice(["eager", "graph"]),
-    default="eager",
-    show_default=True,
-    help="Eager launches, or CUDA-graph replay (GPU only).",
-)
-@click.option("--batch", "batch_text", default=None, help="Override the batch sizes, e.g. 1,2,4,8,16,32.")
-@click.option(
-    "--draft-len", "draft_text", default=None, help="Override the draft lengths K (0 = decode), e.g. 0,1,3,7."
-)
-@click.option("--context-len", type=int, default=512, show_default=True, help="Cached tokens per sequence.")
-@click.option(
-    "--layers", type=int, default=None, help="Layers of each validation model (default 2 on cpu, 4 on cuda)."
-)
-@click.option(
-    "--dtype",
-    type=click.Choice(["fp32", "bf16", "fp16"]),
-    default=None,
-    help="Reference dtype (default: the profile's calibrated dtype, else fp32 on cpu, bf16 on cuda).",
-)
-@click.option(
-    "--threads",
-    type=int,
-    default=None,
-    help="CPU torch threads (default: what the profile was calibrated with, else 1).",
-)
-@click.option(
-    "--routing",
-    type=click.Choice(["typical", "uniform"]),
-    default="typical",
-    show_default=True,
-    help="Routing model the forced expert assignments are sampled from.",
-)
-@click.option(
-    "--clock",
-    type=click.Choice(["auto", "wall", "thread"]),
-    default="auto",
-    show_default=True,
-    help="auto: the thread's CPU time for a single-threaded CPU run (ignores preemption on a shared "
-    "machine), wall clock otherwise.",
-)
-@click.option(
-    "--reference",
-    "style",
-    type=click.Choice(["torch-reference", "torch-fused"]),
-    default="torch-reference",
-    show_default=True,
-    help="The torch step's routed experts: a loop of GEMMs per distinct expert (torch-reference), or one "
-    "grouped GEMM per projection over all of them (torch-fused, torch._grouped_mm: the fused style's kind of "
-    "kernel), each predicted with its own exact plan.",
-)
-@click.option(
-    "--cache",
-    type=click.Choice(["auto", "cold", "warm"]),
-    default="auto",
-    show_default=True,
-    help="Cache state each timed step starts in: cold (a read of the last-level cache's size evicts it first), "
-    "warm (back to back), auto: cold on a CPU (a scaled-down model partly fits its cache), warm on a GPU.",
-)
-@click.option(
-    "--seed", type=int, default=0, show_default=True, help="Seed of weights, inputs and routing samples."
-)
-@click.option(
-    "--max-memory-gb",
-    type=float,
-    default=None,
-    help="Refuse a measurement grid whose torch tensors are estimated to need more memory (GB; default "
-    f"{DEFAULT_MAX_MEMORY_GB:g} on a CPU, {GPU_MAX_MEMORY_GB:g} on a GPU).",
-)
-@click.option(
-    "--cross-profile",
-    "cross_profiles",
-    multiple=True,
-    help="Also predict the same measured rows with this profile (e.g. one derived for this device from "
-    "another's measurements): the cost of projecting to unseen hardware. Repeatable.",
-)
-@click.option(
-    "--measured",
-    "measured_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Compare a CSV of measurements made elsewhere instead of running torch (schema: --schema).",
-)
-@click.option(
-    "--kernel-style",
-    default="fused",
-    show_default=True,
-    help="With --measured: the kernel style of the measured system.",
-)
-@click.option(
-    "--repredict",
-    "repredict_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Re-score the measured rows of an earlier torch run (its result.json) with --profile, offline: "
-    "each row's plan is rebuilt and its routing re-sampled with the run's recorded seed.",
-)
-@click.option(
-    "--bench-result",
-    "bench_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="A serving benchmark with SD: `vllm bench serve --save-result` JSON or SGLang bench_serving JSONL; "
-    "compared, with --baseline, metric by metric against `moesim serve` on the workload it describes.",
-)
-@click.option(
-    "--baseline",
-    "baseline_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="With --bench-result: the same benchmark without SD.",
-)
-@click.option("--model", "bench_model", default=None, help="With --bench-result: the served model.")
-@click.option(
-    "--draft", "bench_drafter", default=DEFAULT_DRAFTER, show_default=True, help="With --bench-result."
-)
-@click.option(
-    "--acceptance-length",
-    "bench_acceptance_length",
-    type=float,
-    default=None,
-    help="With --bench-result: mean tokens per round (default: the file's accept_length, else --acceptance).",
-)
-@click.option(
-    "--acceptance",
-    "bench_acceptance",
-    type=float,
-    default=None,
-    help=f"With --bench-result: per-token acceptance rate α [default: {DEFAULT_ACCEPTANCE}].",
-)
-@click.option("--kv-cache-tokens", "bench_kv_tokens", type=int, default=None, help="With --bench-result.")
-@click.option(
-    "--tp",
-    "bench_tp",
-    type=int,
-    default=1,
-    show_default=True,
-    help="With --bench-result: tensor-parallel GPUs.",
-)
-@click.option("--random-input-len", "bench_input_len", type=int, default=None, help="With --bench-result.")
-@click.option("--random-output-len", "bench_output_len", type=int, default=None, help="With --bench-result.")
-@click.option(
-    "--num-prompts",
-    "bench_num_prompts",
-    type=int,
-    default=None,
-    help="With --bench-result, if the file lacks it.",
-)
-@click.option("--schema", is_flag=True, help="Print the --measured CSV schema and exit.")
-@click.option(
-    "--report",
-    "report_dir",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Write report.md, rows.csv, result.json and predicted_vs_measured.png into this folder.",
-)
-@click.option(
-    "--runs",
-    "runs_path",
-    is_flag=False,
-    flag_value="",
-    default=None,
-    metavar="[FILE]",
-    help="Predict measured serving runs (a CSV, see --runs-schema; alone: the bundled public runs) under "
-    "--serving-engine; each row uses its own model, hardware profile and layout.",
-)
-@click.option(
-    "--serving-engine",
-    "serving_engine",
-    default=DEFAULT_SERVING_ENGINE,
-    show_default=True,
-    help="With --runs (and --bench-result, one profile): serving-engine profiles (names or .toml paths, comma-separated; per-run = each "
-    "row's own engine preset).",
-)
-@click.option("--plot", "plot_path", default=None, help="With --runs: write predicted vs measured as a PNG.")
-@click.option("--runs-schema", is_flag=True, help="Print the --runs CSV columns and exit.")
-@click.option(
-    "--silicon",
-    is_flag=True,
-    help="With --runs: price each run on the bundled silicon profile of its GPU under its own serving engine "
-    "(silicon/<system>-<framework>) where one exists, instead of the datasheet profile.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print {rows, summary, meta} as JSON.")
-@handle_errors
-def validate_command(
-    profile: str | None,
-    device: str,
-    models_text: str,
-    quick: bool,
-    launch: str,
-    batch_text: str | None,
-    draft_text: str | None,
-    context_len: int,
-    layers: int | None,
-    dtype: str | None,
-    threads: int | None,
-    routing: str,
-    clock: str,
-    style: str,
-    cache: str,
-    seed: int,
-    max_memory_gb: float | None,
-    cross_profiles: tuple[str, ...],
-    measured_path: str | None,
-    repredict_path: str | None,
-    kernel_style: str,
-    bench_path: str | None,
-    baseline_path: str | None,
-    bench_model: str | None,
-    bench_drafter: str,
-    bench_acceptance_length: float | None,
-    bench_acceptance: float | None,
-    bench_kv_tokens: int | None,
-    bench_tp: int,
-    bench_input_len: int | None,
-    bench_output_len: int | None,
-    bench_num_prompts: int | None,
-    schema: bool,
-    report_dir: str | None,
-    runs_path: str | None,
-    serving_engine: str,
-    plot_path: str | None,
-    runs_schema: bool,
-    silicon: bool,
-    as_json: bool,
-) -> None:
-    if schema:
-        click.echo(MEASURED_SCHEMA)
-        return
-    if runs_schema or runs_path is not None:
-        _runs(runs_path, runs_schema, serving_engine, plot_path, as_json, silicon)
-        return
-    if silicon:
-        raise MoesimError("--silicon", "only applies with --runs", "add --runs")
-    if plot_path:
-        raise MoesimError("--plot", "only applies with --runs", "use --report for the other validations")
-    if profile is None:
-        raise MoesimError("--profile", "is required", "give a hardware profile name or file, or use --runs")
-    if report_dir:
-        check_output_dir("--report", report_dir)
+def _new_spelling(args: list[str]) -> list[str]:
+    """The arguments of an old `moesim validate --flag ...` call in the sub-command spelling."""
+    names = [arg.split("=", 1)[0] for arg in args]
+    for old, command, argument_flag, renamed in OLD_SPELLINGS:
+        if old not in names:
+            continue
+        out = [command]
+        rest = list(args)
+        if argument_flag is not None:
+            index = names.index(argument_flag)
+            _, equals, value = rest[index].partition("=")
+            takes_next = not equals and index + 1 < len(rest) and not rest[index + 1].startswith("-")
+            if takes_next:
+                value = rest[index + 1]
+            del rest[index : index + 1 + takes_next]
+            if value or takes_next:
+                out.append(value)
+        out += [renamed.get(arg, arg) for arg in rest]
+        deprecation(f"`moesim validate {old}`", f"`moesim validate {command}`")
+        return out
+    deprecation("`moesim validate --profile ...` (no sub-command)", "`moesim validate reference ...`")
+    return ["reference", *args]
+
+
+class ValidateGroup(click.Group):
+    """`validate` with sub-commands; an old flag-only spelling is turned into its sub-command first."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0].startswith("-") and not set(args) & {"-h", "--help"}:
+            args = _new_spelling(args)
+        return super().parse_args(ctx, args)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)  # in the order they are defined: reference first
+
+
+@click.group("validate", cls=ValidateGroup)
+def validate_group() -> None:
+    """The simulator's predictions against measurements, one sub-command per subject.
+
+    \b
+    Examples:
+      moesim validate reference --profile cpu.toml --device cpu --quick --json
+      moesim validate reference --profile cpu.toml --device cpu --quick --reference torch-fused --report out
+      moesim validate reference --profile measured/h200 --device cuda --quick --report docs/validation/h200
+      moesim validate measured bench.csv --profile h200 --kernel-style fused --launch graph
+      moesim validate repredict run/result.json --profile measured/h200 --report out
+      moesim validate runs --serving-engine ideal,vllm,sglang,trtllm,per-run
+      moesim validate bench SD.json --baseline BASE.json --profile h200 --model qwen3-30b-a3b
+    """
+
+
+def _profile(required_for: str) -> Any:
+    return click.option(
+        "--profile", default=None, help=f"Hardware profile (name or file) to predict {required_for} with."
+    )
+
+
+def _report_and_json(func: Any) -> Any:
+    func = click.option("--json", "as_json", is_flag=True, help="Print {rows, summary, meta} as JSON.")(func)
+    return click.option(
+        "--report",
+        "report_dir",
+        type=click.Path(file_okay=False),
+        default=None,
+        help="Write report.md, rows.csv, result.json and predicted_vs_measured.png into this folder.",
+    )(func)
+
+
+def _cross_profiles(func: Any) -> Any:
+    return click.option(
+        "--cross-profile",
+        "cross_profiles",
+        multiple=True,
+        help="Also predict the same measured rows with this profile (e.g. one derived for this device from "
+        "another's measurements): the cost of projecting to unseen hardware. Repeatable.",
+    )(func)
+
+
+def _load_profile(profile: str | None) -> Any:
     from moesim.simulator.hardware.profile import load_profile
 
-    hardware = load_profile(profile)
-    if bench_path or baseline_path:
-        from moesim.commands.serve import serving_layout
-        from moesim.simulator.scenario import DEFAULT_DRAFT_LEN, Scenario
-        from moesim.simulator.serving.options import ServeOptions
-        from moesim.validation.bench.compare import validate_bench
+    if profile is None:
+        raise MoesimError("--profile", "is required", "give a hardware profile name or file")
+    return load_profile(profile)
 
-        if not (bench_path and baseline_path and bench_model):
-            raise MoesimError(
-                "--bench-result", "needs --bench-result SD, --baseline BASE and --model NAME together"
-            )
-        explicit_launch = click.get_current_context().get_parameter_source("launch")
-        run_draft_lens = _draft_lens(draft_text) if draft_text else [DEFAULT_DRAFT_LEN]
-        if len(run_draft_lens) != 1 or run_draft_lens[0] < 1:
-            raise MoesimError("--draft-len", "with --bench-result give the one draft length K ≥ 1 of the run")
-        scenario = Scenario(
-            bench_model,
-            hardware,
-            draft_len=run_draft_lens[0],
-            kernel_style=kernel_style,
-            launch=launch if explicit_launch == click.core.ParameterSource.COMMANDLINE else "graph",
-            routing="independent" if routing == "uniform" else routing,
-            layout=serving_layout(bench_tp),
-            drafter=bench_drafter,
-            acceptance=bench_acceptance,
-            acceptance_length=bench_acceptance_length,
-            serving_engine=serving_engine,
-        )
-        bench = validate_bench(
-            bench_path,
-            baseline_path,
-            scenario,
-            options=ServeOptions(kv_cache_tokens=bench_kv_tokens),
-            input_len=bench_input_len,
-            output_len=bench_output_len,
-            seed=seed,
-            num_prompts=bench_num_prompts,
-        )
-        if as_json:
-            emit_json(bench)
-        else:
-            _print_bench(bench)
-        return
-    if context_len < 0:
-        raise MoesimError("--context-len", f"must be ≥ 0, got {context_len}")
-    if measured_path and repredict_path:
-        raise MoesimError("--repredict", "give --repredict or --measured, not both")
-    if repredict_path:
-        from moesim.validation.reference.repredict import load_result, repredict_result
 
-        cross = {name: load_profile(name) for name in cross_profiles}
-        result = repredict_result(load_result(repredict_path), hardware, cross, source=repredict_path)
-    elif measured_path:
-        result = _measured(measured_path, profile, context_len, launch, kernel_style, routing)
-    else:
-        from moesim.validation.reference.run import ValidationOptions, run_torch_validation
-        from moesim.validation.reference.shapes import SHAPES
-
-        models = tuple(m.strip() for m in models_text.split(",") if m.strip())
-        unknown = [m for m in models if m not in SHAPES]
-        if unknown or not models:
-            raise MoesimError(
-                "--models",
-                f"unknown validation model(s) {', '.join(unknown) or '(none)'}",
-                f"choose from {', '.join(SHAPES)}",
-            )
-        draft_lens = tuple(_draft_lens(draft_text)) if draft_text is not None else None
-        options = ValidationOptions(
-            device=device,
-            models=models,
-            quick=quick,
-            launch=launch,
-            context_len=context_len,
-            batches=tuple(parse_int_list("--batch", batch_text)) if batch_text else None,
-            draft_lens=draft_lens,
-            layers=layers,
-            dtype=dtype,
-            threads=threads,
-            routing=routing,
-            seed=seed,
-            clock=clock,
-            cache=cache,
-            style=style,
-            max_memory_gb=max_memory_gb,
-        )
-        progress = None if as_json else (lambda text: click.echo(f"  measuring {text}", err=True))
-        cross = {name: load_profile(name) for name in cross_profiles}
-        result = run_torch_validation(hardware, options, progress, cross)
+def _finish(result: dict[str, Any], report_dir: str | None, as_json: bool) -> None:
+    """Record the command line, write the report folder, print the result."""
     result["meta"]["command"] = "moesim validate " + " ".join(
         sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "validate" else sys.argv[1:]
     )
@@ -402,32 +139,127 @@ def validate_command(
     if as_json:
         emit_json(result)
     else:
-        _print(result)
+        from moesim.commands.validate_render import print_rows
+
+        print_rows(result)
 
 
-def _runs(
-    runs_path: str | None,
-    schema: bool,
-    serving_engine: str,
-    plot_path: str | None,
+@validate_group.command(
+    "reference", short_help="Torch MoE steps measured here vs the prediction of the same work."
+)
+@_profile("the measured rows")
+@field_options(ValidationOptions, *option_fields(ValidationOptions))
+@_cross_profiles
+@_report_and_json
+@handle_errors
+def reference_command(
+    profile: str | None,
+    cross_profiles: tuple[str, ...],
+    report_dir: str | None,
     as_json: bool,
-    silicon: bool = False,
+    **flags: Any,
 ) -> None:
-    from moesim.commands.engines import plot_runs_validation, print_runs_validation, runs_validation
+    """Measure real torch MoE decode and verification steps on this device and compare them with the
+    simulator's prediction for exactly the same work (same model shape, routing and kernels).
+
+    Reports per row measured and predicted step time, signed error and verify/decode ratios; overall MAPE,
+    p90 error, the worst row, the noise floor, and which cost term the error comes from."""
+    from moesim.atomic import check_output_dir
+    from moesim.simulator.hardware.profile import load_profile
+    from moesim.validation.reference.run import run_torch_validation
+
+    hardware = _load_profile(profile)
+    if report_dir:
+        check_output_dir("--report", report_dir)
+    options = ValidationOptions(**fields_of(ValidationOptions, flags)).checked()
+    progress = None if as_json else (lambda text: click.echo(f"  measuring {text}", err=True))
+    cross = {name: load_profile(name) for name in cross_profiles}
+    _finish(run_torch_validation(hardware, options, progress, cross), report_dir, as_json)
+
+
+@validate_group.command("measured", short_help="Step times measured elsewhere (a CSV) vs the simulator.")
+@click.argument("path", type=click.Path(dir_okay=False), required=False)
+@_profile("the measurements")
+@field_options(ValidationOptions, "context_len", "launch", "routing")
+@field_options(Scenario, "kernel_style", kernel_style={"help": "The kernel style of the measured system."})
+@click.option("--schema", is_flag=True, help="Print the CSV schema and exit.")
+@_report_and_json
+@handle_errors
+def measured_command(
+    path: str | None, profile: str | None, schema: bool, report_dir: str | None, as_json: bool, **flags: Any
+) -> None:
+    """Compare a CSV of step times measured elsewhere (PATH; columns: --schema) with the simulator."""
+    from moesim.atomic import check_output_dir
+    from moesim.validation.reference.report import MEASURED_SCHEMA, measured_result
 
     if schema:
-        from moesim.validation.runs.schema import schema_rows
-
-        columns = schema_rows()
-        if as_json:
-            emit_json({"columns": columns})
-        else:
-            for c in columns:
-                choices = f" ({'|'.join(c['choices'])})" if c["choices"] else ""
-                need = "required" if c["required"] else "optional"
-                click.echo(f"{c['column']:<22} {c['type']:<7} {need:<9} {c['meaning']}{choices}")
+        click.echo(MEASURED_SCHEMA)
         return
-    data = runs_validation(runs_path or None, serving_engine, silicon)
+    if path is None:
+        raise MoesimError("--measured", "needs the measurements CSV", "moesim validate measured FILE.csv")
+    _load_profile(profile)
+    if report_dir:
+        check_output_dir("--report", report_dir)
+    options = ValidationOptions(**fields_of(ValidationOptions, flags)).checked()
+    result = measured_result(path, str(profile), options, flags["kernel_style"])
+    _finish(result, report_dir, as_json)
+
+
+@validate_group.command("repredict", short_help="An earlier torch run re-scored with another profile.")
+@click.argument("path", type=click.Path(dir_okay=False))
+@_profile("the rows")
+@_cross_profiles
+@_report_and_json
+@handle_errors
+def repredict_command(
+    path: str, profile: str | None, cross_profiles: tuple[str, ...], report_dir: str | None, as_json: bool
+) -> None:
+    """Re-score the measured rows of an earlier `validate reference` run (PATH, its result.json) with
+    --profile, offline: each row's plan is rebuilt and its routing re-sampled with the run's recorded seed."""
+    from moesim.atomic import check_output_dir
+    from moesim.simulator.hardware.profile import load_profile
+    from moesim.validation.reference.repredict import load_result, repredict_result
+
+    hardware = _load_profile(profile)
+    if report_dir:
+        check_output_dir("--report", report_dir)
+    cross = {name: load_profile(name) for name in cross_profiles}
+    _finish(repredict_result(load_result(path), hardware, cross, source=path), report_dir, as_json)
+
+
+@validate_group.command("runs", short_help="Measured SD serving runs vs their predicted speedups.")
+@click.argument("path", type=click.Path(dir_okay=False), required=False)
+@field_options(
+    Scenario,
+    "serving_engine",
+    serving_engine={
+        "help": "Serving-engine profiles to predict under (names or .toml paths, comma-separated; per-run = "
+        "each row's own engine preset)."
+    },
+)
+@click.option(
+    "--silicon",
+    is_flag=True,
+    help="Price each run on the bundled silicon profile of its GPU under its own serving engine "
+    "(silicon/<system>-<framework>) where one exists, instead of the datasheet profile.",
+)
+@click.option("--plot", "plot_path", default=None, help="Write predicted vs measured as a PNG.")
+@click.option("--schema", is_flag=True, help="Print the CSV columns and exit.")
+@click.option("--json", "as_json", is_flag=True, help="Print the validations as JSON.")
+@handle_errors
+def runs_command(
+    path: str | None, serving_engine: str, silicon: bool, plot_path: str | None, schema: bool, as_json: bool
+) -> None:
+    """Predict measured serving runs with speculative decoding (PATH, a CSV: see --schema; without it, the
+    bundled public runs); each row uses its own model, hardware profile and layout."""
+    from moesim.commands.engines import plot_runs_validation, print_runs_validation
+    from moesim.commands.validate_render import print_runs_schema
+    from moesim.validation.runs.predict import validate_runs_under
+
+    if schema:
+        print_runs_schema(as_json)
+        return
+    data = validate_runs_under(path, serving_engine, silicon=silicon)
     if plot_path:
         plot_runs_validation(data, plot_path)
     if as_json:
@@ -436,144 +268,49 @@ def _runs(
         print_runs_validation(data)
 
 
-def _measured(
-    path: str, profile: str, context_len: int, launch: str, kernel_style: str, routing: str
-) -> dict[str, Any]:
-    from moesim.validation.reference.report import predict_measured, read_measured_csv, summarise
+@validate_group.command("bench", short_help="A vLLM / SGLang serving benchmark vs `moesim serve`.")
+@click.argument("sd_path", metavar="SD_RESULT", type=click.Path(dir_okay=False))
+@click.option(
+    "--baseline",
+    "baseline_path",
+    type=click.Path(dir_okay=False),
+    required=True,
+    help="The same benchmark without SD.",
+)
+@_profile("the benchmark")
+@click.option("--model", "model", required=True, help="The served model (a catalogue name or a model file).")
+@field_options(Scenario, "draft_len", "drafter", "acceptance", "acceptance_length")
+@field_options(BenchFile, *option_fields(BenchFile))
+@field_options(ServeOptions, "kv_cache_tokens", "tp")
+@field_options(Scenario, "launch", "kernel_style", "routing", "serving_engine")
+@field_options(BenchmarkClient, "seed")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@handle_errors
+def bench_command(
+    sd_path: str, baseline_path: str, profile: str | None, model: str, as_json: bool, **flags: Any
+) -> None:
+    """Compare a serving benchmark with SD (SD_RESULT: `vllm bench serve --save-result` JSON or SGLang
+    bench_serving JSONL) and without (--baseline), metric by metric, against `moesim serve` on the workload
+    the files describe."""
+    from moesim.commands.serve import serving_layout
+    from moesim.commands.simulate import scenario_from_flags
+    from moesim.commands.validate_render import print_bench
+    from moesim.validation.bench.compare import validate_bench
 
-    rows = predict_measured(read_measured_csv(path), profile, context_len, launch, kernel_style, routing)
-    return {
-        "rows": rows,
-        "summary": summarise(rows),
-        "meta": {
-            "title": f"{path} vs profile {profile}",
-            "profile": profile,
-            "launch": launch,
-            "kernel_style": kernel_style,
-            "context_len": context_len,
-        },
-        "notes": [
-            "measured elsewhere: the prediction samples the routing model, it does not replay the measured routing"
-        ],
-    }
-
-
-def _print_bench(result: dict[str, Any]) -> None:
-    from rich.table import Table
-
-    from moesim.commands.common import make_console
-
-    def cell(value: float | None, fmt: str = "{:.2f}") -> str:
-        return "-" if value is None else fmt.format(value)
-
-    console = make_console()
-    for point in result["points"]:
-        where = f"concurrency {point['max_concurrency'] or '∞'}, rate {point['request_rate']}"
-        table = Table(title=f"{point['sd_source']} vs {point['baseline_source']} ({point['tool']}): {where}")
-        for column in (
-            "metric",
-            "SD meas.",
-            "SD pred.",
-            "err",
-            "base meas.",
-            "base pred.",
-            "err",
-            "speedup meas.",
-            "speedup pred.",
-            "err",
-        ):
-            table.add_column(column, justify="left" if column == "metric" else "right")
-        for r in point["rows"]:
-            table.add_row(
-                r["metric"],
-                cell(r["measured_sd"]),
-                cell(r["predicted_sd"]),
-                cell(r["error_sd"], "{:+.0%}"),
-                cell(r["measured_baseline"]),
-                cell(r["predicted_baseline"]),
-                cell(r["error_baseline"], "{:+.0%}"),
-                cell(r["measured_speedup"], "{:.3f}"),
-                cell(r["predicted_speedup"], "{:.3f}"),
-                cell(r["error_speedup"], "{:+.0%}"),
-            )
-        console.print(table)
-        summary = point["summary"]
-        console.print(
-            f"  {summary['metrics_compared']} values compared, MAPE "
-            f"{cell(summary['mape'], '{:.1%}')}, speedup MAPE {cell(summary['speedup_mape'], '{:.1%}')}; "
-            f"workload: {point['workload']}",
-            highlight=False,
-        )
-        for note in point["notes"]:
-            console.print(f"  note: {note}", highlight=False)
-    a = result["points"][0]["assumptions"] if result["points"] else {}
-    for key in ("kv_cache", "step_cost", "not_modelled"):
-        if key in a:
-            console.print(f"  {key}: {a[key]}", highlight=False)
+    hardware = _load_profile(profile)
+    scenario = scenario_from_flags(model, hardware, flags, layout=serving_layout(flags["tp"]))
+    bench = validate_bench(
+        sd_path,
+        baseline_path,
+        scenario,
+        options=ServeOptions(kv_cache_tokens=flags["kv_cache_tokens"]),
+        seed=flags["seed"],
+        **vars(BenchFile(**fields_of(BenchFile, flags))),
+    )
+    if as_json:
+        emit_json(bench)
+    else:
+        print_bench(bench)
 
 
-def _draft_lens(text: str) -> list[int]:
-    """--draft-len values: like parse_int_list, but 0 (plain decode) is allowed."""
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise MoesimError("--draft-len", f"expected integers like 0,1,3,7, got {text!r}") from None
-    if not values or min(values) < 0:
-        raise MoesimError("--draft-len", f"needs draft lengths ≥ 0, got {text!r}")
-    return values
-
-
-def _print(result: dict[str, Any]) -> None:
-    from rich.table import Table
-
-    from moesim.validation.reference.report import attribution_sentence, drift_sentence
-
-    console = make_console()  # piped: wide enough that no digit is cut
-    table = Table(title=result["meta"].get("title", "validation"))
-    for col in (
-        "model",
-        "B",
-        "K",
-        "U",
-        "measured ms",
-        "predicted ms",
-        "error",
-        "spread",
-        "ratio meas.",
-        "ratio pred.",
-    ):
-        table.add_column(col, justify="right" if col != "model" else "left")
-    for r in result["rows"]:
-        table.add_row(
-            str(r["model"]),
-            str(r["batch"]),
-            str(r["draft_len"]),
-            f"{r.get('distinct_experts') or 0:.1f}",
-            f"{r['measured_s'] * 1e3:.3f}",
-            f"{r['predicted_s'] * 1e3:.3f}",
-            f"{r['error']:+.1%}",
-            "" if r.get("spread") is None else f"{r['spread']:.1%}",
-            "" if r.get("measured_ratio") is None else f"{r['measured_ratio']:.2f}",
-            "" if r.get("predicted_ratio") is None else f"{r['predicted_ratio']:.2f}",
-        )
-    console.print(table)
-    s = result["summary"]
-    w = s["worst"]
-    line = f"n={s['n']}  MAPE {s['mape']:.1%}  p90 |error| {s['p90_abs_error']:.1%}  bias {s['median_error']:+.1%}"
-    if s.get("noise_floor") is not None:
-        line += f"  noise floor {s['noise_floor']:.1%}"
-    console.print(line)
-    if drift_sentence(s):
-        console.print(drift_sentence(s))
-    console.print(f"worst: {w['model']} B={w['batch']} K={w['draft_len']} error {w['error']:+.1%}")
-    if s.get("attribution"):
-        console.print(attribution_sentence(s["attribution"]))
-    for name, other in s.get("cross_device", {}).items():
-        console.print(
-            f"cross-device: the same rows predicted with {name}: MAPE {other['mape']:.1%}, p90 {other['p90_abs_error']:.1%}, bias {other['median_error']:+.1%}"
-        )
-    for note in result.get("notes", []):
-        console.print(f"note: {note}")
-
-
-__all__ = ["validate_command"]
+__all__ = ["validate_group"]

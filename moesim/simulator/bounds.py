@@ -18,7 +18,7 @@ DEFAULT_MAX_MEMORY_GB = 4.0
 """Memory a run may plan to use (GB): a quarter of a 16 GB laptop; `--max-memory-gb`."""
 
 GPU_MAX_MEMORY_GB = 64.0
-"""The default limit of torch tensors on a GPU (`validate --device cuda`): under an 80 GB device's memory after
+"""The default limit of torch tensors on a GPU (`validate reference --device cuda`): under an 80 GB device's memory after
 the CUDA context and torch's caching allocator (the full-width validation grid needs 6–19 GB)."""
 
 SWEEP_SECONDS_PER_CONFIG = 0.0076

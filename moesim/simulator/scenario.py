@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from moesim.errors import MoesimError
+from moesim.options import option
 from moesim.simulator.bounds import (
+    DEFAULT_MAX_CONFIGS,
     DEFAULT_MAX_MEMORY_GB,
     check_max_memory_gb,
     check_memory,
@@ -65,23 +67,59 @@ class Scenario:
     `ParallelLayout` or a `LayoutRequest` (None, the default: the smallest layout whose memory fits)."""
 
     model: ModelSpec | str
-    hardware: HardwareProfile | str = DEFAULT_HARDWARE
-    batch: int = DEFAULT_BATCH
-    draft_len: int = DEFAULT_DRAFT_LEN
-    context_len: int = DEFAULT_CONTEXT_LEN
-    kernel_style: str = DEFAULT_KERNEL_STYLE
-    launch: str | None = None  # None: DEFAULT_LAUNCH on a GPU, CPU_LAUNCH on a CPU
-    routing: RoutingModel | str | None = None
-    overlap: tuple[float, ...] | str | None = None  # same-sequence overlap at distances 1..D
-    baseline_overlap: float | None = None
-    layout: ParallelLayout | LayoutRequest | None = None
-    drafter: str = DEFAULT_DRAFTER
-    acceptance: float | None = (
-        None  # per-token α; None: DEFAULT_ACCEPTANCE, unless acceptance_length is given
+    hardware: HardwareProfile | str = option(
+        DEFAULT_HARDWARE,
+        "Hardware profile: a bundled name (see `moesim profiles`) or a path to a profile .toml.",
     )
-    acceptance_length: float | None = None
-    serving_engine: ServingEngineProfile | str = DEFAULT_SERVING_ENGINE
-    max_memory_gb: float = DEFAULT_MAX_MEMORY_GB  # refuse a run whose routing sampling would need more
+    batch: int = option(DEFAULT_BATCH, "Sequences in the batch B.")
+    draft_len: int = option(DEFAULT_DRAFT_LEN, "Draft tokens K per verification step.")
+    context_len: int = option(DEFAULT_CONTEXT_LEN, "Cached tokens per sequence.")
+    kernel_style: str = option(
+        DEFAULT_KERNEL_STYLE,
+        "Kernel style: fused (vLLM/SGLang kernels), per-token (naive loop), or a registered style.",
+    )
+    launch: str | None = option(  # None: DEFAULT_LAUNCH on a GPU, CPU_LAUNCH on a CPU
+        None,
+        "graph: CUDA-graph replay (one launch per step); eager: one host launch per kernel.",
+        choices=lambda: _launch_modes(),
+        default_text=f"{DEFAULT_LAUNCH} on a GPU, {CPU_LAUNCH} on a CPU",
+    )
+    routing: RoutingModel | str | None = option(
+        None,
+        "typical (the default: correlated routing with documented typical statistics), independent, "
+        "or a routing statistics file from `moesim routing fit`. With --overlap/--baseline-overlap and no "
+        "--routing, the routing model is fitted to those summary statistics.",
+    )
+    overlap: tuple[float, ...] | str | None = option(  # same-sequence overlap at distances 1..D
+        None, "Same-sequence expert overlap at distances 1..D, e.g. 0.4,0.3."
+    )
+    baseline_overlap: float | None = option(None, "Overlap between different sequences.", kind=float)
+    layout: ParallelLayout | LayoutRequest | None = None
+    drafter: str = option(
+        DEFAULT_DRAFTER,
+        "Drafter: eagle, mtp, ngram, model:NAME or fraction:F (F × a decode step per draft token).",
+        flag="--draft",
+    )
+    acceptance: float | None = (
+        option(  # per-token α; None: DEFAULT_ACCEPTANCE, unless acceptance_length is given
+            None,
+            "Per-token acceptance rate α: E[tokens/step] = (1 − α^(K+1)) / (1 − α).",
+            kind=float,
+            default_text=str(DEFAULT_ACCEPTANCE),
+        )
+    )
+    acceptance_length: float | None = option(
+        None, "Mean tokens per verification step instead of --acceptance (capped at K+1).", kind=float
+    )
+    serving_engine: ServingEngineProfile | str = option(
+        DEFAULT_SERVING_ENGINE,
+        "What the serving engine adds to each step (host work, CUDA-graph sizes and padding, drafter "
+        "style): ideal (nothing), vllm, vllm-v0, sglang, trtllm or a profile .toml (see `moesim engines`).",
+    )
+    max_memory_gb: float = option(  # refuse a run whose routing sampling would need more
+        DEFAULT_MAX_MEMORY_GB,
+        "Refuse a run whose routing sampling is estimated to need more memory than this.",
+    )
 
     def replace(self, **changes: Any) -> Scenario:
         """The same scenario with some fields changed."""
@@ -227,6 +265,31 @@ class ResolvedScenario:
         }
 
 
+@dataclass(frozen=True)
+class SweepGrid:
+    """What a sweep covers: models × batch sizes × draft lengths, and how it runs."""
+
+    models: str = option("all", "Comma-separated catalogue names or model files, or 'all'.", flag="--model")
+    model_configs: str = option(
+        "", "Comma-separated Hugging Face config.json files (or catalogue-style .toml) to sweep as well."
+    )
+    batches: tuple[int, ...] = option(DEFAULT_SWEEP_BATCHES, "Batch sizes.", flag="--batch", list_of=int)
+    draft_lens: tuple[int, ...] = option(
+        DEFAULT_SWEEP_DRAFT_LENS, "Draft lengths K.", flag="--draft-len", list_of=int
+    )
+    max_configs: int = option(
+        DEFAULT_MAX_CONFIGS,
+        "Refuse a sweep of more configurations (models × batches × draft lengths) than this.",
+    )
+    workers: int = option(1, "Processes sweeping the models side by side.")
+
+
+def _launch_modes() -> tuple[str, ...]:
+    from moesim.simulator.execution.launch import LAUNCH_MODES
+
+    return LAUNCH_MODES
+
+
 def check_draft_len(draft_len: int) -> None:
     if not isinstance(draft_len, int) or isinstance(draft_len, bool) or draft_len < 1:
         raise MoesimError("draft_len", f"must be a positive integer, got {draft_len!r}")
@@ -331,6 +394,7 @@ __all__ = [
     "DEFAULT_SWEEP_DRAFT_LENS",
     "ResolvedScenario",
     "Scenario",
+    "SweepGrid",
     "check_acceptance",
     "check_routing_size",
     "chosen_layout",

@@ -27,9 +27,15 @@ import numpy as np
 import numpy.typing as npt
 
 from moesim.errors import MoesimError
+from moesim.options import option
 from moesim.simulator.bounds import MAX_LAYOUT_GPUS, check_count
 from moesim.simulator.models.spec import ModelSpec
-from moesim.simulator.routing.placement import PLACEMENTS, Placement, normalise_placement
+from moesim.simulator.routing.placement import (
+    PLACEMENT_SPELLINGS,
+    PLACEMENTS,
+    Placement,
+    normalise_placement,
+)
 
 if TYPE_CHECKING:
     from moesim.simulator.routing.per_rank import RankExperts
@@ -170,12 +176,29 @@ class LayoutRequest:
     and drafter placement apply either way.
     """
 
-    gpus: int | None = None
-    tp: int | None = None
-    ep: int | None = None
-    placement: Placement = "contiguous"
-    shared_experts: SharedExperts | None = None
-    draft_on: DraftOn = "shared"
+    gpus: int | None = option(
+        None,
+        "GPUs to spread the model over (default: the smallest layout whose memory fits, stated in the output).",
+        kind=int,
+    )
+    tp: int | None = option(
+        None, "Tensor-parallel ranks for attention and dense layers (default: --gpus).", kind=int
+    )
+    ep: int | None = option(None, "Expert-parallel ranks for routed experts (default: --gpus).", kind=int)
+    placement: Placement = option(
+        "contiguous", "How expert ids map to expert-parallel ranks.", choices=PLACEMENT_SPELLINGS
+    )
+    shared_experts: SharedExperts | None = option(
+        None,
+        "Shared experts split by tensor parallelism (default) or replicated on every GPU.",
+        flag="--shared-expert-mode",
+        choices=SHARED_EXPERT_MODES,
+    )
+    draft_on: DraftOn = option(
+        "shared",
+        "Run the drafter on the target's GPUs (shared) or on a GPU of its own (separate).",
+        choices=DRAFT_ON,
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "placement", normalise_placement(self.placement))

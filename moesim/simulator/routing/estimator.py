@@ -16,6 +16,7 @@ from moesim.simulator.bounds import check_seed
 from moesim.simulator.routing.base import DistinctExperts
 from moesim.simulator.routing.correlated import CorrelatedRouting, LayerRouting
 from moesim.simulator.routing.fit import fit_layer, trace_layer_statistics
+from moesim.simulator.routing.settings import FIT_DEFAULTS
 from moesim.simulator.routing.trace import RoutingTrace
 
 
@@ -29,11 +30,11 @@ class RoutingEstimator(BaseEstimator):  # type: ignore[misc]
 
     def __init__(
         self,
-        max_distance: int = 16,
-        n_groups: int = 1,
-        topk_groups: int = 1,
+        max_distance: int = FIT_DEFAULTS.max_distance,
+        n_groups: int = FIT_DEFAULTS.n_groups,
+        topk_groups: int = FIT_DEFAULTS.topk_groups,
         n_sim_sequences: int = 256,
-        seed: int = 0,
+        seed: int = FIT_DEFAULTS.seed,
     ) -> None:
         check_seed(seed)
         self.max_distance = max_distance

@@ -9,11 +9,13 @@ both the file and the simulator have is compared: measured, predicted, signed er
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.options import option
 from moesim.simulator.scenario import Scenario
 from moesim.simulator.serving.metrics import speedups
 from moesim.simulator.serving.options import ServeOptions
@@ -40,6 +42,17 @@ def _error(predicted: float | None, measured: float | None) -> float | None:
     if predicted is None or measured is None or measured == 0:
         return None
     return (predicted - measured) / measured
+
+
+@dataclass(frozen=True)
+class BenchFile:
+    """What a benchmark file may lack, given by hand (each None: read from the file)."""
+
+    input_len: int | None = option(None, "Prompt tokens, if the file lacks them.", flag="--random-input-len")
+    output_len: int | None = option(
+        None, "Output tokens, if the file lacks them.", flag="--random-output-len"
+    )
+    num_prompts: int | None = option(None, "Requests sent, if the file lacks it.", flag="--num-prompts")
 
 
 def compare_pair(

@@ -4,7 +4,7 @@ No torch here. The prediction is the discrete-event timer run on the exact `torc
 the step (`reference_step_plan` with the replayed expert loads), so it prices exactly the measured work.
 The term split (launch, fixed latency, compute, memory, cache) feeds the error attribution in report.py.
 `predict_rows` is the pure half of validation: it prices the rows a measuring run wrote (`measure.py`),
-right after measuring or later on a machine without torch (`moesim validate --repredict`). Where the
+right after measuring or later on a machine without torch (`moesim validate repredict`). Where the
 profile recorded its calibration's drift probe and the rows the probe measured beside them, each row is also
 predicted with the profile at the machine speed of that moment (`calibrate.fits.drift.at_speed`).
 """

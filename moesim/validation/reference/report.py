@@ -255,7 +255,7 @@ def read_measured_csv(path: str | Path) -> list[dict[str, Any]]:
         raise MoesimError(
             "--measured",
             f"{file}: no header or rows",
-            f"the header needs {', '.join(MEASURED_REQUIRED)}; `moesim validate --schema` shows every column",
+            f"the header needs {', '.join(MEASURED_REQUIRED)}; `moesim validate measured --schema` shows every column",
         )
     header, records = csv_rows(
         "--measured", lines, str(file), "measurements CSV"
@@ -319,6 +319,28 @@ def _float_cell(item: dict[str, str], key: str, where: str, positive: bool = Tru
             f"{where}: {key} must be a {'positive' if positive else 'non-negative'} number, got {text!r}",
         )
     return value
+
+
+def measured_result(path: str, profile: str, options: Any, kernel_style: str) -> dict[str, Any]:
+    """`moesim validate measured`: the CSV's rows predicted with `profile` under `options` (context, launch,
+    routing of `ValidationOptions`), scored, with the meta a report names."""
+    rows = predict_measured(
+        read_measured_csv(path), profile, options.context_len, options.launch, kernel_style, options.routing
+    )
+    return {
+        "rows": rows,
+        "summary": summarise(rows),
+        "meta": {
+            "title": f"{path} vs profile {profile}",
+            "profile": profile,
+            "launch": options.launch,
+            "kernel_style": kernel_style,
+            "context_len": options.context_len,
+        },
+        "notes": [
+            "measured elsewhere: the prediction samples the routing model, it does not replay the measured routing"
+        ],
+    }
 
 
 def predict_measured(
@@ -610,6 +632,7 @@ __all__ = [
     "drift_summary",
     "errors_of",
     "markdown_report",
+    "measured_result",
     "plot_predicted_vs_measured",
     "predict_measured",
     "read_measured_csv",

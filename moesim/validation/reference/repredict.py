@@ -20,7 +20,7 @@ from moesim.validation.reference.report import score_rows
 
 
 def load_result(path: str | Path) -> dict[str, Any]:
-    """An earlier run's result.json (`moesim validate --report` or `--json` output)."""
+    """An earlier run's result.json (`moesim validate reference --report` or `--json` output)."""
     p = Path(path)
     result = read_json_table("--repredict", p, "result.json of a validation run")
     if not isinstance(result.get("rows"), list) or not result["rows"]:
@@ -30,7 +30,7 @@ def load_result(path: str | Path) -> dict[str, Any]:
         raise MoesimError(
             "--repredict",
             f"{p} is not a torch-reference run (no device / validation shape recorded)",
-            "re-predict runs of `moesim validate --device ...`; for other measurements use --measured",
+            "re-predict runs of `moesim validate reference --device ...`; for other measurements use `moesim validate measured`",
         )
     return result
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from moesim.errors import MoesimError
+from moesim.options import option
 from moesim.simulator.bounds import (
     DEFAULT_MAX_MEMORY_GB,
     GPU_MAX_MEMORY_GB,
@@ -31,27 +32,81 @@ from moesim.validation.reference.predict import predict_rows
 from moesim.validation.reference.report import score_rows
 from moesim.validation.reference.shapes import SHAPES, validation_model
 
+CACHE_STATES = ("auto", "cold", "warm")
+REFERENCE_STYLES = ("torch-reference", "torch-fused")
+
 
 @dataclass(frozen=True)
 class ValidationOptions:
-    """What `moesim validate` measures (see the command's help for each)."""
+    """What `moesim validate reference` measures, and how `validate measured` predicts."""
 
-    device: str = "cpu"
-    models: tuple[str, ...] = tuple(SHAPES)
-    quick: bool = False
-    launch: str = "eager"
-    context_len: int = 512
-    batches: tuple[int, ...] | None = None
-    draft_lens: tuple[int, ...] | None = None
-    layers: int | None = None
-    dtype: str | None = None
-    threads: int | None = None
-    routing: str = "typical"
-    seed: int = 0
-    clock: str = "auto"
-    cache: str = "auto"  # between timed steps: cold (flushed), warm, or auto (cold on a CPU, warm on a GPU)
-    style: str = "torch-reference"  # the routed experts: a loop over distinct experts, or grouped GEMMs
-    max_memory_gb: float | None = None  # refuse a grid whose torch tensors would need more (None: per device)
+    device: str = option("cpu", "Where to run the torch reference.", choices=("cpu", "cuda"))
+    models: tuple[str, ...] = option(
+        tuple(SHAPES),
+        "Validation shapes: fine (Qwen3-30B-A3B), coarse (Mixtral-8x7B), shared (Qwen2-57B-A14B).",
+        list_of=str,
+    )
+    quick: bool = option(
+        False,
+        "Batches 1,4,32 × draft lengths 0,1,3,7 and fewer repeats (36 rows for 3 models; the full grid is 72).",
+    )
+    launch: str = option(
+        "eager", "Eager launches, or CUDA-graph replay (GPU only).", choices=("eager", "graph")
+    )
+    context_len: int = option(512, "Cached tokens per sequence.")
+    batches: tuple[int, ...] | None = option(
+        None, "Override the batch sizes, e.g. 1,2,4,8,16,32.", flag="--batch", list_of=int
+    )
+    draft_lens: tuple[int, ...] | None = option(
+        None,
+        "Override the draft lengths K (0 = decode), e.g. 0,1,3,7.",
+        flag="--draft-len",
+        list_of=int,
+        minimum=0,
+    )
+    layers: int | None = option(None, "Layers of each validation model (default 2 on cpu, 4 on cuda).")
+    dtype: str | None = option(
+        None,
+        "Reference dtype (default: the profile's calibrated dtype, else fp32 on cpu, bf16 on cuda).",
+        choices=("fp32", "bf16", "fp16"),
+    )
+    threads: int | None = option(
+        None, "CPU torch threads (default: what the profile was calibrated with, else 1)."
+    )
+    routing: str = option(
+        "typical",
+        "Routing model the forced expert assignments are sampled from.",
+        choices=("typical", "uniform"),
+    )
+    seed: int = option(0, "Seed of weights, inputs and routing samples.")
+    clock: str = option(
+        "auto",
+        "auto: the thread's CPU time for a single-threaded CPU run (ignores preemption on a shared machine), "
+        "wall clock otherwise.",
+        choices=("auto", "wall", "thread"),
+    )
+    cache: str = option(  # between timed steps: cold (flushed), warm, or auto (cold on a CPU, warm on a GPU)
+        "auto",
+        "Cache state each timed step starts in: cold (a read of the last-level cache's size evicts it first), "
+        "warm (back to back), auto: cold on a CPU (a scaled-down model partly fits its cache), warm on a GPU.",
+        choices=CACHE_STATES,
+    )
+    style: str = option(  # the routed experts: a loop over distinct experts, or grouped GEMMs
+        "torch-reference",
+        "The torch step's routed experts: a loop of GEMMs per distinct expert (torch-reference), or one "
+        "grouped GEMM per projection over all of them (torch-fused, torch._grouped_mm: the fused style's kind "
+        "of kernel), each predicted with its own exact plan.",
+        flag="--reference",
+        choices=REFERENCE_STYLES,
+    )
+
+    max_memory_gb: float | None = (
+        option(  # refuse a grid whose torch tensors would need more (None: per device)
+            None,
+            "Refuse a measurement grid whose torch tensors are estimated to need more memory (GB).",
+            default_text=f"{DEFAULT_MAX_MEMORY_GB:g} on a CPU, {GPU_MAX_MEMORY_GB:g} on a GPU",
+        )
+    )
 
     def __post_init__(self) -> None:
         check_seed(self.seed, "--seed")
@@ -73,8 +128,18 @@ class ValidationOptions:
             return self.max_memory_gb
         return GPU_MAX_MEMORY_GB if self.device == "cuda" else DEFAULT_MAX_MEMORY_GB
 
+    def checked(self) -> ValidationOptions:
+        """These options, refused with one message when a validation shape is unknown."""
+        unknown = [m for m in self.models if m not in SHAPES]
+        if unknown or not self.models:
+            raise MoesimError(
+                "--models",
+                f"unknown validation model(s) {', '.join(unknown) or '(none)'}",
+                f"choose from {', '.join(SHAPES)}",
+            )
+        return self
 
-CACHE_STATES = ("auto", "cold", "warm")
+
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 ACTIVATION_COPIES = 16

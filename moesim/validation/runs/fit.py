@@ -268,9 +268,7 @@ def fit_engine_profile(
         )
     ready, skipped = predictors if predictors is not None else prepare(runs)
     if not ready:
-        raise MoesimError(
-            "runs", "no row can be represented by the simulator", "see `moesim validate --runs`"
-        )
+        raise MoesimError("runs", "no row can be represented by the simulator", "see `moesim validate runs`")
     start = {n: getattr(base.effective_host, n) for n in HOST_PARAMETERS}
     measured = np.array([p.run.speedup for p in ready])
     predict = _engine_predict(ready, base, names)
@@ -322,3 +320,34 @@ def fit_engine_profile(
         skipped=list(skipped),
         fold_notes=notes,
     )
+
+
+def fit_profile_from_runs(
+    runs_path: str, serving_engine: str, output: str, fit_text: str | None, all_engines: bool
+) -> dict[str, Any]:
+    """`moesim calibrate --from-runs`: fit the engine's host parameters to the runs measured with it (every
+    row with `all_engines`) and write the fitted profile to `output`."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from moesim.simulator.engines.profile import load_serving_engine, save_profile
+    from moesim.validation.runs.schema import read_runs
+
+    base = load_serving_engine(serving_engine)
+    runs = read_runs(runs_path)
+    if not all_engines:
+        runs = [r for r in runs if r.serving_engine == base.provenance.engine]
+        if not runs:
+            raise MoesimError(
+                "--from-runs",
+                f"no row of {runs_path} was measured with {base.provenance.engine}",
+                "fit a profile of the engine the runs used, or pass --all-engines",
+            )
+    names = tuple(p.strip() for p in fit_text.split(",") if p.strip()) if fit_text else DEFAULT_FIT
+    fit = fit_engine_profile(runs, base, names, source_label=Path(runs_path).name)
+    header = (
+        f"Serving-engine profile {base.name} fitted by `moesim calibrate --from-runs {Path(runs_path).name} "
+        f"--serving-engine {serving_engine}`: [host] keeps the documented defaults, [fitted] the fitted values."
+    )
+    save_profile(replace(fit.profile, name=Path(output).stem), output, header)
+    return {"output": output, **fit.to_json()}

@@ -3,7 +3,7 @@
 A projection's regime is its serving engine, batch band and model class. The shipped measured runs
 (`moesim/data/measured_runs.csv`) that share it say how far moesim's own predicted speedup was from what
 was measured there: the mean absolute error (MAPE) over those rows, with how many rows and sources it
-rests on. Each row is predicted as `moesim validate --runs` predicts it — under `ideal` for an `ideal`
+rests on. Each row is predicted as `moesim validate runs` predicts it — under `ideal` for an `ideal`
 projection, under the preset of the row's engine and version (`per-run`) otherwise. The presets' host
 values are documented defaults, never fitted to these runs, so every row's error is out of sample: what
 leave-one-source-out would give (a profile fitted with `calibrate --from-runs` reports its own held-out

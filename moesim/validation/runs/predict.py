@@ -210,3 +210,35 @@ def validate_runs(
         "routing: the `typical` preset (no traces of these runs)",
     ]
     return RunsValidation(str(label), rows, list(skipped), notes)
+
+
+def parse_engine_list(text: str) -> list[str]:
+    """`--serving-engine A,B,...`: the profiles to validate under (names, .toml paths or per-run)."""
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise MoesimError("--serving-engine", "needs at least one profile", "e.g. ideal,vllm or per-run")
+    return names
+
+
+def validate_runs_under(runs_path: str | None, serving_engines: str, silicon: bool = False) -> dict[str, Any]:
+    """`moesim validate runs`: every requested profile's validation of the runs (the bundled ones for
+    None), sharing the device times. With `silicon`, each run's hardware is the bundled silicon profile of
+    that GPU under the run's own serving engine, where one exists."""
+    from moesim.simulator.hardware.profile import silicon_profile_for
+    from moesim.validation.runs.schema import read_runs
+
+    runs = read_runs(runs_path)
+    hardware: dict[str, str] = {}
+    if silicon:
+        mapped = []
+        for run in runs:
+            name = silicon_profile_for(run.hardware, run.serving_engine) or run.hardware
+            hardware[run.run_id] = name
+            mapped.append(replace(run, values={**run.values, "hardware": name}))
+        runs = mapped
+    ready = prepare(runs)
+    results = [validate_runs(runs, name, ready).to_json() for name in parse_engine_list(serving_engines)]
+    out: dict[str, Any] = {"runs": runs_path or "bundled measured_runs.csv", "validations": results}
+    if silicon:
+        out["hardware"] = hardware
+    return out

@@ -4,7 +4,7 @@ rows the simulator can represent.
 One row per measured point (model, hardware, layout, engine and version, drafter, K, AL, batch, lengths,
 metric and what it is a ratio of, baseline and SD values, source). The bundled file
 (`moesim/data/measured_runs.csv`) carries the public runs of the reference notes; users bring their own
-in the same format (`moesim validate --runs-schema` prints it).
+in the same format (`moesim validate runs --schema` prints it).
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def parse_runs(text: str, source: str) -> list[MeasuredRun]:
         raise MoesimError(
             f"{source}: {missing[0]}",
             "column is missing",
-            "see `moesim validate --runs-schema` for the columns",
+            "see `moesim validate runs --schema` for the columns",
         )
     unknown = sorted(set(header) - set(COLUMN_NAMES))
     if unknown:
