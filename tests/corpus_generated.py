@@ -146,9 +146,11 @@ def _numeric_options(command: Any) -> Iterator[tuple[str, bool]]:
 
 
 def _command(cli: Any, path: tuple[str, ...]) -> Any:
+    import click
+
     command = cli
-    for name in path:
-        command = command.commands[name]
+    for name in path:  # groups load their commands lazily
+        command = command.get_command(click.Context(command), name)
     return command
 
 
