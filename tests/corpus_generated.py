@@ -31,6 +31,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -145,9 +146,11 @@ def _numeric_options(command: Any) -> Iterator[tuple[str, bool]]:
 
 
 def _command(cli: Any, path: tuple[str, ...]) -> Any:
+    import click
+
     command = cli
-    for name in path:
-        command = command.commands[name]
+    for name in path:  # groups load their commands lazily
+        command = command.get_command(click.Context(command), name)
     return command
 
 
@@ -266,7 +269,9 @@ SHAPE_KEY = re.compile(
     r"tflops|_us$|_s$|fraction|capacity|count|latency|bandwidth|efficiency|ratio|rate|concurrency|tokens|"
     r"throughput|tpot|ttft|itl|duration|prompts|acceptance)",
 )
-SKIP_KEY = re.compile(r"(eps|theta|initializer|dropout|token_id|aux_loss|coef|scaling|factor|date|version)")
+SKIP_KEY = re.compile(
+    r"(eps|theta|initializer|dropout|token_id|aux_loss|coef|scaling|factor|date|version|position)"
+)
 
 
 def _structured_cases(
@@ -588,14 +593,23 @@ def corpus(d: str, budget_per_file: int = 14) -> list[Case]:
         budget_per_file // 2, rng,
     )  # fmt: skip
     cases += _trace_cases(rng, 2 * budget_per_file)
-    # file names in argv point into d
-    for case in cases:
-        case.argv = [
-            part.replace("{d}", d).replace("{f}", f"{d}/{next(iter(case.files))}" if case.files else "")
-            if "{" in part
-            else (f"{d}/{part}" if part in case.files else part)
-            for part in case.argv
-        ]
+    seen: Counter[str] = Counter()
+    for case in cases:  # the same mutation read by two commands: told apart by the command
+        seen[case.id] += 1
+        if seen[case.id] > 1:
+            case.id = f"{case.id}@{' '.join(case.argv[:2])}"
+    # file names in argv point into d, one name per case (cases may run side by side)
+    for number, case in enumerate(cases):
+        names = {name: f"{number}-{name}" for name in case.files}
+        first = f"{d}/{next(iter(names.values()))}" if names else ""
+        argv = []
+        for part in case.argv:
+            for name, unique in names.items():
+                if part in (name, f"{d}/{name}"):
+                    part = f"{d}/{unique}"
+            argv.append(part.replace("{f}", first).replace("{d}", d))
+        case.argv = argv
+        case.files = {names[name]: data for name, data in case.files.items()}
     return cases
 
 
@@ -691,7 +705,16 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
-def run_case(case: Case, d: str) -> Result:
+@dataclass
+class _Running:
+    case: Case
+    pid: int
+    fd: int
+    start: float
+    chunks: list[bytes] = field(default_factory=list)
+
+
+def _start(case: Case, d: str) -> _Running:
     for name, data in case.files.items():
         Path(d, name).write_bytes(data)
     read_fd, write_fd = os.pipe()
@@ -704,46 +727,36 @@ def run_case(case: Case, d: str) -> Result:
         finally:
             os._exit(3)
     os.close(write_fd)
-    chunks: list[bytes] = []
-    killed = ""
-    usage = None
+    return _Running(case, pid, read_fd, start)
+
+
+def _drain(job: _Running, wait_s: float) -> None:
     while True:
-        ready, _, _ = select.select([read_fd], [], [], 0.05)
-        if ready:
-            chunk = os.read(read_fd, 1 << 16)
-            if chunk:
-                chunks.append(chunk)
-        done, _status, usage = os.wait4(pid, os.WNOHANG)
-        if done:
-            break
-        if time.perf_counter() - start > KILL_WALL_S:
-            killed = "time"
-        elif _rss_mb(pid) > KILL_RSS_MB:
-            killed = "memory"
-        if killed:
-            os.kill(pid, signal.SIGKILL)
-            _, _, usage = os.wait4(pid, 0)
-            break
-    while True:
-        ready, _, _ = select.select([read_fd], [], [], 0)
+        ready, _, _ = select.select([job.fd], [], [], wait_s)
         if not ready:
-            break
-        chunk = os.read(read_fd, 1 << 16)
+            return
+        chunk = os.read(job.fd, 1 << 16)
         if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(read_fd)
-    wall = time.perf_counter() - start
-    for name in case.files:
+            return
+        job.chunks.append(chunk)
+        wait_s = 0.0
+
+
+def _finish(job: _Running, d: str, usage: Any, killed: str) -> Result:
+    _drain(job, 0.0)
+    os.close(job.fd)
+    wall = time.perf_counter() - job.start
+    for name in job.case.files:
         Path(d, name).unlink(missing_ok=True)
     cpu = (usage.ru_utime + usage.ru_stime) if usage else wall
     try:
-        payload = json.loads(b"".join(chunks) or b"{}")
+        payload = json.loads(b"".join(job.chunks) or b"{}")
     except json.JSONDecodeError:
         payload = {}
     peak_mb = max(payload.get("peak_kb", 0), (usage.ru_maxrss if usage else 0) if killed else 0) / 1024
     if killed == "memory":
         peak_mb = max(peak_mb, KILL_RSS_MB)
+    case = job.case
     return Result(
         case.id, case.kind, case.must_refuse, payload.get("exit_code"), bool(payload.get("traceback")),
         bool(payload.get("field_named")), cpu, wall, peak_mb, killed, payload.get("output", ""),
@@ -751,21 +764,54 @@ def run_case(case: Case, d: str) -> Result:
     )  # fmt: skip
 
 
-def run_corpus(cases_filter: Callable[[Case], bool] | None = None) -> list[Result]:
+def run_cases(
+    cases: list[Case], d: str, jobs: int = 1, progress: Callable[[Result], None] | None = None
+) -> list[Result]:
+    """Each case in a forked child, `jobs` at a time; results in the order of `cases`."""
+    pending = list(enumerate(cases))
+    running: dict[int, tuple[int, _Running]] = {}
+    results: dict[int, Result] = {}
+    while pending or running:
+        while pending and len(running) < jobs:
+            index, case = pending.pop(0)
+            job = _start(case, d)
+            running[job.pid] = (index, job)
+        for pid, (index, job) in list(running.items()):
+            _drain(job, 0.02)
+            done, _status, usage = os.wait4(pid, os.WNOHANG)
+            killed = ""
+            if not done:
+                if time.perf_counter() - job.start > KILL_WALL_S:
+                    killed = "time"
+                elif _rss_mb(pid) > KILL_RSS_MB:
+                    killed = "memory"
+                if not killed:
+                    continue
+                os.kill(pid, signal.SIGKILL)
+                _, _, usage = os.wait4(pid, 0)
+            del running[pid]
+            results[index] = _finish(job, d, usage, killed)
+            if progress:
+                progress(results[index])
+    return [results[i] for i in range(len(cases))]
+
+
+def run_corpus(
+    cases_filter: Callable[[Case], bool] | None = None,
+    jobs: int = 1,
+    progress: Callable[[Result], None] | None = None,
+) -> list[Result]:
     """Run the corpus in this process (which must be a fresh interpreter: the children share its memory)."""
     # The library's modules are loaded once here, so each child measures its own work, not the imports.
     import moesim.cli
     import moesim.simulator.simulate  # noqa: F401
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    results = []
     with tempfile.TemporaryDirectory(prefix="moesim-corpus-") as d:
         _setup_files(d)
         os.chdir(ROOT)
-        for case in corpus(d):
-            if cases_filter is None or cases_filter(case):
-                results.append(run_case(case, d))
-    return results
+        cases = [case for case in corpus(d) if cases_filter is None or cases_filter(case)]
+        return run_cases(cases, d, jobs, progress)
 
 
 def summary(results: list[Result]) -> dict[str, Any]:
@@ -796,15 +842,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write every result here")
     parser.add_argument("--only", help="regular expression on case ids")
+    parser.add_argument("--ids", help="a file of case ids, one a line: run only these")
     parser.add_argument("--list", action="store_true", help="list the cases and exit")
+    parser.add_argument("--jobs", type=int, default=2, help="cases run side by side (default 2)")
     args = parser.parse_args()
     pattern = re.compile(args.only) if args.only else None
+    wanted = set(Path(args.ids).read_text().split("\n")) if args.ids else None
     if args.list:
         with tempfile.TemporaryDirectory() as d:
             for case in corpus(d):
                 print(case.id, case.must_refuse)
         return
-    results = run_corpus((lambda c: bool(pattern.search(c.id))) if pattern else None)
+
+    def show(result: Result) -> None:
+        print(f"{result.cpu_s:6.2f} s {result.peak_mb:6.0f} MB {result.id}", file=sys.stderr, flush=True)
+
+    def chosen(case: Case) -> bool:
+        return (pattern is None or bool(pattern.search(case.id))) and (wanted is None or case.id in wanted)
+
+    results = run_corpus(chosen, args.jobs, show)
     if args.json:
         Path(args.json).write_text(
             json.dumps({"summary": summary(results), "results": [asdict(r) for r in results]}, indent=1)

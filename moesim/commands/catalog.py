@@ -15,7 +15,7 @@ from moesim.errors import MoesimError
 @click.argument("name", required=False)
 @click.option(
     "--model-config",
-    type=click.Path(dir_okay=False),
+    type=click.Path(),
     default=None,
     help="A Hugging Face config.json (or a catalogue-style .toml): show what moesim understood of it.",
 )

@@ -128,9 +128,9 @@ def model_options(func: F) -> F:
     """--model / --model-config plus one flag per overridable model field (hypothetical designs)."""
     func = click.option(
         "--model-config",
-        type=click.Path(dir_okay=False),
+        type=click.Path(),
         default=None,
-        help="A Hugging Face config.json (or a catalogue-style .toml) describing the model.",
+        help="A Hugging Face config.json, a folder holding one, or a catalogue-style .toml describing the model.",
     )(override_options(func))
     func = click.option(
         "--model", "model_name", default=None, help="Catalogue model name (see `moesim models`)."

@@ -40,7 +40,10 @@ def design_axis_options(func: Any) -> Any:
     "--model", "model_name", default=None, help="Base model: a catalogue name (see `moesim models`)."
 )
 @click.option(
-    "--model-config", default=None, type=click.Path(dir_okay=False), help="Base model from a config file."
+    "--model-config",
+    default=None,
+    type=click.Path(),
+    help="Base model from a config file (or a folder holding config.json).",
 )
 @design_axis_options
 @field_options(ScreenRequest, "designs_csv", "sample", "seed", "max_minutes")

@@ -189,6 +189,14 @@ class Scenario:
         routing = resolve_routing(spec, self.routing, self.overlap, self.baseline_overlap)
         check_memory(routing, k + 1, self.max_memory_gb, what)
         request = LayoutRequest() if self.layout is None else self.layout
+        if hardware.is_cpu and isinstance(request, LayoutRequest) and request.fixed() is None:
+            from moesim.simulator.plan.layout import (
+                ParallelLayout,
+            )  # a CPU is one device: no multi-"GPU" search
+
+            request = ParallelLayout(
+                placement=request.placement, shared_experts=request.shared_experts, draft_on=request.draft_on
+            )
         memory = None
         if check_fit:
             memory = fit_layout(

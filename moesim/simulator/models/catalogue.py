@@ -264,8 +264,14 @@ def load_model(name_or_path: str) -> ModelSpec:
     candidate = Path(name_or_path)
     if candidate.is_file():
         return load_model_file(candidate)
-    if candidate.is_dir() and (candidate / "config.json").is_file():
-        return load_model_file(candidate / "config.json")
+    if candidate.is_dir():
+        if (candidate / "config.json").is_file():
+            return load_model_file(candidate / "config.json")
+        raise MoesimError(
+            "model",
+            f"{name_or_path} is a folder without a config.json",
+            "give a model folder or a config file",
+        )
     if name_or_path.endswith((".toml", ".json")) or "/" in name_or_path:
         raise MoesimError("model", f"file {name_or_path} does not exist", "check the path")
     names = list_models()

@@ -13,6 +13,7 @@ import numpy as np
 from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
 from moesim.reading import read_json_table
+from moesim.simulator.bounds import MAX_EXPERTS, check_count
 from moesim.simulator.routing.correlated import CorrelatedRouting, LayerRouting
 
 FORMAT = "moesim-routing-stats"
@@ -93,7 +94,7 @@ def _number(where: str, data: dict[str, Any], key: str, kind: type = float) -> A
         raise MoesimError(where, f"missing `{key}`", "regenerate the file with `moesim routing fit`")
     try:
         return kind(data[key])
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise MoesimError(where, f"`{key}` must be a number, got {data[key]!r}") from None
 
 
@@ -103,11 +104,15 @@ def load_routing_stats(path: str | Path, field: str = "--routing") -> Correlated
     document = read_json_table(field, path, "routing statistics file (JSON)")
     if document.get("format") != FORMAT:
         raise MoesimError(where, f"not a routing statistics file (expected format {FORMAT!r})")
-    n = _number(where, document, "n_experts", int)
-    k = _number(where, document, "top_k", int)
+    n = check_count(_number(where, document, "n_experts", int), "n_experts", where, high=MAX_EXPERTS)
+    k = check_count(_number(where, document, "top_k", int), "top_k", where, high=MAX_EXPERTS)
     groups = {
-        "n_groups": int(document.get("n_groups", 1)),
-        "topk_groups": int(document.get("topk_groups", 1)),
+        "n_groups": check_count(
+            _number(where, {"n_groups": 1} | document, "n_groups", int), "n_groups", where
+        ),
+        "topk_groups": check_count(
+            _number(where, {"topk_groups": 1} | document, "topk_groups", int), "topk_groups", where
+        ),
     }
     entries = document.get("layers")
     if not isinstance(entries, list) or not entries:

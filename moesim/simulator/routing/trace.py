@@ -18,6 +18,7 @@ import numpy as np
 from moesim.atomic import open_output
 from moesim.errors import MoesimError
 from moesim.reading import read_npz, read_text
+from moesim.simulator.bounds import MAX_EXPERTS, check_count
 
 
 @dataclass(frozen=True)
@@ -63,8 +64,19 @@ class RoutingTrace:
             raise MoesimError(
                 source, "the expert count is unknown", "store `n_experts` in the file or pass --experts"
             )
+        n_experts = check_count(
+            n_experts, "n_experts", source, high=MAX_EXPERTS, fix="store the model's expert count"
+        )
         if n_experts < k:
             raise MoesimError(source, f"n_experts={n_experts} is smaller than the {k} experts per token")
+        if int(sequence_ids.min()) < 0:
+            raise MoesimError(
+                source, "`sequence_ids` holds a negative sequence id", "number sequences from 0"
+            )
+        for index in layer_indices or ():
+            check_count(
+                index, "layer_indices", source, low=0, fix="give each MoE layer's index among all layers"
+            )
         low, high = int(experts.min()), int(experts.max())
         if low < 0 or high >= n_experts:
             bad = low if low < 0 else high
@@ -139,7 +151,7 @@ def load_trace(path: str | Path, n_experts: int | None = None) -> RoutingTrace:
         try:
             stored = int(data["n_experts"]) if "n_experts" in data else None
             layer_indices = tuple(int(i) for i in data["layer_indices"]) if "layer_indices" in data else None
-        except (TypeError, ValueError) as error:
+        except (TypeError, ValueError, OverflowError) as error:
             raise MoesimError(
                 "trace", f"{path}: n_experts must be one integer, layer_indices a list ({error})"
             ) from None
@@ -156,9 +168,14 @@ def load_trace(path: str | Path, n_experts: int | None = None) -> RoutingTrace:
             continue
         try:
             record = json.loads(line)
-            sequences.append(int(record["sequence"]))
-            experts.append([[int(e) for e in layer] for layer in record["experts"]])
-        except (ValueError, KeyError, TypeError) as error:
+            sequences.append(check_count(record["sequence"], "sequence", f"{path}:{number}", low=0))
+            experts.append(
+                [
+                    [check_count(e, "experts", f"{path}:{number}", low=0) for e in layer]
+                    for layer in record["experts"]
+                ]
+            )
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as error:
             raise MoesimError(
                 f"{path}:{number}",
                 f"not a trace record ({error})",

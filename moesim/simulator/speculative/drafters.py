@@ -286,6 +286,20 @@ def with_fusion_projection(plan: StepPlan, model: ModelSpec, context: PlanContex
     return plan.with_segments((Segment((kernel,)), *plan.segments))
 
 
+def drafter_routing(draft: ModelSpec, routing: RoutingModel | None) -> RoutingModel | None:
+    """The routing of a drafter's MoE layers: the target's when it describes the same expert count and top-k
+    (a model without per-count statistics, e.g. independent routing, describes any), else the documented
+    typical preset for the drafter's own experts (an MoE drafter has no traces of its own here)."""
+    if routing is None or not draft.is_moe:
+        return routing
+    counts = (getattr(routing, "n_experts", draft.n_experts), getattr(routing, "top_k", draft.top_k))
+    if counts == (draft.n_experts, draft.top_k):
+        return routing
+    from moesim.simulator.routing.presets import typical_routing
+
+    return typical_routing(draft.n_experts, draft.top_k, draft.n_groups, draft.topk_groups)
+
+
 def drafter_pass_plan(
     drafter: Drafter,
     target: ModelSpec,
@@ -302,7 +316,9 @@ def drafter_pass_plan(
     model = drafter.model(target, load_model)
     assert model is not None
     style = kernel_style if kernel_style in ("fused", "per-token") else "fused"
-    plan = build_plan(model, batch, tokens_per_seq, context_len, style, routing, device)
+    plan = build_plan(
+        model, batch, tokens_per_seq, context_len, style, drafter_routing(model, routing), device
+    )
     if drafter.reads_hidden_states:
         context = PlanContext(model, batch, tokens_per_seq, context_len, device)
         plan = with_fusion_projection(plan, model, context)
@@ -361,7 +377,14 @@ def draft_pass_s(
         return timer.step(plan, launch, include_launch_and_sync=False).step_s
     draft_batch = batch if draft_layout is layout else layout.sequences_per_group(batch)
     step = build_parallel_plan(
-        draft, draft_batch, q, draft_layout, hardware, context_len, kernel_style, routing
+        draft,
+        draft_batch,
+        q,
+        draft_layout,
+        hardware,
+        context_len,
+        kernel_style,
+        drafter_routing(draft, routing),
     )
     if drafter.reads_hidden_states:
         rank = rank_model(draft, draft_layout)
