@@ -17,3 +17,7 @@ class MoesimError(Exception):
         if fix:
             message += f" ({fix})"
         super().__init__(message)
+
+    def __reduce__(self) -> tuple[type[MoesimError], tuple[str, str, str]]:
+        """Pickled with its three parts, so an error raised in a worker process reaches the CLI whole."""
+        return (type(self), (self.field, self.problem, self.fix))

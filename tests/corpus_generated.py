@@ -42,7 +42,7 @@ CPU_LIMIT_S = 2.0
 """CPU seconds one case may spend (user + system of its child), after the interpreter and moesim are loaded."""
 PEAK_LIMIT_MB = 300.0
 """Peak resident memory of one case's child (MB), counting the loaded interpreter it shares with its parent."""
-KILL_WALL_S = 60.0
+KILL_WALL_S = float(os.environ.get("MOESIM_CORPUS_KILL_S", "60"))
 """A case still running after this is killed and counted as over time (only a broken build gets there)."""
 KILL_RSS_MB = 2000.0
 """A case whose resident memory passes this is killed and counted as over memory (protects the shared machine)."""

@@ -15,7 +15,7 @@ import numpy as np
 
 from moesim.errors import MoesimError
 from moesim.options import option
-from moesim.simulator.bounds import DEFAULT_MAX_MEMORY_GB
+from moesim.simulator.bounds import DEFAULT_MAX_MEMORY_GB, check_max_memory_gb
 from moesim.simulator.routing.placement import PLACEMENT_SPELLINGS
 
 QUANTILE_SAMPLE_ENTRIES = 2e7
@@ -59,8 +59,7 @@ class DistinctQuery:
             raise MoesimError("--layer", f"must be ≥ 0, got {self.layer}")
         if self.ranks is not None and (self.ranks < 1 or self.n_experts % self.ranks):
             raise MoesimError("--ranks", f"must divide --experts {self.n_experts}, got {self.ranks}")
-        if self.max_memory_gb <= 0:
-            raise MoesimError("--max-memory-gb", f"must be > 0, got {self.max_memory_gb:g}")
+        check_max_memory_gb(self.max_memory_gb)  # finite, > 0 and bounded
 
 
 def quantile_samples(q: DistinctQuery) -> int:

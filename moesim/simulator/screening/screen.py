@@ -136,6 +136,7 @@ def screen(
     """Evaluate `designs` around `base` under `settings`, keeping only those meeting `constraints`.
     `progress(n)` is called as designs are done, dropped ones included, so the calls sum to len(designs)."""
     objective = check_objective(objective or f"speedup@{min(settings.batches)}", settings.batches)
+    settings.scenario.for_device(settings.hardware)  # acceptance, launch: refused here, not in a worker
     check_screen(len(designs), len(settings.batches) * len(settings.draft_lens), settings.max_minutes)
     constrained = apply_constraints(base, designs, constraints)
     dropped: list[dict[str, Any]] = list(constrained.dropped)
