@@ -271,7 +271,9 @@ class SweepGrid:
 
     models: str = option("all", "Comma-separated catalogue names or model files, or 'all'.", flag="--model")
     model_configs: str = option(
-        "", "Comma-separated Hugging Face config.json files (or catalogue-style .toml) to sweep as well."
+        "",
+        "Comma-separated Hugging Face config.json files (or catalogue-style .toml) to sweep as well.",
+        flag="--model-config",
     )
     batches: tuple[int, ...] = option(DEFAULT_SWEEP_BATCHES, "Batch sizes.", flag="--batch", list_of=int)
     draft_lens: tuple[int, ...] = option(
