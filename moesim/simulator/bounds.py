@@ -93,7 +93,8 @@ def check_count(
     if int(number) < low:
         raise MoesimError(_field(field, where), f"must be ≥ {low:,}, got {int(number):,}", fix)
     if int(number) > high:
-        raise MoesimError(_field(field, where), f"must be ≤ {high:,}, got {int(number):,}", fix)
+        shown = f"{int(number):,}" if int(number) < 10**18 else f"{float(number):.3g}"
+        raise MoesimError(_field(field, where), f"must be ≤ {high:,}, got {shown}", fix)
     return int(number)
 
 
