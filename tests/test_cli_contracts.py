@@ -190,3 +190,14 @@ def test_validate_help_lists_its_examples_one_per_line_and_its_sub_commands_in_o
         if line.startswith("  ") and line[2] != " "
     ]
     assert listed == ["reference", "measured", "repredict", "runs", "bench"]
+
+
+def test_a_piped_validate_table_keeps_every_name_and_digit() -> None:
+    """Piped (not a terminal), rich would assume 80 columns and cut cells to '…' (issue 23)."""
+    example = Path(moesim.__file__).parent / "data" / "validation_example.csv"
+    code, out, _ = _invoke("validate", "measured", str(example), "--profile", "h200")
+    assert code == 0
+    rows = [line for line in out.splitlines() if line.startswith("│")]
+    assert rows
+    assert "…" not in out
+    assert all("qwen3-30b-a3b-2L-cpu" in row for row in rows)

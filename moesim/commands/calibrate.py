@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from moesim.atomic import check_output_path, is_special_target
-from moesim.commands.common import emit_json, handle_errors
+from moesim.commands.common import emit_json, handle_errors, make_console
 from moesim.errors import MoesimError
 
 
@@ -259,7 +259,7 @@ def calibrate_command(
         return
     em = result.profile.empirical
     ds = result.profile.datasheet
-    console = Console()
+    console = make_console()
     console.print(f"[bold]{result.profile.name}[/bold] → {result.output}")
     console.print(
         f"  memory plateau        {ds.memory_bandwidth_gbps * em.memory_bandwidth_fraction:10.1f} GB/s"

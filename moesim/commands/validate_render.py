@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from rich.console import Console
 
 from moesim.commands.common import emit_json, make_console
 
@@ -81,7 +80,7 @@ def print_rows(result: dict[str, Any]) -> None:
 
     from moesim.validation.reference.report import attribution_sentence, drift_sentence
 
-    console = Console()
+    console = make_console()
     table = Table(title=result["meta"].get("title", "validation"))
     for col in (
         "model",
