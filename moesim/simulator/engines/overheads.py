@@ -176,9 +176,7 @@ def drafter_launch(style: DrafterStyle, target_launch: str) -> str:
     return "eager" if target_launch == "eager" else "graph"
 
 
-def draft_host_s(
-    profile: ServingEngineProfile, draft_len: int, rows: int = 0, drafter_tp: int = 1
-) -> float:
+def draft_host_s(profile: ServingEngineProfile, draft_len: int, rows: int = 0, drafter_tp: int = 1) -> float:
     """Host seconds the proposer spends over the K drafter passes of one round of `rows` rows each on a
     drafter at `drafter_tp`: `runner_pass_us + runner_per_row_us × rows` per host-prepared pass
     (`host_prepared_passes`), `draft_step_us` per other pass."""

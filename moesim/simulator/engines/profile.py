@@ -100,7 +100,10 @@ HOST_PARAMETERS: dict[str, HostParameter] = {
         1e4,
     ),
     "runner_per_row_us": HostParameter(
-        "µs", "host work per row of such a host-prepared drafter pass (its inputs, its sampled token)", 0.0, 1e3
+        "µs",
+        "host work per row of such a host-prepared drafter pass (its inputs, its sampled token)",
+        0.0,
+        1e3,
     ),
     "ngram_base_us": HostParameter("µs", "n-gram (prompt lookup) drafting on the host per round", 0.0, 1e4),
     "ngram_per_sequence_us": HostParameter("µs", "n-gram drafting per sequence per round", 0.0, 1e3),

@@ -152,7 +152,9 @@ class SpeculativePoint:
     accept_sync_s: float
     tokens_per_step: float
     draft_first_pass_s: float = 0.0  # of draft_s: the first pass, over the q verified positions per sequence
-    draft_rows: int = 0  # rows of each drafter pass (the batch, plus re-run bonus positions under `bonus_rows`)
+    draft_rows: int = (
+        0  # rows of each drafter pass (the batch, plus re-run bonus positions under `bonus_rows`)
+    )
     draft_tp: int = 1  # tensor parallelism the drafter ran at
     host_prepared_passes: int = 0  # of the K drafter passes, those the host prepared and read back
 
@@ -490,9 +492,9 @@ __all__ = [
     "engine_point",
     "engine_step",
     "engine_step_keys",
-    "round_drafting",
     "point_step_keys",
     "prepare_points",
+    "round_drafting",
     "scenario_timers",
     "speculative_point",
     "step_shapes",
