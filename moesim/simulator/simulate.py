@@ -201,6 +201,11 @@ def _result(resolved: ResolvedScenario, point: SpeculativePoint) -> SpeculativeR
             "decode": point.decode.engine_json(),
             "verify": point.verify.engine_json(),
             "draft_host_s": point.draft_host_s,
+            "drafter": {
+                "rows": point.draft_rows,
+                "tp": point.draft_tp,
+                "host_prepared_passes": point.host_prepared_passes,
+            },
             "accept_sync_s": point.accept_sync_s,
             "overlap_fraction": overlap_fraction(resolved.serving_engine),
             "sd_overlap_fraction": overlap_fraction(resolved.serving_engine, speculative=True),

@@ -38,6 +38,8 @@ DRAFT_SHAPES = ("chain", "tree")
 DRAFTER_LAUNCHES = ("target", "graph", "eager", "piecewise")
 VERIFY_MODES = ("multi_token", "batch_expansion")
 FIRST_PASSES = ("one_token", "verified")
+DRAFTER_TPS = ("target", "one")
+PASS_PREPARATIONS = ("device", "host_unless_tp1")
 PROFILE_KINDS = ("ideal", "documented", "fitted")
 
 
@@ -91,6 +93,20 @@ HOST_PARAMETERS: dict[str, HostParameter] = {
         0.0,
         1e3,
     ),
+    "runner_pass_us": HostParameter(
+        "µs",
+        "host work of one drafter pass the host prepares and reads back (`[drafter] pass_preparation`): "
+        "building the pass's inputs, broadcasting them to the other tensor-parallel workers, returning "
+        "the sampled tokens to the host",
+        0.0,
+        1e4,
+    ),
+    "runner_per_row_us": HostParameter(
+        "µs",
+        "host work per row of such a host-prepared drafter pass (its inputs, its sampled token)",
+        0.0,
+        1e3,
+    ),
     "ngram_base_us": HostParameter("µs", "n-gram (prompt lookup) drafting on the host per round", 0.0, 1e4),
     "ngram_per_sequence_us": HostParameter("µs", "n-gram drafting per sequence per round", 0.0, 1e3),
 }
@@ -118,6 +134,8 @@ class HostCosts:
     accept_sync_us: float = 0.0
     sd_overlap_kept: float = 1.0  # 1: SD rounds overlap as decode steps do (the ideal and older files)
     sd_per_sequence_us: float = 0.0
+    runner_pass_us: float = 0.0
+    runner_per_row_us: float = 0.0
     ngram_base_us: float = NGRAM_BASE_US
     ngram_per_sequence_us: float = NGRAM_PER_SEQUENCE_US
 
@@ -155,7 +173,21 @@ class DrafterStyle:
     the ideal engine), or over the positions the round just verified (`verified`: K + 1 per sequence for a
     chain, the tree's draft tokens), which puts the accepted tokens into the drafter's KV cache before it
     proposes — vLLM 0.33.0 `v1/spec_decode/llm_base_proposer.py` `propose` and SGLang 0.5.23
-    `speculative/eagle_worker_v2.py` `_draft_extend_for_decode` both do so (`speculative.drafters`)."""
+    `speculative/eagle_worker_v2.py` `_draft_extend_for_decode` both do so (`speculative.drafters`).
+
+    `draft_tp` / `head_tp`: the tensor parallelism a separate draft model / a hidden-state head (EAGLE,
+    MTP) runs at on a multi-GPU layout: the target's (`target`, split like the target's attention), or
+    unsplit on one of the target's GPUs while the others wait (`one`: vLLM 0.6.3 runs EAGLE only so).
+
+    `pass_preparation`: how the proposer's K passes get their inputs. `device`: prepared on the device
+    (each pass costs the host `draft_step_us`); `host_unless_tp1`: each pass's inputs are built on the
+    host and its sampled tokens read back before the next (`runner_pass_us + runner_per_row_us × rows`,
+    not hidden), unless the drafter runs at TP 1, when only the first pass is and the K − 1 others advance
+    on the GPU (vLLM 0.6.3 `spec_decode/multi_step_worker.py` `sampler_output`).
+
+    `bonus_rows`: every drafter pass also re-runs, for each sequence whose previous round accepted all K
+    drafts, the position before its bonus token (which the drafter never saw) as an extra row: B·(1 + p)
+    rows for a share p of such sequences (vLLM 0.6.3 `_expand_execute_model_request`)."""
 
     shape: Literal["chain", "tree"] = "chain"
     tree_draft_tokens: int = 0
@@ -164,6 +196,10 @@ class DrafterStyle:
     draft_vocab_size: int = 0
     verify_mode: Literal["multi_token", "batch_expansion"] = "multi_token"
     first_pass: Literal["one_token", "verified"] = "one_token"
+    draft_tp: Literal["target", "one"] = "target"
+    head_tp: Literal["target", "one"] = "target"
+    pass_preparation: Literal["device", "host_unless_tp1"] = "device"
+    bonus_rows: bool = False
 
 
 @dataclass(frozen=True)
@@ -285,6 +321,10 @@ def _read_drafter(source: str, data: Any) -> DrafterStyle:
         draft_vocab_size=t.integer("draft_vocab_size", 0),
         verify_mode=t.choice("verify_mode", VERIFY_MODES, "multi_token"),
         first_pass=t.choice("first_pass", FIRST_PASSES, "one_token"),
+        draft_tp=t.choice("draft_tp", DRAFTER_TPS, "target"),
+        head_tp=t.choice("head_tp", DRAFTER_TPS, "target"),
+        pass_preparation=t.choice("pass_preparation", PASS_PREPARATIONS, "device"),
+        bonus_rows=t.flag("bonus_rows", False),
     )
     if style.shape == "tree" and style.tree_draft_tokens < 2:
         raise t.error(

@@ -330,6 +330,21 @@ def drafter_layout(draft: ModelSpec, layout: ParallelLayout) -> ParallelLayout:
     return ParallelLayout(gpus=tp, tp=tp, ep=1, shared_experts=layout.shared_experts)
 
 
+def drafter_tp(
+    drafter: Drafter,
+    target: ModelSpec,
+    layout: ParallelLayout,
+    load_model: Callable[[str], ModelSpec] | None = None,
+) -> int:
+    """The tensor parallelism a drafter sharing the target's GPUs runs its passes at (`drafter_layout`):
+    1 on one GPU, on its own GPU, or without device passes."""
+    if not drafter.runs_on_device or layout.is_single or layout.draft_on == "separate":
+        return 1
+    draft = drafter.model(target, load_model)
+    assert draft is not None
+    return drafter_layout(draft, layout).tp
+
+
 def draft_pass_s(
     drafter: Drafter,
     target: ModelSpec,
