@@ -4,8 +4,8 @@
         [--threads N] [--out DIR] [--json] [--models fine,coarse,shared]
     python benchmarks/calibration_repeatability.py --compare A.toml B.toml C.toml [--json]
 
-The issue-24 measurement is one command, `--runs 3 --validate --under-load` (about 6 minutes on 2 quiet
-cores): three quick calibrations, each followed by a quick `moesim validate` against the profile it made,
+The issue-24 measurement is one command, `--runs 3 --validate --under-load` (about 5 minutes of CPU time:
+~80 s a loop, 45 s the loaded validation): three quick calibrations, each followed by a quick `moesim validate` against the profile it made,
 then one more quick validation against the last profile while a second process streams memory (a 256 MiB
 numpy copy in a loop: the deliberate neighbour).
 
