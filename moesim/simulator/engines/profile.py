@@ -37,6 +37,9 @@ DRAFTER_LAUNCHES = ("target", "graph", "eager", "piecewise")
 VERIFY_MODES = ("multi_token", "batch_expansion")
 FIRST_PASSES = ("one_token", "verified")
 PROFILE_KINDS = ("ideal", "documented", "fitted")
+# An SD round's own op and sync counts (DrafterStyle): an engine's Python round issues tens to hundreds of
+# ops; 10,000 would be seconds of host time per round.
+MAX_ROUND_OPS = 10_000
 
 
 @dataclass(frozen=True)
@@ -148,7 +151,16 @@ class DrafterStyle:
     the ideal engine), or over the positions the round just verified (`verified`: K + 1 per sequence for a
     chain, the tree's draft tokens), which puts the accepted tokens into the drafter's KV cache before it
     proposes — vLLM 0.33.0 `v1/spec_decode/llm_base_proposer.py` `propose` and SGLang 0.5.23
-    `speculative/eagle_worker_v2.py` `_draft_extend_for_decode` both do so (`speculative.drafters`)."""
+    `speculative/eagle_worker_v2.py` `_draft_extend_for_decode` both do so (`speculative.drafters`).
+
+    The SD round's own ops, counted from the engine's source (`engines.overheads.round_ops_s`):
+    `round_eager_ops` device ops the round launches eagerly outside every captured graph (draft KV-slot
+    assignment, tree building, the acceptance and KV-slot release after verification, the drafter graphs'
+    input copies, the draft-extend inputs); `round_syncs` host-device synchronisations inside the round
+    (`.item()`, `.tolist()`, boolean-mask indexing), each draining the device queue; `draft_step_ops` ops
+    per drafter step after the first that select and expand the candidates (scores × top-k, gather,
+    softmax, top-k), run in the drafter's launch mode (inside its graph when captured). 0: not counted
+    (the ideal engine, and engines whose round these files do not count)."""
 
     shape: Literal["chain", "tree"] = "chain"
     tree_draft_tokens: int = 0
@@ -157,6 +169,9 @@ class DrafterStyle:
     draft_vocab_size: int = 0
     verify_mode: Literal["multi_token", "batch_expansion"] = "multi_token"
     first_pass: Literal["one_token", "verified"] = "one_token"
+    round_eager_ops: int = 0
+    round_syncs: int = 0
+    draft_step_ops: int = 0
 
 
 @dataclass(frozen=True)
@@ -263,10 +278,12 @@ class _Table:
             raise self.error(key, f"must be in [{lower:g}, {upper:g}], got {value!r}")
         return float(value)
 
-    def whole(self, key: str, default: int, lower: int = 0) -> int:
+    def whole(self, key: str, default: int, lower: int = 0, upper: int | None = None) -> int:
         value = self.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < lower:
             raise self.error(key, f"must be a whole number >= {lower}, got {value!r}")
+        if upper is not None and value > upper:
+            raise self.error(key, f"must be at most {upper}, got {value!r}")
         return int(value)
 
     def choice(self, key: str, default: str, choices: tuple[str, ...]) -> Any:
@@ -326,6 +343,9 @@ def _read_drafter(source: str, data: Any) -> DrafterStyle:
         draft_vocab_size=t.whole("draft_vocab_size", 0),
         verify_mode=t.choice("verify_mode", "multi_token", VERIFY_MODES),
         first_pass=t.choice("first_pass", "one_token", FIRST_PASSES),
+        round_eager_ops=t.whole("round_eager_ops", 0, upper=MAX_ROUND_OPS),
+        round_syncs=t.whole("round_syncs", 0, upper=MAX_ROUND_OPS),
+        draft_step_ops=t.whole("draft_step_ops", 0, upper=MAX_ROUND_OPS),
     )
     if style.shape == "tree" and style.tree_draft_tokens < 2:
         raise t.error(
