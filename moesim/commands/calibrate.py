@@ -9,7 +9,9 @@ import click
 
 from moesim.atomic import check_output_path, is_special_target
 from moesim.commands.common import emit_json, handle_errors, make_console
+from moesim.commands.fields import WHOLE_NUMBER
 from moesim.errors import MoesimError
+from moesim.simulator.bounds import check_count
 
 
 def _dtypes(text: str | None) -> list[str] | None:
@@ -38,6 +40,10 @@ def _suites(text: str | None) -> tuple[str, ...]:
     return values
 
 
+MAX_THREADS = 4096
+"""The most torch threads `--threads` takes (beyond the cores of any one machine built)."""
+
+
 @click.command("calibrate")
 @click.option(
     "--device",
@@ -64,7 +70,10 @@ def _suites(text: str | None) -> tuple[str, ...]:
     "--fresh", is_flag=True, help="Ignore completed suites' CSVs from an earlier run and measure all again."
 )
 @click.option(
-    "--threads", type=int, default=None, help="CPU only: torch threads to measure with (default: torch's)."
+    "--threads",
+    type=WHOLE_NUMBER,
+    default=None,
+    help="CPU only: torch threads to measure with (default: torch's).",
 )
 @click.option(
     "--suites",
@@ -176,6 +185,8 @@ def calibrate_command(
         raise MoesimError("--serving-engine", "only applies with --from-runs", "add --from-runs FILE")
     if device is None:
         raise MoesimError("--device", "is required", "give --device cuda or --device cpu")
+    if threads is not None:  # before torch is imported
+        check_count(threads, "--threads", high=MAX_THREADS, fix="give at most the machine's cores")
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 

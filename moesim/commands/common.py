@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import click
 
 from moesim.errors import MoesimError
+from moesim.simulator.bounds import MAX_COUNT
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -97,6 +98,9 @@ def parse_int_list(field: str, text: str, minimum: int = 1) -> list[int]:
     bad = [value for value in values if value < minimum]
     if bad:
         raise MoesimError(field, f"values must be ≥ {minimum}, got {bad[0]}")
+    huge = [value for value in values if value > MAX_COUNT]
+    if huge:
+        raise MoesimError(field, f"values must be ≤ {MAX_COUNT:,}, got {huge[0]:.3g}")
     return values
 
 

@@ -19,7 +19,7 @@ from moesim.commands.common import (
     resolve_model,
     with_override_flags,
 )
-from moesim.commands.fields import field_options, fields_of, hardware_option
+from moesim.commands.fields import WHOLE_NUMBER, field_options, fields_of, hardware_option
 from moesim.commands.parallel_options import layout_from_kwargs, parallel_options
 from moesim.errors import MoesimError
 from moesim.simulator.scenario import Scenario, SweepGrid
@@ -353,9 +353,9 @@ def _print_sweep(
 @click.command("layer")
 @model_options
 @hardware_option
-@click.option("--tokens", type=int, required=True, help="Tokens M entering the MoE layer.")
+@click.option("--tokens", type=WHOLE_NUMBER, required=True, help="Tokens M entering the MoE layer.")
 @click.option(
-    "--distinct-experts", type=int, required=True, help="Distinct experts U the forced routing hits."
+    "--distinct-experts", type=WHOLE_NUMBER, required=True, help="Distinct experts U the forced routing hits."
 )
 @field_options(Scenario, "launch", "kernel_style")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON {time_s, ...}.")
