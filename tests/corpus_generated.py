@@ -49,7 +49,9 @@ KILL_RSS_MB = 2000.0
 
 INT_EXTREMES: tuple[Any, ...] = (0, -1, 2**63, 1e308, math.inf, math.nan)
 REFUSED_VALUES = {"-1", str(2**63), "inf", "nan", "fast"}
-"""Values no numeric field accepts; 0 and 1e308 are valid for some (no shared experts, an unbounded memory limit)."""
+"""Values no numeric field accepts; 0 and 1e308 are valid for some (no shared experts, an unbounded memory limit).
+2⁶³ is refused where a whole number is read (it overflows int64); where a float is read it is a large finite
+number, as 1e308 is, and may be valid (a gamma shape, a bandwidth bound) — see `_must_refuse`."""
 SEED = 20261201
 
 
@@ -77,7 +79,10 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _must_refuse(value: Any) -> bool:
+def _must_refuse(value: Any, integer: bool = True) -> bool:
+    """Whether no field of this kind (whole number or float) accepts `value`."""
+    if not integer and _text(value) == str(2**63):
+        return False
     return _text(value) in REFUSED_VALUES
 
 
@@ -92,7 +97,7 @@ def _bases(d: str) -> dict[tuple[str, ...], list[str]]:
         ("sweep",): ["sweep", "--model", "olmoe-1b-7b", "--batch", "1", "--draft-len", "1"],
         ("serve",): ["serve", "--model", "olmoe-1b-7b", "--num-prompts", "4", "--max-concurrency", "1"],
         ("screen",): ["screen", "--model", "olmoe-1b-7b", "--experts", "32,64", "--batch", "1", "--draft-len", "1"],
-        ("layer",): ["layer", "--model", "olmoe-1b-7b", "--tokens", "4"],
+        ("layer",): ["layer", "--model", "olmoe-1b-7b", "--tokens", "4", "--distinct-experts", "4"],
         ("models",): ["models", "--model-config", f"{d}/base_config.json"],
         ("validate",): ["validate", "--runs", f"{d}/base_runs.csv"],
         ("routing", "predict"): ["routing", "predict", "--experts", "64", "--top-k", "8", "--batch", "1", "--tokens", "4"],
@@ -142,7 +147,7 @@ def _numeric_options(command: Any) -> Iterator[tuple[str, bool]]:
         elif isinstance(kind, click.types.StringParamType) and re.fullmatch(
             r"[0-9.,\-]+", str(param.default or "")
         ):
-            yield param.opts[0], True
+            yield param.opts[0], "." not in str(param.default)
 
 
 def _command(cli: Any, path: tuple[str, ...]) -> Any:
@@ -161,7 +166,7 @@ def flag_cases(d: str) -> list[Case]:
     cases: list[Case] = []
     for path, base in _bases(d).items():
         command = _command(cli, path)
-        for flag, _ in _numeric_options(command):
+        for flag, integer in _numeric_options(command):
             if path == ("validate",) and flag in set().union(*VALIDATE_MODES.values()):
                 continue
             values = INT_EXTREMES if (flag not in shared or path[0] in SHARED_ONCE) else (-1, 2**63)
@@ -169,16 +174,16 @@ def flag_cases(d: str) -> list[Case]:
                 argv = [*base, flag, _text(value)]
                 cases.append(
                     Case(f"flag:{' '.join(path)}:{flag}={_text(value)}", "flag", argv,
-                         fields=(flag,), must_refuse=_must_refuse(value))
+                         fields=(flag,), must_refuse=_must_refuse(value, integer))
                 )  # fmt: skip
     for path, base in EXPENSIVE_BASES.items():
         command = _command(cli, path[:1] if path[0] == "validate" else path)
         wanted = VALIDATE_MODES.get(path[-1]) if path[0] == "validate" else None
-        for flag, _ in _numeric_options(command):
+        for flag, integer in _numeric_options(command):
             if wanted is not None and flag not in wanted:
                 continue
             for value in INT_EXTREMES:
-                if not _must_refuse(value):
+                if not _must_refuse(value, integer):
                     continue
                 argv = [part.replace("{d}", d) for part in base] + [flag, _text(value)]
                 cases.append(
@@ -286,7 +291,7 @@ def _structured_cases(
         and not SKIP_KEY.search(str(path[-1] if not isinstance(path[-1], int) else path[-2]))
     ]
     candidates: list[Case] = []
-    for path, _ in leaves:
+    for path, original in leaves:
         name = str(path[-1] if not isinstance(path[-1], int) else path[-2])
         for value in (*INT_EXTREMES, "fast", _DELETE):
             tag = "delete" if value is _DELETE else _text(value)
@@ -298,7 +303,7 @@ def _structured_cases(
                     argv(file),
                     files={file: dump(_set(document, path, value))},
                     fields=(name,),
-                    must_refuse=value is not _DELETE and _must_refuse(value),
+                    must_refuse=value is not _DELETE and _must_refuse(value, isinstance(original, int)),
                 )
             )
     rng.shuffle(candidates)
@@ -347,7 +352,7 @@ def _csv_cases(
                     argv(file),
                     files={file: comments.encode() + _csv([header, *mutated])},
                     fields=(header[i],),
-                    must_refuse=_must_refuse(value),
+                    must_refuse=_must_refuse(value, re.fullmatch(r"-?[0-9]+", body[0][i]) is not None),
                 )
             )
     rng.shuffle(candidates)
