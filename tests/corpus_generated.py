@@ -282,8 +282,13 @@ SKIP_KEY = re.compile(
 def _structured_cases(
     kind: str, source: Path, parse: Callable[[Path], Any], dump: Callable[[Any], bytes], suffix: str,
     argv: Callable[[str], list[str]], budget: int, rng: random.Random,
+    read: Callable[[Any], frozenset[str]] | None = None,
 ) -> list[Case]:  # fmt: skip
+    """Mutations of `source`'s numeric leaves. `read` gives the keys its reader reads: a value in a key it does
+    not read (a vision tower, a training-only setting) cannot reach the model, so it need not be refused —
+    `moesim models` lists such keys as ignored."""
     document = parse(source)
+    keys_read = read(document) if read else None
     leaves = [
         (path, value)
         for path, value in _leaves(document)
@@ -303,7 +308,12 @@ def _structured_cases(
                     argv(file),
                     files={file: dump(_set(document, path, value))},
                     fields=(name,),
-                    must_refuse=value is not _DELETE and _must_refuse(value, isinstance(original, int)),
+                    must_refuse=value is not _DELETE
+                    and _must_refuse(value, isinstance(original, int))
+                    and (
+                        keys_read is None
+                        or ".".join(str(p) for p in path if not isinstance(p, int)) in keys_read
+                    ),
                 )
             )
     rng.shuffle(candidates)
@@ -530,6 +540,8 @@ def bound_cases(d: str) -> list[Case]:
 
 def corpus(d: str, budget_per_file: int = 14) -> list[Case]:
     """Every case, argv and files referring to the directory `d` the runner writes the files into."""
+    from moesim.simulator.models.hf import config_keys_read
+
     rng = random.Random(SEED)
     cases = bound_cases(d) + flag_cases(d)
     configs = ROOT / "tests" / "data" / "hf_configs"
@@ -537,7 +549,7 @@ def corpus(d: str, budget_per_file: int = 14) -> list[Case]:
                  "qwen3-next-80b-a3b", "gpt-oss-20b"):  # fmt: skip
         cases += _structured_cases(
             "config", configs / f"{name}.json", lambda p: json.loads(p.read_text()), _json, ".json",
-            lambda f: ["simulate", "--model-config", f], budget_per_file, rng,
+            lambda f: ["simulate", "--model-config", f], budget_per_file, rng, config_keys_read,
         )  # fmt: skip
     cases += _nesting_cases("config", lambda f: ["simulate", "--model-config", f], ".json")
     catalogue = ROOT / "moesim" / "model_catalogue"

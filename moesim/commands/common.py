@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -185,6 +186,13 @@ def check_outputs(
         raise MoesimError(
             to_stdout[1], f"{' and '.join(to_stdout)} both write to standard output", "send one to a file"
         )
+    files = [
+        (flag, path) for flag, path in (("--csv", csv), ("--parquet", parquet), ("--plot", plot)) if path
+    ]
+    for index, (flag, path) in enumerate(files):  # one file each: a later writer would overwrite the first
+        for other, other_path in files[index + 1 :]:
+            if path != "-" and os.path.abspath(path) == os.path.abspath(other_path):
+                raise MoesimError(other, f"writes {path}, as {flag} does", f"give {other} a path of its own")
     for flag, path in (("--csv", csv), ("--parquet", parquet)):
         if path:
             check_output_path(flag, path)

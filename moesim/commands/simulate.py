@@ -260,7 +260,7 @@ def sweep_command(
     request = layout_from_kwargs(flags)
     grid = SweepGrid(**fields_of(SweepGrid, flags))
     batch_list, k_list, max_configs = list(grid.batches), list(grid.draft_lens), grid.max_configs
-    names = model_list(grid.models) + model_list(grid.model_configs)
+    names = model_list(grid.chosen_models) + model_list(grid.model_configs)
     if not names:
         raise MoesimError("--model", "needs at least one model name (or all), or --model-config PATH")
     specs = [with_override_flags(load_model(str(name)), flags) for name in names]
@@ -309,6 +309,12 @@ def _print_sweep(
         + f"; kernel style {kernel_style}, {a['launch']} launch, context {context_len}"
         + f"; serving engine {a['serving_engine']} ({a['serving_engine_provenance']})"
     )
+    capped = a.get("acceptance_length_capped_at")
+    if capped:
+        console.print(
+            f"acceptance length {a['acceptance_length']:g} is above K + 1 at K = {', '.join(map(str, capped))}: "
+            "a round there yields K + 1 tokens (every draft accepted)"
+        )
     for spec in specs:
         rows = [r for r in result.rows if r.model == spec.name]
         if not rows:

@@ -30,7 +30,7 @@ from moesim.simulator.scenario import (
     resolve_hardware,
     resolve_routing,
 )
-from moesim.simulator.speculative.acceptance import best_draft_len, peak_batch
+from moesim.simulator.speculative.acceptance import best_draft_len, capped_draft_lens, peak_batch
 from moesim.simulator.speculative.drafters import parse_drafter
 from moesim.simulator.speculative.point import (
     TimedPlan,
@@ -233,6 +233,7 @@ def run_sweep(
             "routing_by_model": dict(descriptions),
             "acceptance": None if base.acceptance_length is not None else base.acceptance,
             "acceptance_length": base.acceptance_length,
+            "acceptance_length_capped_at": capped_draft_lens(base.acceptance_length, draft_lens),
             "drafter": drafter.label,
             "kernel_style": base.kernel_style,
             "launch": base.launch,

@@ -186,6 +186,7 @@ __all__ = [
     "FAMILIES",
     "SUPPORTED_MODEL_TYPES",
     "WRAPPERS",
+    "config_keys_read",
     "config_model_name",
     "load_hf_config",
     "spec_from_hf_config",
