@@ -8,7 +8,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -28,6 +28,18 @@ def fail(message: str) -> None:
     sys.exit(USER_ERROR_EXIT_CODE)
 
 
+def interrupted() -> NoReturn:
+    """Ctrl-C, once the command has unwound: one line, the shell's status for SIGINT, no traceback (outputs
+    are written atomically). The console script then exits without tearing down the simulation's objects,
+    which takes seconds after a long run."""
+    from moesim import interrupt
+
+    if interrupt.installed():
+        interrupt.exit_now()
+    click.echo(f"\n{interrupt.MESSAGE}", err=True)
+    sys.exit(interrupt.INTERRUPTED_EXIT_CODE)
+
+
 def handle_errors(func: F) -> F:
     """Run a command so that user-caused problems end in one clear line and a non-zero exit."""
 
@@ -44,7 +56,7 @@ def handle_errors(func: F) -> F:
         except PermissionError as error:
             fail(f"{error.filename}: permission denied")
         except KeyboardInterrupt:
-            fail("interrupted; nothing half-written was left behind")
+            interrupted()
 
     return wrapper  # type: ignore[return-value]
 
