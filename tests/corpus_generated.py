@@ -343,8 +343,10 @@ def _csv(rows: list[list[str]]) -> bytes:
 
 def _csv_cases(
     kind: str, rows: list[list[str]], argv: Callable[[str], list[str]], budget: int, rng: random.Random,
-    comments: str = "",
+    comments: str = "", integer_columns: frozenset[str] | None = None,
 ) -> list[Case]:  # fmt: skip
+    """Mutations of the first row's numeric cells, and structural ones. `integer_columns`: the columns the
+    reader's schema reads as whole numbers (default: those written without a point)."""
     header, body = rows[0], rows[1:]
     numeric = [
         i for i, column in enumerate(header) if re.fullmatch(r"-?[0-9.e+]+", body[0][i] or "x") is not None
@@ -362,7 +364,12 @@ def _csv_cases(
                     argv(file),
                     files={file: comments.encode() + _csv([header, *mutated])},
                     fields=(header[i],),
-                    must_refuse=_must_refuse(value, re.fullmatch(r"-?[0-9]+", body[0][i]) is not None),
+                    must_refuse=_must_refuse(
+                        value,
+                        header[i] in integer_columns
+                        if integer_columns is not None
+                        else re.fullmatch(r"-?[0-9]+", body[0][i]) is not None,
+                    ),
                 )
             )
     rng.shuffle(candidates)
@@ -573,8 +580,11 @@ def corpus(d: str, budget_per_file: int = 14) -> list[Case]:
             lambda f: ["simulate", "--model", "olmoe-1b-7b", "--serving-engine", f], budget_per_file, rng,
         )  # fmt: skip
     rows, comments = _read_csv(ROOT / "moesim" / "data" / "measured_runs.csv")
+    from moesim.validation.runs.schema import SCHEMA
+
+    whole = frozenset(column.name for column in SCHEMA if column.kind in ("int", "ints"))
     cases += _csv_cases(
-        "runs", rows[:2], lambda f: ["validate", "--runs", f], 2 * budget_per_file, rng, comments
+        "runs", rows[:2], lambda f: ["validate", "--runs", f], 2 * budget_per_file, rng, comments, whole
     )
     rows, comments = _read_csv(ROOT / "moesim" / "data" / "validation_example.csv")
     cases += _csv_cases(
@@ -819,8 +829,10 @@ def run_corpus(
     progress: Callable[[Result], None] | None = None,
 ) -> list[Result]:
     """Run the corpus in this process (which must be a fresh interpreter: the children share its memory)."""
-    # The library's modules are loaded once here, so each child measures its own work, not the imports.
+    # The library's modules are loaded once here, so each child measures its own work, not the imports
+    # (scikit-learn, which `routing fit` loads, takes about 2 s of CPU to import on two cores).
     import moesim.cli
+    import moesim.simulator.routing.estimator
     import moesim.simulator.simulate  # noqa: F401
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

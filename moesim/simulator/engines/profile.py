@@ -25,6 +25,7 @@ from typing import Any, Literal
 from moesim.atomic import atomic_write_text
 from moesim.errors import MoesimError
 from moesim.reading import parse_toml, read_text
+from moesim.simulator.bounds import MAX_COUNT
 from moesim.toml_files import dump_toml
 
 SUFFIX = ".toml"
@@ -267,6 +268,8 @@ class _Table:
         value = self.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < lower:
             raise self.error(key, f"must be a whole number >= {lower}, got {value!r}")
+        if value > MAX_COUNT:
+            raise self.error(key, f"must be ≤ {MAX_COUNT:,}, got {float(value):.3g}")
         return int(value)
 
     def choice(self, key: str, default: str, choices: tuple[str, ...]) -> Any:

@@ -452,10 +452,20 @@ def _read_fit_quality(source: str, data: Any) -> dict[str, dict[str, float]]:
             source, f"fit_quality.{param}", metrics, tuple(metrics) if isinstance(metrics, dict) else ()
         )
         out[param] = {
-            m: _check_number(v, f"fit_quality.{param}.{m}", r, -math.inf, True, None)
+            m: _check_number(v, f"fit_quality.{param}.{m}", r, _fit_metric_low(m), False, None)
             for m, v in metrics.items()
         }
     return out
+
+
+SIGNED_FIT_METRICS = frozenset({"r2", "log_r2", "intercept"})
+"""Fit-quality entries that may be negative: a coefficient of determination of a fit worse than the mean, a
+line's intercept and slopes. Every other entry is a count, an error size or a fitted physical quantity (a
+bandwidth, a size, a time), never below 0."""
+
+
+def _fit_metric_low(metric: str) -> float:
+    return -math.inf if metric in SIGNED_FIT_METRICS or metric.startswith("slope") else 0.0
 
 
 _TOP_LEVEL = ("name", "datasheet", "empirical", "node", "provenance", "fit_quality")
