@@ -199,12 +199,12 @@ def check_outputs(
             to_stdout[1], f"{' and '.join(to_stdout)} both write to standard output", "send one to a file"
         )
     files = [
-        (flag, path) for flag, path in (("--csv", csv), ("--parquet", parquet), ("--plot", plot)) if path
+        (flag, name) for flag, name in (("--csv", csv), ("--parquet", parquet), ("--plot", plot)) if name
     ]
-    for index, (flag, path) in enumerate(files):  # one file each: a later writer would overwrite the first
-        for other, other_path in files[index + 1 :]:
-            if path != "-" and os.path.abspath(path) == os.path.abspath(other_path):
-                raise MoesimError(other, f"writes {path}, as {flag} does", f"give {other} a path of its own")
+    for index, (first, name) in enumerate(files):  # one file each: a later writer would overwrite the first
+        for other, other_name in files[index + 1 :]:
+            if name != "-" and os.path.abspath(name) == os.path.abspath(other_name):
+                raise MoesimError(other, f"writes {name}, as {first} does", f"give {other} a path of its own")
     for flag, path in (("--csv", csv), ("--parquet", parquet)):
         if path:
             check_output_path(flag, path)
