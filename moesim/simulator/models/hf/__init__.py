@@ -133,10 +133,17 @@ def config_keys_read(config: dict[str, Any], origin: str = "config.json") -> fro
     return _read_config(config, "config", origin)[1].keys_read()
 
 
+def _dotted(config: dict[str, Any], key: str) -> Any:
+    """The value at dotted `key` (keys of nested configs joined by dots), None where there is none."""
+    value: Any = config
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
 def _read_config(config: dict[str, Any], name: str, origin: str) -> tuple[ModelSpec, HfConfig]:
     if not isinstance(config, dict):
         raise MoesimError(origin, "is not a JSON object", "point at a model's config.json")
-    check_finite_numbers(origin, config)  # JSON has no NaN or Infinity, whichever key holds one
     cfg = HfConfig(copy.deepcopy(config), origin)
     model_type = cfg.get("model_type", None)
     if not isinstance(model_type, str) or not model_type:
@@ -156,6 +163,14 @@ def _read_config(config: dict[str, Any], name: str, origin: str) -> tuple[ModelS
         ) from None
     if path:
         fields["family"] = model_type
+    for key in sorted(
+        cfg.keys_read()
+    ):  # NaN / Infinity in a key that reaches the model (a reader of its own may
+        value = _dotted(
+            config, key
+        )  # take a float as is); other keys may hold them (Mamba's time_step_limit)
+        if not isinstance(value, dict):
+            check_finite_numbers(f"{origin}:{key}", value)
     spec = ModelSpec(name=name, **fields, assumptions=tuple(cfg.assumptions), ignored_keys=cfg.ignored_keys())
     try:
         return validate_spec(spec), cfg
