@@ -115,10 +115,10 @@ class ProfileTable:
         whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
         if isinstance(value, bool) or not whole:
             raise self.error(key, f"is {value!r}, not a whole number", fix)
-        if value < minimum or value > MAX_COUNT:
-            raise self.error(
-                key, f"is {value!r}, out of range", f"give a whole number in [{minimum}, {MAX_COUNT:,}]"
-            )
+        if value < minimum:
+            raise self.error(key, f"is {value!r}, out of range", fix)
+        if value > MAX_COUNT:
+            raise self.error(key, f"is {value!r}, out of range", f"give a whole number ≤ {MAX_COUNT:,}")
         return int(value)
 
     def choice(self, key: str, choices: tuple[str, ...], default: Any = REQUIRED) -> Any:
@@ -165,8 +165,8 @@ class ProfileTable:
 
 
 def read_fit_quality(source: str, data: Any) -> dict[str, dict[str, float]]:
-    """The [fit_quality.<parameter>] tables of a profile file: each a table of finite metrics, ≥ 0 but for the
-    signed ones (`SIGNED_FIT_METRICS`)."""
+    """The [fit_quality.<parameter>] tables of a profile file: each a table of finite metrics, the counts,
+    error sizes and physical quantities among them ≥ 0 (`NON_NEGATIVE_FIT_METRICS`)."""
     quality = ProfileTable(source, "fit_quality", data, tuple(data) if isinstance(data, dict) else ())
     out: dict[str, dict[str, float]] = {}
     for param in quality.data:
@@ -177,14 +177,17 @@ def read_fit_quality(source: str, data: Any) -> dict[str, dict[str, float]]:
     return out
 
 
-SIGNED_FIT_METRICS = frozenset({"r2", "log_r2", "intercept"})
-"""Fit-quality entries that may be negative: a coefficient of determination of a fit worse than the mean, a
-line's intercept and (any `slope*`) its slopes. Every other entry is a count, an error size or a fitted
-physical quantity (a bandwidth, a size, a time), never below 0."""
+NON_NEGATIVE_FIT_METRICS = frozenset(
+    {"n_points", "rows_fit", "rows_held_out", "rmse", "log_rmse", "max_abs_residual", "mape_fit_percent",
+     "mape_held_out_percent", "memory_plateau_rel_iqr"}
+)  # fmt: skip
+"""Fit-quality entries that are counts or error sizes, never below 0; so is every fitted bandwidth, size or
+throughput (`_gbps`, `_bytes`, `_tflops`). The rest may be signed (r², intercepts, slopes, a fit's change)."""
 
 
 def _fit_metric_minimum(metric: str) -> float:
-    return -math.inf if metric in SIGNED_FIT_METRICS or metric.startswith("slope") else 0.0
+    physical = metric.endswith(("_gbps", "_bytes", "_tflops"))
+    return 0.0 if metric in NON_NEGATIVE_FIT_METRICS or physical else -math.inf
 
 
 def profile_sections(

@@ -19,9 +19,20 @@ import click
 from moesim.options import OptionInfo, default_of, option_fields
 from moesim.simulator.bounds import MAX_COUNT
 
-WHOLE_NUMBER = click.IntRange(-MAX_COUNT, MAX_COUNT)
-"""Every integer flag's click type: a value past ±(2³¹ − 1) is refused with the flag named before any field
-check or arithmetic sees it (2⁶³ would otherwise overflow numpy's and torch's integers)."""
+
+class _WholeNumber(click.types.IntParamType):
+    """click's integer, refused past ±(2³¹ − 1) with the flag named, before any field check or arithmetic
+    sees it (2⁶³ would otherwise overflow numpy's and torch's integers)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if abs(number) > MAX_COUNT:
+            self.fail(f"{value} is beyond ±{MAX_COUNT:,}, the largest count moesim takes", param, ctx)
+        return number
+
+
+WHOLE_NUMBER = _WholeNumber()
+"""Every integer flag's click type (see `_WholeNumber`)."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
