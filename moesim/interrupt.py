@@ -4,7 +4,8 @@ The first SIGINT raises KeyboardInterrupt as Python's own handler does, so that 
 writers clean up (`moesim.atomic`), and the command ends with one line and status 130. It also starts a
 watchdog: a KeyboardInterrupt swallowed on the way (Python drops one raised inside an import lock's callback,
 "Exception ignored in ... _get_module_lock") or a slow teardown of a large simulation's objects cannot keep
-the process alive past `GRACE_S`. A second Ctrl-C exits at once. Standard library only: it is installed before
+the process alive past `GRACE_S` (a swallowed one ends it at once, without Python's "Exception ignored"
+traceback). A second Ctrl-C exits at once. Standard library only: it is installed before
 the CLI loads.
 """
 
@@ -15,6 +16,7 @@ import signal
 import sys
 import threading
 from types import FrameType
+from typing import Any
 
 INTERRUPTED_EXIT_CODE = 130
 """The exit status after Ctrl-C: 128 + SIGINT, as shells report a process the signal ended."""
@@ -49,10 +51,19 @@ def _first(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def _unraisable(unraisable: Any) -> None:
+    """A KeyboardInterrupt Python could not raise (it came inside a callback): stop now, without the
+    "Exception ignored" traceback; anything else as Python reports it."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        exit_now()
+    sys.__unraisablehook__(unraisable)
+
+
 def install() -> None:
     """Take over SIGINT for this process (the console script calls this first)."""
     global _installed
     signal.signal(signal.SIGINT, _first)
+    sys.unraisablehook = _unraisable
     _installed = True
 
 
