@@ -18,6 +18,9 @@
   the host `draft_step_us`, or, when the host prepares it (`host_prepared_passes`), `runner_pass_us` plus
   `runner_per_row_us` per row (`draft_host_s`); the round ends with the acceptance sync (`accept_sync_s`);
   n-gram drafting is host time (`ngram_draft_s`).
+- The engine's sampler and acceptance may move full-vocabulary tensors beyond the plan's one read of the
+  logits (`sampler_bytes` per step or drafter pass, `acceptance_bytes` per round: vLLM V0's fp32 softmax,
+  log-softmax, probability copies and rejection sampler).
 """
 
 from __future__ import annotations
@@ -193,6 +196,25 @@ def accept_sync_s(profile: ServingEngineProfile, device_s: float = 0.0) -> float
     return exposed_host_s(profile, profile.effective_host.accept_sync_us * US, device_s, speculative=True)
 
 
+def sampler_bytes(profile: ServingEngineProfile, rows: int, vocab: int, speculative: bool = False) -> float:
+    """Bytes the engine's sampler moves beyond the step plan's one read of the logits, for a step or drafter
+    pass of `rows` rows over `vocab` entries: `bytes_per_logit` per row and entry, plus
+    `sd_bytes_per_logit` under SD (`profile.SamplerPasses`)."""
+    passes = profile.sampler
+    per_logit = passes.bytes_per_logit + (passes.sd_bytes_per_logit if speculative else 0.0)
+    return rows * vocab * per_logit
+
+
+def acceptance_bytes(profile: ServingEngineProfile, sequences: int, draft_len: int, vocab: int) -> float:
+    """Bytes of one round's probability copies and rejection sampling over `sequences` sequences:
+    `draft_bytes_per_logit` per draft position and entry, `verify_bytes_per_logit` per verified position
+    (`verify_tokens`) and entry (`profile.SamplerPasses`)."""
+    passes = profile.sampler
+    verified = verify_tokens(profile.drafter, draft_len)
+    per_sequence = draft_len * passes.draft_bytes_per_logit + verified * passes.verify_bytes_per_logit
+    return sequences * vocab * per_sequence
+
+
 def ngram_draft_s(profile: ServingEngineProfile, sequences: int) -> float:
     """Seconds of n-gram (prompt lookup) drafting on the host per round."""
     host = profile.effective_host
@@ -202,6 +224,7 @@ def ngram_draft_s(profile: ServingEngineProfile, sequences: int) -> float:
 __all__ = [
     "StepLaunch",
     "accept_sync_s",
+    "acceptance_bytes",
     "captured_size",
     "draft_host_s",
     "draft_sequences",
@@ -216,6 +239,7 @@ __all__ = [
     "padded_sequences",
     "piecewise_step_s",
     "proposer_sequences",
+    "sampler_bytes",
     "sd_bookkeeping_s",
     "verify_shape",
     "verify_tokens",

@@ -23,6 +23,7 @@ means the same in both. A step on a multi-GPU layout is the slowest rank's, coll
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -77,11 +78,19 @@ DraftTimes = Callable[[DrafterStyle, int, int, str], DraftCost]  # (style, seque
 @dataclass(frozen=True)
 class PiecewiseCosts:
     """A piecewise-graph step's host issue costs: one graph launch per piece, one eager attention launch
-    per layer (the hardware profile's launch costs)."""
+    per layer (the hardware profile's launch costs); and what the engine's own sampler passes run over:
+    the target's and the drafter's vocabularies, at the device's elementwise memory bandwidth."""
 
     layers: int
     graph_launch_s: float
     eager_launch_s: float
+    vocab: int = 0
+    draft_vocab: int = 0
+    elementwise_bytes_per_s: float = math.inf
+
+    def bytes_s(self, nbytes: float) -> float:
+        """Seconds of `nbytes` of elementwise memory traffic."""
+        return nbytes / self.elementwise_bytes_per_s
 
 
 @dataclass(frozen=True)
@@ -98,10 +107,11 @@ class EngineStep:
     host_s: float  # the engine's host work for the step
     engine_host_s: float  # the part of it the device does not hide
     sd_host_s: float = 0.0  # of host_s, an SD round's per-sequence bookkeeping
+    sampler_s: float = 0.0  # the engine's sampler (and a verification's acceptance) passes beyond the plan
 
     @property
     def step_s(self) -> float:
-        return self.device_s + self.engine_host_s
+        return self.device_s + self.sampler_s + self.engine_host_s
 
     @property
     def plan(self) -> StepPlan:
@@ -123,6 +133,7 @@ class EngineStep:
         sd_share = self.sd_host_s / self.host_s if self.host_s > 0.0 else 0.0
         out["engine_host"] = self.engine_host_s * (1.0 - sd_share)
         out["sd_bookkeeping"] = self.engine_host_s * sd_share
+        out["sampler"] = self.sampler_s
         return out
 
     def engine_json(self) -> dict[str, Any]:
@@ -136,6 +147,7 @@ class EngineStep:
             "host_s": self.host_s,
             "engine_host_s": self.engine_host_s,
             "sd_host_s": self.sd_host_s,
+            "sampler_s": self.sampler_s,
             "step_s": self.step_s,
         }
 
@@ -260,8 +272,15 @@ def scenario_timers(
         return passes[key]
 
     em = r.hardware.empirical
-    piecewise = PiecewiseCosts(r.model.n_layers, em.graph_launch_us * 1e-6, em.launch_eager_us * 1e-6)
     draft_model = r.drafter.model(target) if r.drafter.runs_on_device else None
+    piecewise = PiecewiseCosts(
+        r.model.n_layers,
+        em.graph_launch_us * 1e-6,
+        em.launch_eager_us * 1e-6,
+        vocab=r.model.vocab,
+        draft_vocab=draft_model.vocab if draft_model is not None else 0,
+        elementwise_bytes_per_s=r.hardware.memory_bandwidth_bytes_per_s * em.elementwise_bandwidth_fraction,
+    )
     draft_layers = draft_model.n_layers if draft_model is not None else 0
 
     def one_pass_s(rows: int, tokens_per_seq: int, launch: str, tp_rule: str) -> float:
@@ -333,10 +352,12 @@ def engine_step(
     steps: StepTimes,
     piecewise: PiecewiseCosts,
     sd_sequences: int = 0,
+    acceptance_bytes: float = 0.0,
 ) -> EngineStep:
     """A step of `rows` × `tokens_per_seq` as the serving engine runs it (see the module docstring); the
     verification of an SD round over `sd_sequences` sequences adds their bookkeeping and runs under the
-    engine's SD overlap."""
+    engine's SD overlap; the engine's sampler passes (and a verification's `acceptance_bytes`) run after
+    the step's kernels."""
     launch, rows_run, timed_launch = _engine_launch(profile, rows, tokens_per_seq, requested_launch)
     timed = steps(rows_run, tokens_per_seq, timed_launch)
     device_s = timed.step_s
@@ -359,6 +380,9 @@ def engine_step(
         host_s=host_s,
         engine_host_s=ov.exposed_host_s(profile, host_s, device_s, speculative),
         sd_host_s=sd_host_s,
+        sampler_s=piecewise.bytes_s(
+            ov.sampler_bytes(profile, rows * tokens_per_seq, piecewise.vocab, speculative) + acceptance_bytes
+        ),
     )
 
 
@@ -371,6 +395,7 @@ class RoundDrafting(NamedTuple):
     device: DraftCost
     rows: int
     host_prepared_passes: int
+    sampler_s: float = 0.0  # of seconds, the engine's sampler passes beyond the drafter's plan
 
 
 def round_drafting(
@@ -381,6 +406,7 @@ def round_drafting(
     verify_launch: str,
     drafts: DraftTimes,
     all_accepted_share: float = 0.0,
+    piecewise: PiecewiseCosts | None = None,
 ) -> RoundDrafting:
     """One SD round's drafting for `batch` sequences: an n-gram lookup on the host, or K drafter passes
     (over the bonus positions too, under `bonus_rows`, for a share `all_accepted_share` of sequences) in
@@ -393,7 +419,11 @@ def round_drafting(
     rows = ov.draft_sequences(profile.drafter, sequences)
     host_s = ov.draft_host_s(profile, draft_len, rows, device.tp)
     prepared = ov.host_prepared_passes(profile.drafter, draft_len, device.tp)
-    return RoundDrafting(device.total_s + host_s, host_s, device, rows, prepared)
+    sampler_s = 0.0
+    if piecewise is not None:  # the sampler's own passes over the drafter's vocabulary, every pass
+        pass_bytes = ov.sampler_bytes(profile, rows, piecewise.draft_vocab, speculative=True)
+        sampler_s = draft_len * piecewise.bytes_s(pass_bytes)
+    return RoundDrafting(device.total_s + sampler_s + host_s, host_s, device, rows, prepared, sampler_s)
 
 
 def draft_cost_s(
@@ -423,9 +453,10 @@ def engine_point(
     """The SD point of (batch, K) under `profile` from step and drafter times (module docstring)."""
     decode = engine_step(profile, batch, 1, requested_launch, steps, piecewise)
     rows, tokens_per_row = ov.verify_shape(profile.drafter, batch, draft_len)
-    verify = engine_step(profile, rows, tokens_per_row, requested_launch, steps, piecewise, batch)
+    acceptance = ov.acceptance_bytes(profile, batch, draft_len, piecewise.vocab)
+    verify = engine_step(profile, rows, tokens_per_row, requested_launch, steps, piecewise, batch, acceptance)
     share = all_accepted_share(tokens_per_step, draft_len) if profile.drafter.bonus_rows else 0.0
-    drafting = round_drafting(profile, drafter, batch, draft_len, verify.launch, drafts, share)
+    drafting = round_drafting(profile, drafter, batch, draft_len, verify.launch, drafts, share, piecewise)
     first_pass_s = drafting.device.first_pass_s if profile.drafter.first_pass == "verified" else 0.0
     return SpeculativePoint(
         draft_len=draft_len,
