@@ -44,8 +44,14 @@ from moesim.simulator.hardware.profile import HardwareProfile
 # neighbours, one probe's noise was 1-4% (memory, GEMM) and 3-8% (dispatch): thresholds of 4-34%.
 NOISE_MULTIPLE = 3.0
 MIN_DRIFT = 0.02
-# Whether `calibrate` brings each suite's figures to the run's median probe speed by default. DECISION PENDING.
-DRIFT_NORMALISATION = True
+# Whether `calibrate` brings each suite's figures to the run's median probe speed by default: no. Evidence on
+# the shared 2-core EPYC VM: with the first probe (interleaved kernels, no noise gate) normalisation made the
+# memory plateau's spread over three calibrations worse (12.0% raw, 17.9% normalised) and two of three
+# validations' MAPE worse; gated by the probe's noise it changed no figure in any calibration measured since
+# (under load the noise sets thresholds of 19-30%, and no suite moved that far from the run's median). A
+# correction not shown to help is off: profiles hold their figures as measured, the probes are recorded
+# beside them, and `benchmarks/calibration_repeatability.py` scores both fits of every run it makes.
+DRIFT_NORMALISATION = False
 PROBE_KEY = "drift_probe"  # the profile's fit_quality table holding the calibration's probe figures
 
 

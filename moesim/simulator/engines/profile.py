@@ -404,11 +404,20 @@ def _read_sampler(source: str, data: Any) -> SamplerPasses:
     )
 
 
+def _engine_name(t: ProfileTable) -> str:
+    engine = t.string("engine", "")
+    if not engine.strip():
+        raise t.error(
+            "engine", "is missing or empty", "name the serving engine: vllm, sglang, trtllm or none"
+        )
+    return engine
+
+
 def _read_provenance(source: str, data: Any) -> EngineProvenance:
     t = ProfileTable(source, "provenance", data, tuple(f.name for f in fields(EngineProvenance)))
     return EngineProvenance(
         kind=t.choice("kind", PROFILE_KINDS, "documented"),
-        engine=t.string("engine", "", nonempty=True),
+        engine=_engine_name(t),
         sources=t.strings("sources"),
         software=t.versions("software"),
         assumptions=t.strings("assumptions"),
