@@ -67,6 +67,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "attn_dtype": _STR,
         "kv_cache_dtype": _STR,
         "step": _INT,
+        "window_size": _INT,
         "latency": _FLOAT,
     },
     "context_attention_perf": {
@@ -118,7 +119,14 @@ SCHEMAS: dict[str, dict[str, str]] = {
 
 
 # The tables `build` fits profile fields to (the others are listed, and the attention ones schema-checked).
-FITTED_TABLES = ("moe_perf", "gemm_perf", "nccl_perf", "custom_allreduce_perf")
+FITTED_TABLES = (
+    "moe_perf",
+    "gemm_perf",
+    "nccl_perf",
+    "custom_allreduce_perf",
+    "generation_attention_perf",
+    "generation_mla_perf",
+)
 
 
 @dataclass(frozen=True)
