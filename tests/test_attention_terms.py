@@ -90,3 +90,22 @@ def test_attention_terms_round_trip_and_bad_ones_are_refused(tmp_path: Path) -> 
     with pytest.raises(MoesimError) as info:
         load_profile(str(bad))
     assert "fixed_us" in info.value.field
+
+
+def test_prefill_chunks_carry_gqa_prefill_units_and_pay_its_terms_only() -> None:
+    from moesim.simulator.execution.cost import kernel_time_s
+    from moesim.simulator.plan.mixed import PrefillChunks, prefill_attention_kernel
+
+    spec = load_model("qwen3-30b-a3b")  # 32 query heads over 4 KV heads: 8 query rows per token and KV head
+    one = prefill_attention_kernel(spec, "full", PrefillChunks.of([(2048, 0)]))
+    two = prefill_attention_kernel(spec, "full", PrefillChunks.of([(2048, 0), (2048, 0)]))
+    assert one.attention_kind == "gqa_prefill"
+    assert one.attention_units == 4 * (2048 * 8 // 128)  # KV heads × 128-row query tiles
+    assert two.attention_units == 2 * one.attention_units
+    plain, priced = _with_terms()
+    terms = AttentionTerms(fixed_us=9.0, per_unit_us=0.04)
+    priced = replace(priced, empirical=replace(priced.empirical, attention={**TERMS, "gqa_prefill": terms}))
+    added = kernel_time_s(one, priced, 1e6) - kernel_time_s(one, plain, 1e6)
+    assert added == pytest.approx((9.0 + one.attention_units * 0.04) * 1e-6, rel=1e-9)
+    mla = prefill_attention_kernel(load_model("deepseek-v3"), "full", PrefillChunks.of([(512, 0)]))
+    assert mla.attention_units == 0  # no MLA prefill term is fitted (calibrate/fits/silicon/attention_fit.py)

@@ -105,6 +105,11 @@ def main() -> None:
         gqa_mask,
     )
     _cut(
+        h200 / "attention/sglang/0.5.14/context_attention_perf.parquet",
+        OUT / "h200_sxm/attention/sglang/0.5.14/context_attention_perf.parquet",
+        lambda t: pc.and_(gqa_mask(t), pc.less_equal(t["isl"], 4096)),
+    )
+    _cut(
         h200 / "mla/sglang/0.5.14/generation_mla_perf.parquet",
         OUT / "h200_sxm/mla/sglang/0.5.14/generation_mla_perf.parquet",
         mla_mask,

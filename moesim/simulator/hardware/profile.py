@@ -397,11 +397,19 @@ def _read_attention(r: _Reader) -> dict[str, AttentionTerms] | None:
     if raw is None:
         return None
     if not isinstance(raw, dict):
-        raise r.error(dotted, "must be a table of [empirical.attention.<kind>] tables", "kinds: gqa, mla")
+        raise r.error(
+            dotted,
+            "must be a table of [empirical.attention.<kind>] tables",
+            f"kinds: {', '.join(ATTENTION_KERNEL_KINDS)}",
+        )
     out: dict[str, AttentionTerms] = {}
     for kind, table in raw.items():
         if kind not in ATTENTION_KERNEL_KINDS:
-            raise r.error(f"{dotted}.{kind}", "is not an attention kernel kind", "kinds: gqa, mla")
+            raise r.error(
+                f"{dotted}.{kind}",
+                "is not an attention kernel kind",
+                f"kinds: {', '.join(ATTENTION_KERNEL_KINDS)}",
+            )
         g = _Reader(r.source, f"{dotted}.{kind}", table, tuple(f.name for f in fields(AttentionTerms)))
         out[str(kind)] = AttentionTerms(
             fixed_us=g.number("fixed_us", strict=False, maximum=ATTENTION_MAX_FIXED_US),

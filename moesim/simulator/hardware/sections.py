@@ -66,7 +66,8 @@ class ExpertGemmTerms:
 @dataclass(frozen=True)
 class AttentionTerms:
     """What one attention kernel over the KV cache costs beyond its roofline, for one kind of kernel
-    (`gqa`: FlashAttention-style grouped-query decode; `mla`: FlashMLA-style latent attention):
+    (`gqa`: FlashAttention-style grouped-query decode and verification; `mla`: FlashMLA-style latent
+    attention; `gqa_prefill`: causal grouped-query attention of prefill chunks):
 
         time = kernel_fixed_latency + fixed_us + work units × per_unit_us + max(compute, memory)
 
@@ -82,7 +83,7 @@ class AttentionTerms:
     per_unit_us: float
 
 
-ATTENTION_KERNEL_KINDS = ("gqa", "mla")
+ATTENTION_KERNEL_KINDS = ("gqa", "mla", "gqa_prefill")
 
 
 EXPERT_GEMM_FALLBACK_DTYPE = "bf16"

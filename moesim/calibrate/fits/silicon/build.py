@@ -6,8 +6,9 @@
   reported) (`gemm_fit`),
 - the grouped expert GEMM terms per dtype from `moe_perf`, fitted under the GEMM curve the profile keeps
   (`moe_fit`),
-- the attention kernel terms (fixed + per work unit) of grouped-query and latent (MLA) decode attention from
-  `generation_attention_perf` and `generation_mla_perf` (`attention_fit`),
+- the attention kernel terms (fixed + per work unit) of grouped-query and latent (MLA) decode attention and
+  of grouped-query prefill from `generation_attention_perf`, `generation_mla_perf` and
+  `context_attention_perf` (`attention_fit`),
 - the node's scale-up link from `nccl_perf` and the framework's `custom_allreduce_perf` (`comm_fit`),
 
 each with its rows and its error in-sample and on held-out shapes (`holdout`), onto the datasheet profile of
@@ -123,7 +124,11 @@ def calibrate_from_silicon(text: str, root: str | None = None) -> SiliconCalibra
             versions["moe_perf"] = moe.version
 
     attention_terms: dict[str, AttentionTerms] = {}
-    for table_name, kind in (("generation_attention_perf", "gqa"), ("generation_mla_perf", "mla")):
+    for table_name, kind in (
+        ("generation_attention_perf", "gqa"),
+        ("generation_mla_perf", "mla"),
+        ("context_attention_perf", "gqa_prefill"),
+    ):
         att = selection.get(table_name)
         fitted_attention = (
             None if att is None else fit_attention(tables.read_columns(att), base, att.label, kind)
