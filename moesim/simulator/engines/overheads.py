@@ -13,15 +13,26 @@
   an SD round adds host bookkeeping per sequence (`sd_bookkeeping_s`), hidden by the same share.
 - Speculative rounds: a chain verifies K + 1 tokens per sequence, a tree its draft-token count
   (`verify_tokens`), in one pass or as one-token rows by batch expansion (`verify_shape`); a tree's drafter passes extend `tree_topk` candidates per sequence
-  (`draft_sequences`); the first pass may run over the positions just verified (`first_draft_pass`); each
-  drafter pass costs the host `draft_step_us`; the round ends with the
-  acceptance sync (`accept_sync_s`); n-gram drafting is host time (`ngram_draft_s`).
+  (`draft_sequences`); the first pass may run over the positions just verified (`first_draft_pass`); the
+  proposer may re-run the position before each bonus token (`proposer_sequences`); each drafter pass costs
+  the host `draft_step_us`, or, when the host prepares it (`host_prepared_passes`), `runner_pass_us` plus
+  `runner_per_row_us` per row (`draft_host_s`); the round ends with the acceptance sync (`accept_sync_s`);
+  n-gram drafting is host time (`ngram_draft_s`).
+- An SD round's own ops (`round_ops_s`), counted from the engine's source: the ops it launches eagerly
+  outside every captured graph and its host-device syncs, plus the drafter steps' candidate-selection
+  ops in the drafter's launch mode:
+      host   = eager ops × launch_eager + syncs × sync          eager ops = round ops (+ step ops, eager drafter)
+      device = every op × kernel fixed latency (+ the graph gap of step ops inside the drafter's graph)
+      round ops = max(host, device) − what the SD overlap hides of the host behind the round's device time
+  A round that syncs runs these ops with the device idle behind them; an engine whose scheduler keeps its
+  overlap under SD (sd_overlap_kept) hides a share f of them, as it hides its other host work.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 from moesim.errors import MoesimError
@@ -140,6 +151,24 @@ def draft_sequences(style: DrafterStyle, sequences: int) -> int:
     return sequences * (style.tree_topk if style.shape == "tree" else 1)
 
 
+def proposer_sequences(style: DrafterStyle, sequences: int, all_accepted_share: float = 0.0) -> int:
+    """Sequences every drafter pass of a round runs for: `sequences`, plus, when the engine re-runs the
+    position before a bonus token (`bonus_rows`), one more row for each sequence whose previous round
+    accepted all K drafts (`all_accepted_share` of them, to the nearest whole row)."""
+    if not 0.0 <= all_accepted_share <= 1.0:
+        raise MoesimError("all_accepted_share", f"must be a share in [0, 1], got {all_accepted_share}")
+    return sequences + (round(sequences * all_accepted_share) if style.bonus_rows else 0)
+
+
+def host_prepared_passes(style: DrafterStyle, draft_len: int, drafter_tp: int) -> int:
+    """How many of a round's K drafter passes the host prepares and reads back (`pass_preparation`): none
+    when the device prepares them; with `host_unless_tp1`, every pass of a drafter split over TP > 1
+    GPUs, only the first of an unsplit one (the K − 1 others advance on the GPU)."""
+    if style.pass_preparation == "device":
+        return 0
+    return 1 if drafter_tp == 1 else draft_len
+
+
 def first_draft_pass(style: DrafterStyle, sequences: int, draft_len: int) -> tuple[int, int]:
     """(rows, tokens per row) of a round's first drafter pass: the K + 1 (chain) or tree positions just
     verified per sequence when the engine's proposer runs over them (`first_pass = "verified"`), else one
@@ -156,9 +185,14 @@ def drafter_launch(style: DrafterStyle, target_launch: str) -> str:
     return "eager" if target_launch == "eager" else "graph"
 
 
-def draft_host_s(profile: ServingEngineProfile, draft_len: int) -> float:
-    """Host seconds the proposer spends over the K drafter passes of one round."""
-    return draft_len * profile.effective_host.draft_step_us * US
+def draft_host_s(profile: ServingEngineProfile, draft_len: int, rows: int = 0, drafter_tp: int = 1) -> float:
+    """Host seconds the proposer spends over the K drafter passes of one round of `rows` rows each on a
+    drafter at `drafter_tp`: `runner_pass_us + runner_per_row_us × rows` per host-prepared pass
+    (`host_prepared_passes`), `draft_step_us` per other pass."""
+    host = profile.effective_host
+    prepared = host_prepared_passes(profile.drafter, draft_len, drafter_tp)
+    per_prepared_us = host.runner_pass_us + host.runner_per_row_us * rows
+    return ((draft_len - prepared) * host.draft_step_us + prepared * per_prepared_us) * US
 
 
 def accept_sync_s(profile: ServingEngineProfile, device_s: float = 0.0) -> float:
@@ -168,6 +202,42 @@ def accept_sync_s(profile: ServingEngineProfile, device_s: float = 0.0) -> float
     return exposed_host_s(profile, profile.effective_host.accept_sync_us * US, device_s, speculative=True)
 
 
+@dataclass(frozen=True)
+class LaunchCosts:
+    """The hardware's launch costs the engine terms use (seconds): a piecewise-graph step's graph launch
+    per piece and eager attention launch per layer, and for an SD round's own ops an eager launch, a
+    host-device sync, a tiny kernel's device time and the gap between kernels in graph replay."""
+
+    layers: int
+    graph_launch_s: float
+    eager_launch_s: float
+    sync_s: float = 0.0
+    kernel_s: float = 0.0
+    graph_gap_s: float = 0.0
+
+
+def round_ops_s(
+    profile: ServingEngineProfile,
+    draft_len: int,
+    drafter_launch_mode: str,
+    costs: LaunchCosts,
+    device_s: float = 0.0,
+) -> float:
+    """Seconds an SD round of K = `draft_len` spends on its own ops (module docstring): `round_eager_ops`
+    eager ops and `round_syncs` syncs, and `draft_step_ops` per drafter step after the first in the
+    drafter's launch mode (`drafter_launch_mode`: eager, or inside its graph). `device_s`: the round's
+    device time, behind which the SD overlap may hide the host part."""
+    style = profile.drafter
+    step_ops = style.draft_step_ops * max(0, draft_len - 1)
+    eager_ops = style.round_eager_ops + (step_ops if drafter_launch_mode == "eager" else 0)
+    graph_ops = step_ops if drafter_launch_mode != "eager" else 0
+    host_s = eager_ops * costs.eager_launch_s + style.round_syncs * costs.sync_s
+    device_ops_s = (eager_ops + graph_ops) * costs.kernel_s + graph_ops * costs.graph_gap_s
+    if host_s <= device_ops_s:
+        return device_ops_s
+    return device_ops_s + exposed_host_s(profile, host_s - device_ops_s, device_s, speculative=True)
+
+
 def ngram_draft_s(profile: ServingEngineProfile, sequences: int) -> float:
     """Seconds of n-gram (prompt lookup) drafting on the host per round."""
     host = profile.effective_host
@@ -175,6 +245,7 @@ def ngram_draft_s(profile: ServingEngineProfile, sequences: int) -> float:
 
 
 __all__ = [
+    "LaunchCosts",
     "StepLaunch",
     "accept_sync_s",
     "captured_size",
@@ -183,12 +254,15 @@ __all__ = [
     "drafter_launch",
     "exposed_host_s",
     "first_draft_pass",
+    "host_prepared_passes",
     "host_time_s",
     "launch_for",
     "ngram_draft_s",
     "overlap_fraction",
     "padded_sequences",
     "piecewise_step_s",
+    "proposer_sequences",
+    "round_ops_s",
     "sd_bookkeeping_s",
     "verify_shape",
     "verify_tokens",
