@@ -41,6 +41,9 @@ FIRST_PASSES = ("one_token", "verified")
 DRAFTER_TPS = ("target", "one")
 PASS_PREPARATIONS = ("device", "host_unless_tp1")
 PROFILE_KINDS = ("ideal", "documented", "fitted")
+# An SD round's own op and sync counts (DrafterStyle): an engine's Python round issues tens to hundreds of
+# ops; 10,000 would be seconds of host time per round.
+MAX_ROUND_OPS = 10_000
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,16 @@ class DrafterStyle:
 
     `bonus_rows`: every drafter pass also re-runs, for each sequence whose previous round accepted all K
     drafts, the position before its bonus token (which the drafter never saw) as an extra row: B·(1 + p)
-    rows for a share p of such sequences (vLLM 0.6.3 `_expand_execute_model_request`)."""
+    rows for a share p of such sequences (vLLM 0.6.3 `_expand_execute_model_request`).
+
+    The SD round's own ops, counted from the engine's source (`engines.overheads.round_ops_s`):
+    `round_eager_ops` device ops the round launches eagerly outside every captured graph (draft KV-slot
+    assignment, tree building, the acceptance and KV-slot release after verification, the drafter graphs'
+    input copies, the draft-extend inputs); `round_syncs` host-device synchronisations inside the round
+    (`.item()`, `.tolist()`, boolean-mask indexing), each draining the device queue; `draft_step_ops` ops
+    per drafter step after the first that select and expand the candidates (scores × top-k, gather,
+    softmax, top-k), run in the drafter's launch mode (inside its graph when captured). 0: not counted
+    (the ideal engine, and engines whose round these files do not count)."""
 
     shape: Literal["chain", "tree"] = "chain"
     tree_draft_tokens: int = 0
@@ -200,6 +212,30 @@ class DrafterStyle:
     head_tp: Literal["target", "one"] = "target"
     pass_preparation: Literal["device", "host_unless_tp1"] = "device"
     bonus_rows: bool = False
+    round_eager_ops: int = 0
+    round_syncs: int = 0
+    draft_step_ops: int = 0
+
+
+@dataclass(frozen=True)
+class SamplerPasses:
+    """Bytes the engine's sampler and acceptance move over full-vocabulary tensors beyond what the step
+    plan prices (one fp32 read of the logits per row, `plan.head`), counted from the engine's source; each
+    a count of tensor passes × their element size, so 0 for an engine whose greedy path is an argmax.
+
+    - `bytes_per_logit`: per row and vocabulary entry of every step, the sampler's own passes;
+    - `sd_bytes_per_logit`: more per row and entry of every pass under SD (probabilities it keeps for the
+      acceptance);
+    - `draft_bytes_per_logit`: per sequence, draft position and entry of a round: the draft probabilities'
+      copies and the rejection sampler over them;
+    - `verify_bytes_per_logit`: per sequence, verified position and entry of a round: the target
+      probabilities' copies.
+    They run at the device's elementwise memory bandwidth (`breakdown` row `sampler`)."""
+
+    bytes_per_logit: float = 0.0
+    sd_bytes_per_logit: float = 0.0
+    draft_bytes_per_logit: float = 0.0
+    verify_bytes_per_logit: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -225,6 +261,7 @@ class ServingEngineProfile:
     provenance: EngineProvenance
     fitted: dict[str, float] = field(default_factory=dict)
     fit_quality: dict[str, dict[str, float]] = field(default_factory=dict)
+    sampler: SamplerPasses = SamplerPasses()
 
     @functools.cached_property
     def effective_host(self) -> HostCosts:
@@ -237,7 +274,7 @@ class ServingEngineProfile:
         host = self.effective_host
         no_host = all(getattr(host, n) == 0.0 for n in HOST_PARAMETERS if n not in SCALING_PARAMETERS)
         graphs_as_given = self.graphs.enabled and not self.graphs.sizes and not self.graphs.max_tokens
-        drafter_as_given = self.drafter == DrafterStyle()
+        drafter_as_given = self.drafter == DrafterStyle() and self.sampler == SamplerPasses()
         defaults_as_given = all(getattr(host, n) == getattr(HostCosts, n) for n in SCALING_PARAMETERS)
         return no_host and graphs_as_given and drafter_as_given and defaults_as_given
 
@@ -253,7 +290,17 @@ class ServingEngineProfile:
 
 # --- TOML ---------------------------------------------------------------------------------------------------
 
-_SECTIONS = ("name", "description", "host", "graphs", "drafter", "provenance", "fitted", "fit_quality")
+_SECTIONS = (
+    "name",
+    "description",
+    "host",
+    "graphs",
+    "drafter",
+    "sampler",
+    "provenance",
+    "fitted",
+    "fit_quality",
+)
 
 
 def profile_to_dict(p: ServingEngineProfile) -> dict[str, Any]:
@@ -264,6 +311,7 @@ def profile_to_dict(p: ServingEngineProfile) -> dict[str, Any]:
         "host": {k: float(v) for k, v in asdict(p.host).items()},
         "graphs": {**asdict(p.graphs), "sizes": list(p.graphs.sizes)},
         "drafter": asdict(p.drafter),
+        "sampler": {k: float(v) for k, v in asdict(p.sampler).items()},
         "provenance": {
             "kind": p.provenance.kind,
             "engine": p.provenance.engine,
@@ -311,6 +359,14 @@ def _read_graphs(source: str, data: Any) -> CudaGraphs:
     )
 
 
+def _round_count(t: ProfileTable, key: str) -> int:
+    """One of an SD round's op or sync counts: a whole number in [0, MAX_ROUND_OPS]."""
+    value = t.integer(key, 0)
+    if value > MAX_ROUND_OPS:
+        raise t.error(key, f"is {value!r}, out of range", f"give a whole number <= {MAX_ROUND_OPS}")
+    return value
+
+
 def _read_drafter(source: str, data: Any) -> DrafterStyle:
     t = ProfileTable(source, "drafter", data, tuple(f.name for f in fields(DrafterStyle)))
     style = DrafterStyle(
@@ -325,6 +381,9 @@ def _read_drafter(source: str, data: Any) -> DrafterStyle:
         head_tp=t.choice("head_tp", DRAFTER_TPS, "target"),
         pass_preparation=t.choice("pass_preparation", PASS_PREPARATIONS, "device"),
         bonus_rows=t.flag("bonus_rows", False),
+        round_eager_ops=_round_count(t, "round_eager_ops"),
+        round_syncs=_round_count(t, "round_syncs"),
+        draft_step_ops=_round_count(t, "draft_step_ops"),
     )
     if style.shape == "tree" and style.tree_draft_tokens < 2:
         raise t.error(
@@ -335,11 +394,30 @@ def _read_drafter(source: str, data: Any) -> DrafterStyle:
     return style
 
 
+def _read_sampler(source: str, data: Any) -> SamplerPasses:
+    t = ProfileTable(source, "sampler", data, tuple(f.name for f in fields(SamplerPasses)))
+    return SamplerPasses(
+        **{
+            f.name: t.number(f.name, 0.0, minimum=0.0, strict=False, maximum=1e4)
+            for f in fields(SamplerPasses)
+        }
+    )
+
+
+def _engine_name(t: ProfileTable) -> str:
+    engine = t.string("engine", "")
+    if not engine.strip():
+        raise t.error(
+            "engine", "is missing or empty", "name the serving engine: vllm, sglang, trtllm or none"
+        )
+    return engine
+
+
 def _read_provenance(source: str, data: Any) -> EngineProvenance:
     t = ProfileTable(source, "provenance", data, tuple(f.name for f in fields(EngineProvenance)))
     return EngineProvenance(
         kind=t.choice("kind", PROFILE_KINDS, "documented"),
-        engine=t.string("engine", "", nonempty=True),
+        engine=_engine_name(t),
         sources=t.strings("sources"),
         software=t.versions("software"),
         assumptions=t.strings("assumptions"),
@@ -362,6 +440,7 @@ def profile_from_dict(d: Any, source: str) -> ServingEngineProfile:
         host=host,
         graphs=_read_graphs(source, d.get("graphs", {})),
         drafter=_read_drafter(source, d.get("drafter", {})),
+        sampler=_read_sampler(source, d.get("sampler", {})),
         provenance=_read_provenance(source, d["provenance"]),
         fitted=fitted,
         fit_quality=read_fit_quality(source, d.get("fit_quality", {})),

@@ -27,7 +27,8 @@ run on, because verification needs the drafts and the next draft needs the verif
   target's own layout (expert-parallel, with its all-to-alls); a dense one (an EAGLE head, a dense draft
   model) tensor-parallel over an attention group, each data-parallel group drafting its own sequences. Its
   passes are the slowest rank's, collectives included. (The memory check counts the drafter whole on every
-  rank, which is conservative.)
+  rank, which is conservative.) A serving engine may instead run it unsplit on one of the target's GPUs
+  (`[drafter] draft_tp` / `head_tp = "one"`: vLLM 0.6.3 runs EAGLE so; `drafter_tp` says which).
 - `draft_on="separate"`: the drafter runs unsplit on one more GPU, for all B sequences. Per SD step two
   messages cross the link between it and the target (scale-up when the extra GPU is in the target's node,
   else scale-out): the target's hidden states of the K+1 verified positions (EAGLE / MTP drafters condition
