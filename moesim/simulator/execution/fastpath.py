@@ -26,6 +26,7 @@ from moesim.simulator.execution.cache import CacheState, repeat_traffic, write_t
 from moesim.simulator.execution.cost import CostParams, kernel_times_s
 from moesim.simulator.execution.launch import LaunchParams
 from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.hardware.sections import ATTENTION_KERNEL_KINDS
 from moesim.simulator.plan.kernels import CATEGORIES, Kernel
 from moesim.simulator.plan.step import LAYER_PREFIX, StepPlan
 
@@ -43,6 +44,7 @@ class KernelArrays:
     flops: np.ndarray
     m_tokens: np.ndarray
     experts: np.ndarray  # distinct experts of a grouped expert GEMM, 0 for other kernels
+    attention_units: dict[str, np.ndarray]  # kind -> work units of attention kernels of that kind, else 0
     dtype_index: np.ndarray  # index into `dtypes`
     dtypes: list[str]
     category: np.ndarray
@@ -60,7 +62,8 @@ class KernelArrays:
         return int(self.flops.size)
 
 
-_K_COLUMNS = 7  # flops, m_tokens, category, stream, join, dtype index, experts
+# flops, m_tokens, category, stream, join, dtype index, experts, then attention units per kind
+_K_COLUMNS = 7 + len(ATTENTION_KERNEL_KINDS)
 _A_COLUMNS = 7  # kernel, tensor id, size, reads, working set, is write, per-layer tensor
 
 
@@ -80,6 +83,10 @@ def _template_arrays(
                 float(kernel.join),
                 dtype,
                 kernel.experts,
+                *(
+                    kernel.attention_units if kernel.attention_kind == k else 0.0
+                    for k in ATTENTION_KERNEL_KINDS
+                ),
             ]
         )
         for read in kernel.reads:
@@ -138,6 +145,7 @@ def plan_arrays(plan: StepPlan) -> KernelArrays:
         flops=k[:, 0],
         m_tokens=k[:, 1],
         experts=k[:, 6],
+        attention_units={kind: k[:, 7 + i] for i, kind in enumerate(ATTENTION_KERNEL_KINDS)},
         dtype_index=k[:, 5].astype(np.int64),
         dtypes=list(dtypes),
         category=k[:, 2].astype(np.int64),
@@ -338,7 +346,9 @@ def _cost_group(members: Sequence[KernelArrays], params: CostParams) -> KernelCo
     flops = np.array([member.flops for member in members])
     m_tokens = np.array([member.m_tokens for member in members])
     grouped = _stacked([params.grouped_terms(m.experts, m.dtypes, m.dtype_index) for m in members])
-    total, compute, memory = kernel_times_s(flops, m_tokens, peaks, hbm, cache, params, grouped)
+    attention = [params.attention_extra_s(m.attention_units) for m in members]
+    attention_s = None if attention[0] is None else np.array(attention)
+    total, compute, memory = kernel_times_s(flops, m_tokens, peaks, hbm, cache, params, grouped, attention_s)
     return KernelCosts(total, compute, memory, cache, hbm)
 
 
