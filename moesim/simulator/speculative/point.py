@@ -366,6 +366,46 @@ def draft_cost_s(
     return drafts(profile.drafter, batch, draft_len, launch).total_s + draft_host_s, draft_host_s
 
 
+@dataclass(frozen=True)
+class EngineRound:
+    """An SD round under a serving engine without the decode step it is compared with (what a serving
+    run's verification step costs): the verification, the drafter's time and the acceptance sync."""
+
+    verify: EngineStep
+    draft_s: float
+    draft_host_s: float
+    draft_first_pass_s: float
+    accept_sync_s: float
+
+    @property
+    def round_s(self) -> float:
+        """Draft, verify, learn how many tokens were accepted (as `SpeculativePoint.round_s`)."""
+        return self.draft_s + self.verify.step_s + self.accept_sync_s
+
+
+def engine_round(
+    profile: ServingEngineProfile,
+    drafter: Drafter,
+    batch: int,
+    draft_len: int,
+    requested_launch: str,
+    steps: StepTimes,
+    drafts: DraftTimes,
+    piecewise: PiecewiseCosts,
+) -> EngineRound:
+    """The SD round of (batch, K) under `profile` from step and drafter times (module docstring)."""
+    rows, tokens_per_row = ov.verify_shape(profile.drafter, batch, draft_len)
+    verify = engine_step(profile, rows, tokens_per_row, requested_launch, steps, piecewise, batch)
+    draft_s, draft_host_s = draft_cost_s(profile, drafter, batch, draft_len, verify.launch, drafts)
+    first_pass_s = 0.0
+    if not drafter.drafts_on_host and profile.drafter.first_pass == "verified":
+        launch = ov.drafter_launch(profile.drafter, verify.launch)
+        first_pass_s = drafts(profile.drafter, batch, draft_len, launch).first_pass_s
+    return EngineRound(
+        verify, draft_s, draft_host_s, first_pass_s, ov.accept_sync_s(profile, verify.device_s)
+    )
+
+
 def engine_point(
     profile: ServingEngineProfile,
     drafter: Drafter,
@@ -379,21 +419,15 @@ def engine_point(
 ) -> SpeculativePoint:
     """The SD point of (batch, K) under `profile` from step and drafter times (module docstring)."""
     decode = engine_step(profile, batch, 1, requested_launch, steps, piecewise)
-    rows, tokens_per_row = ov.verify_shape(profile.drafter, batch, draft_len)
-    verify = engine_step(profile, rows, tokens_per_row, requested_launch, steps, piecewise, batch)
-    draft_s, draft_host_s = draft_cost_s(profile, drafter, batch, draft_len, verify.launch, drafts)
-    first_pass_s = 0.0
-    if not drafter.drafts_on_host and profile.drafter.first_pass == "verified":
-        launch = ov.drafter_launch(profile.drafter, verify.launch)
-        first_pass_s = drafts(profile.drafter, batch, draft_len, launch).first_pass_s
+    sd = engine_round(profile, drafter, batch, draft_len, requested_launch, steps, drafts, piecewise)
     return SpeculativePoint(
         draft_len=draft_len,
         decode=decode,
-        verify=verify,
-        draft_s=draft_s,
-        draft_host_s=draft_host_s,
-        draft_first_pass_s=first_pass_s,
-        accept_sync_s=ov.accept_sync_s(profile, verify.device_s),
+        verify=sd.verify,
+        draft_s=sd.draft_s,
+        draft_host_s=sd.draft_host_s,
+        draft_first_pass_s=sd.draft_first_pass_s,
+        accept_sync_s=sd.accept_sync_s,
         tokens_per_step=tokens_per_step,
     )
 
