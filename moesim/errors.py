@@ -21,3 +21,8 @@ class MoesimError(Exception):
     def __reduce__(self) -> tuple[type[MoesimError], tuple[str, str, str]]:
         """Pickled with its three parts, so an error raised in a worker process reaches the CLI whole."""
         return (type(self), (self.field, self.problem, self.fix))
+
+
+class DoesNotFit(MoesimError):
+    """The model of a scenario does not fit the memory of the layout asked for (or of any layout searched).
+    A sweep skips such a point and lists it; every other `MoesimError` is the input's and stops the run."""

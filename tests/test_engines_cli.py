@@ -136,7 +136,7 @@ def test_simulate_and_sweep_take_a_serving_engine_and_report_it() -> None:
     assert code == 0, err
     assert json.loads(out)["assumptions"]["serving_engine"] == "sglang"
     code, _, err = invoke("sweep", *args, "--batch", "1", "--draft-len", "2", "--serving-engine", "nope")
-    assert code == 2 and "unknown serving engine" in err
+    assert code == 2 and "unknown serving-engine profile 'nope'" in err
 
 
 def test_python_and_cli_give_the_same_number_under_a_serving_engine() -> None:

@@ -194,13 +194,14 @@ def _expect(d: dict, field: str, words: str = "") -> MoesimError:
         profile_from_dict(d, "h200.toml")
     assert str(info.value).startswith(f"h200.toml: {field}"), str(info.value)
     assert words in str(info.value)
+    assert info.value.fix, "every profile error says how to fix it"
     return info.value
 
 
 def test_negative_bandwidth_names_file_and_field():
     d = _h200_dict()
     d["empirical"]["cache_bandwidth_gbps"] = -1.0
-    err = _expect(d, "empirical.cache_bandwidth_gbps", "must be > 0")
+    err = _expect(d, "empirical.cache_bandwidth_gbps", "give a number > 0")
     assert err.field == "h200.toml: empirical.cache_bandwidth_gbps"
 
 
@@ -232,19 +233,19 @@ def test_missing_field(section, key):
 @pytest.mark.parametrize(
     ("path", "value", "words"),
     [
-        (("datasheet", "memory_bandwidth_gbps"), "fast", "must be a number"),
-        (("datasheet", "memory_bandwidth_gbps"), True, "must be a number"),
-        (("datasheet", "memory_bandwidth_gbps"), 0, "must be > 0"),
+        (("datasheet", "memory_bandwidth_gbps"), "fast", "not a number"),
+        (("datasheet", "memory_bandwidth_gbps"), True, "not a number"),
+        (("datasheet", "memory_bandwidth_gbps"), 0, "give a number > 0"),
         (("datasheet", "memory_capacity_bytes"), float("nan"), "finite"),
         (("datasheet", "compute_units"), 13.5, "whole number"),
-        (("datasheet", "device_kind"), "tpu", "must be one of"),
-        (("datasheet", "peak_dense_tflops"), {}, "non-empty"),
-        (("empirical", "memory_bandwidth_fraction"), 1.5, "must be <= 1"),
-        (("empirical", "sync_us"), -0.1, "must be >= 0"),
-        (("empirical", "kernel_fixed_latency_us"), "3us", "must be a number"),
-        (("node", "gpus_per_node"), 0, "must be >= 1"),
-        (("node", "scale_up_bandwidth_gbps"), -5, "must be >= 0"),
-        (("provenance", "kind"), "guessed", "must be one of"),
+        (("datasheet", "device_kind"), "tpu", "use one of gpu, cpu"),
+        (("datasheet", "peak_dense_tflops"), {}, "empty table"),
+        (("empirical", "memory_bandwidth_fraction"), 1.5, "give a number in (0, 1]"),
+        (("empirical", "sync_us"), -0.1, "give a number >= 0"),
+        (("empirical", "kernel_fixed_latency_us"), "3us", "not a number"),
+        (("node", "gpus_per_node"), 0, "give a whole number >= 1"),
+        (("node", "scale_up_bandwidth_gbps"), -5, "give a number >= 0"),
+        (("provenance", "kind"), "guessed", "use one of datasheet"),
         (("provenance", "assumptions"), "one", "array of strings"),
         (("provenance", "software"), {"torch": 2.5}, "strings"),
     ],
@@ -258,7 +259,7 @@ def test_bad_values(path, value, words):
 def test_bad_peak_names_the_dtype():
     d = _h200_dict()
     d["datasheet"]["peak_dense_tflops"]["fp8"] = -1
-    _expect(d, "datasheet.peak_dense_tflops.fp8", "must be > 0")
+    _expect(d, "datasheet.peak_dense_tflops.fp8", "give a number > 0")
 
 
 @pytest.mark.parametrize(
@@ -267,7 +268,7 @@ def test_bad_peak_names_the_dtype():
         ([1.0, 2.0], [0.1], "entries"),
         ([1.0, 1.0], [0.1, 0.2], "strictly increasing"),
         ([0.5, 2.0], [0.1, 0.2], ">= 1"),
-        ([1.0, 2.0], [0.1, 1.2], "must be <= 1"),
+        ([1.0, 2.0], [0.1, 1.2], "give a number in (0, 1]"),
         ([], [], "non-empty"),
     ],
 )
@@ -368,7 +369,7 @@ def test_expert_gemm_terms_round_trip_and_are_bounded() -> None:
         == load_profile("h200").empirical.expert_gemm
     )
     d["empirical"]["expert_gemm"]["bf16"]["pair_flops_fraction"] = 1.5
-    _expect(d, "empirical.expert_gemm.bf16.pair_flops_fraction", "<= 1")
+    _expect(d, "empirical.expert_gemm.bf16.pair_flops_fraction", "give a number in (0, 1]")
 
 
 def test_a_profile_without_expert_gemm_terms_gets_the_documented_defaults() -> None:

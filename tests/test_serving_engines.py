@@ -13,6 +13,8 @@ from moesim.errors import MoesimError
 from moesim.simulator.engines import overheads as ov
 from moesim.simulator.engines.profile import (
     HOST_PARAMETERS,
+    NGRAM_BASE_US,
+    NGRAM_PER_SEQUENCE_US,
     CudaGraphs,
     DrafterStyle,
     list_serving_engines,
@@ -21,7 +23,6 @@ from moesim.simulator.engines.profile import (
     profile_to_dict,
     save_profile,
 )
-from moesim.simulator.speculative.drafters import NGRAM_BASE_US, NGRAM_PER_SEQUENCE_US
 
 PRESETS = ("vllm", "sglang", "trtllm")
 
@@ -69,6 +70,27 @@ def test_bad_fields_name_the_file_and_field(section: str, key: str, value: objec
     with pytest.raises(MoesimError) as info:
         profile_from_dict(data, "mine.toml")
     assert info.value.field == f"mine.toml: {needle}"
+    assert info.value.fix, "every profile error says how to fix it"
+
+
+def test_both_profile_readers_word_an_error_alike() -> None:
+    """Hardware and serving-engine profiles are read by one reader: the same fault, the same message."""
+    from moesim.simulator.hardware.profile import load_profile
+    from moesim.simulator.hardware.profile import profile_from_dict as hardware_from_dict
+    from moesim.simulator.hardware.profile import profile_to_dict as hardware_to_dict
+
+    engine = profile_to_dict(load_serving_engine("vllm"))
+    engine["host"]["step_us"] = -1.0
+    hardware = hardware_to_dict(load_profile("h200"))
+    hardware["node"]["scale_up_latency_us"] = -1.0
+    errors = []
+    for read, data in ((profile_from_dict, engine), (hardware_from_dict, hardware)):
+        with pytest.raises(MoesimError) as info:
+            read(data, "mine.toml")
+        errors.append(info.value)
+    assert [e.field for e in errors] == ["mine.toml: host.step_us", "mine.toml: node.scale_up_latency_us"]
+    assert {e.problem for e in errors} == {"is -1.0, out of range"}
+    assert errors[0].fix == "give a number in [0, 100000]" and errors[1].fix == "give a number >= 0"
 
 
 def test_unknown_name_suggests_and_lists() -> None:

@@ -177,6 +177,13 @@ def _print_point(
                 f"{serving['name']} {name}: {step['rows']} rows run as {step['rows_run']} ({step['launch']} launch), "
                 f"host {step['host_s'] * 1e6:.1f} µs of which {step['engine_host_s'] * 1e6:.1f} µs not hidden"
             )
+    drafter = serving["drafter"]
+    if drafter["host_prepared_passes"] or (drafter["rows"] and drafter["rows"] != batch):
+        console.print(
+            f"{serving['name']} drafter: {data['draft_len']} passes of {drafter['rows']} rows "
+            f"({batch} sequences + {drafter['rows'] - batch} re-run before their bonus tokens) at TP {drafter['tp']}, "
+            f"{drafter['host_prepared_passes']} prepared on the host: host {serving['draft_host_s'] * 1e6:.1f} µs"
+        )
     if serving["overlap_fraction"] != serving["sd_overlap_fraction"] or serving["verify"]["sd_host_s"]:
         console.print(
             f"{serving['name']} scheduler under SD: hides {serving['sd_overlap_fraction']:.0%} of host work "

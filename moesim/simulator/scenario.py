@@ -21,7 +21,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from moesim.errors import MoesimError
+from moesim.errors import DoesNotFit, MoesimError
 from moesim.options import option
 from moesim.simulator.bounds import (
     DEFAULT_MAX_CONFIGS,
@@ -152,12 +152,20 @@ class Scenario:
             check_acceptance(acceptance)
         return self.replace(hardware=hardware, launch=launch, acceptance=acceptance)
 
-    def resolve(self, *, fit_draft_len: int | None = None, check_fit: bool = True) -> ResolvedScenario:
+    def resolve(
+        self, *, fit_draft_len: int | None = None, check_fit: bool = True, step_tokens: int | None = None
+    ) -> ResolvedScenario:
         """Names to objects, sizes validated, layout chosen. The memory check reserves the KV cache of
-        `fit_draft_len` (default `draft_len`) verified tokens; `check_fit=False` skips it."""
+        `fit_draft_len` (default `draft_len`) verified tokens; `check_fit=False` skips it.
+
+        `step_tokens` resolves the scenario for one plain forward step of that many tokens per sequence (1: a
+        decode step; K + 1: a verification pass timed alone) and no drafter: the draft length and acceptance
+        are not consulted, the memory check reserves `step_tokens` tokens per sequence and no drafter bytes.
+        A model that does not fit raises `DoesNotFit` (a sweep skips such a point); any other error is the
+        input's."""
         from moesim.simulator.engines.overheads import verify_tokens
         from moesim.simulator.engines.profile import load_serving_engine
-        from moesim.simulator.plan.layout import LayoutRequest
+        from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout
         from moesim.simulator.plan.memory import fit_layout
         from moesim.simulator.plan.step import check_step_inputs
         from moesim.simulator.plan.styles import kernel_style_builder
@@ -166,15 +174,46 @@ class Scenario:
         spec = resolve_model(self.model)
         hardware = resolve_hardware(self.hardware)
         scenario = self.for_device(hardware)
-        check_draft_len(self.draft_len)
         drafter = parse_drafter(self.drafter)
         kernel_style_builder(self.kernel_style)
         serving = load_serving_engine(self.serving_engine)
-        # tokens per sequence the largest verification reserves in the KV cache (a tree's draft tokens)
-        k = verify_tokens(serving.drafter, self.draft_len if fit_draft_len is None else fit_draft_len) - 1
-        check_step_inputs(spec, self.batch, k + 1, self.context_len)
+        if step_tokens is None:
+            check_draft_len(self.draft_len)
+            # tokens per sequence the largest verification reserves in the KV cache (a tree's draft tokens)
+            tokens = verify_tokens(
+                serving.drafter, self.draft_len if fit_draft_len is None else fit_draft_len
+            )
+            self._check_acceptance_length(verify_tokens(serving.drafter, self.draft_len))
+            drafter_bytes = drafter.memory_bytes(spec, self.batch, self.context_len)
+        else:
+            tokens, drafter_bytes = step_tokens, 0.0
+        check_step_inputs(spec, self.batch, tokens, self.context_len)
         check_max_memory_gb(self.max_memory_gb)
-        verified = verify_tokens(serving.drafter, self.draft_len)
+        routing = self.routing_for(spec, tokens)
+        request = LayoutRequest() if self.layout is None else self.layout
+        if hardware.is_cpu and isinstance(request, LayoutRequest) and request.fixed() is None:
+            # a CPU is one device: no multi-"GPU" search
+            request = ParallelLayout(
+                placement=request.placement, shared_experts=request.shared_experts, draft_on=request.draft_on
+            )
+        memory = None
+        context = max(1, self.context_len + tokens)
+        try:
+            if check_fit:
+                memory = fit_layout(
+                    spec, hardware, self.batch, context, layout=request, drafter_bytes=drafter_bytes
+                )
+                layout = memory.layout
+            else:
+                layout = chosen_layout(request, spec, hardware, self.batch, context)
+        except MoesimError as error:
+            raise DoesNotFit(error.field, error.problem, error.fix) from None
+        if hardware.is_cpu:
+            layout = dataclasses.replace(layout, device="CPU")
+        return ResolvedScenario(scenario, spec, hardware, routing, drafter, layout, memory, serving)
+
+    def _check_acceptance_length(self, verified: int) -> None:
+        """A round cannot yield more tokens than it verifies."""
         if self.acceptance_length is not None and self.acceptance_length > verified:
             raise MoesimError(
                 "acceptance_length",
@@ -182,37 +221,17 @@ class Scenario:
                 f"{self.draft_len} verifies (K + 1{' for a tree: its draft tokens + 1' if verified != self.draft_len + 1 else ''})",
                 "give --acceptance-length ≤ K + 1, or a longer --draft-len",
             )
-        what = f"{spec.name} with draft length {k}"
+
+    def routing_for(self, spec: ModelSpec, tokens_per_seq: int) -> RoutingModel:
+        """The scenario's routing model for `spec` (module docstring), its sampling memory checked against
+        `max_memory_gb` for steps of `tokens_per_seq` tokens per sequence, before and after it is built."""
+        what = f"{spec.name} with draft length {tokens_per_seq - 1}"
         check_routing_size(
-            spec, self.routing, self.overlap, self.baseline_overlap, k + 1, self.max_memory_gb, what
+            spec, self.routing, self.overlap, self.baseline_overlap, tokens_per_seq, self.max_memory_gb, what
         )
         routing = resolve_routing(spec, self.routing, self.overlap, self.baseline_overlap)
-        check_memory(routing, k + 1, self.max_memory_gb, what)
-        request = LayoutRequest() if self.layout is None else self.layout
-        if hardware.is_cpu and isinstance(request, LayoutRequest) and request.fixed() is None:
-            from moesim.simulator.plan.layout import (
-                ParallelLayout,
-            )  # a CPU is one device: no multi-"GPU" search
-
-            request = ParallelLayout(
-                placement=request.placement, shared_experts=request.shared_experts, draft_on=request.draft_on
-            )
-        memory = None
-        if check_fit:
-            memory = fit_layout(
-                spec,
-                hardware,
-                self.batch,
-                max(1, self.context_len + k + 1),
-                layout=request,
-                drafter_bytes=drafter.memory_bytes(spec, self.batch, self.context_len),
-            )
-            layout = memory.layout
-        else:
-            layout = chosen_layout(request, spec, hardware, self.batch, self.context_len + k + 1)
-        if hardware.is_cpu:
-            layout = dataclasses.replace(layout, device="CPU")
-        return ResolvedScenario(scenario, spec, hardware, routing, drafter, layout, memory, serving)
+        check_memory(routing, tokens_per_seq, self.max_memory_gb, what)
+        return routing
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ import numpy as np
 
 from moesim.errors import MoesimError
 from moesim.simulator.engines.overheads import overlap_fraction
-from moesim.simulator.engines.profile import load_serving_engine
 from moesim.simulator.execution.collectives import parallel_step_summary
 from moesim.simulator.execution.events import StepResult, run_events
 from moesim.simulator.execution.launch import check_launch
@@ -30,23 +29,19 @@ from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.models.summary import model_summary
 from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout
-from moesim.simulator.plan.memory import fit_layout
-from moesim.simulator.plan.step import check_step_inputs
-from moesim.simulator.plan.styles import build_plan, kernel_style_builder
+from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.routing.base import DistinctExperts, RoutingModel
 from moesim.simulator.routing.independent import IndependentRouting
 from moesim.simulator.scenario import (
     DEFAULT_CONTEXT_LEN,
+    DEFAULT_KERNEL_STYLE,
     DEFAULT_SWEEP_BATCHES,
     DEFAULT_SWEEP_DRAFT_LENS,
     ResolvedScenario,
     Scenario,
-    chosen_layout,
     resolve_hardware,
     resolve_model,
-    resolve_routing,
 )
-from moesim.simulator.speculative.drafters import parse_drafter
 from moesim.simulator.speculative.point import EngineStep, SpeculativePoint, speculative_point, time_step
 from moesim.simulator.speculative.sweep import SweepResult, run_sweep
 
@@ -206,6 +201,11 @@ def _result(resolved: ResolvedScenario, point: SpeculativePoint) -> SpeculativeR
             "decode": point.decode.engine_json(),
             "verify": point.verify.engine_json(),
             "draft_host_s": point.draft_host_s,
+            "drafter": {
+                "rows": point.draft_rows,
+                "tp": point.draft_tp,
+                "host_prepared_passes": point.host_prepared_passes,
+            },
             "accept_sync_s": point.accept_sync_s,
             "overlap_fraction": overlap_fraction(resolved.serving_engine),
             "sd_overlap_fraction": overlap_fraction(resolved.serving_engine, speculative=True),
@@ -252,8 +252,8 @@ def simulate_step(
     batch: int,
     tokens_per_seq: int,
     context_len: int = DEFAULT_CONTEXT_LEN,
-    kernel_style: str = "fused",
-    launch: str = "graph",
+    kernel_style: str = DEFAULT_KERNEL_STYLE,
+    launch: str | None = None,
     routing: RoutingModel | str | None = None,
     *,
     check_fit: bool = True,
@@ -262,36 +262,25 @@ def simulate_step(
 ) -> StepResult:
     """One forward step of `batch` sequences × `tokens_per_seq` tokens (1: decode; K+1: verification).
 
-    Routing as in a `Scenario`. `parallel`: None runs on one GPU; a `ParallelLayout` (or a `LayoutRequest`,
-    whose open form picks the smallest layout that fits) spreads the model over a node, and the step time
-    is the slowest rank's.
+    Resolved as a `Scenario` with no drafter (`Scenario.resolve(step_tokens=...)`): routing, launch (None:
+    graph on a GPU, eager on a CPU) and the memory check as there. `parallel`: None runs on one device; a
+    `ParallelLayout` (or a `LayoutRequest`, whose open form picks the smallest layout that fits) spreads the
+    model over a node, and the step time is the slowest rank's.
     """
-    spec, hw = resolve_model(model), resolve_hardware(hardware)
-    check_launch(launch)
-    kernel_style_builder(kernel_style)
-    check_step_inputs(spec, batch, tokens_per_seq, context_len)
-    request = parallel if parallel is not None else ParallelLayout()
-    context = context_len + tokens_per_seq
-    if check_fit:
-        layout = fit_layout(spec, hw, batch, max(1, context), layout=request).layout
-    else:
-        layout = chosen_layout(request, spec, hw, batch, context)
-    routing_model = resolve_routing(spec, routing)
     scenario = Scenario(
-        spec, hw, batch, context_len=context_len, kernel_style=kernel_style, launch=launch, layout=layout,
-        routing=routing_model,
+        model, hardware, batch, context_len=context_len, kernel_style=kernel_style, launch=launch,
+        routing=routing, layout=ParallelLayout() if parallel is None else parallel,
     )  # fmt: skip
-    resolved = ResolvedScenario(
-        scenario, spec, hw, routing_model, parse_drafter(scenario.drafter), layout, None,
-        load_serving_engine(scenario.serving_engine),
-    )  # fmt: skip
-    timed = time_step(resolved, EventTimer(hw), tokens_per_seq)
+    resolved = scenario.resolve(check_fit=check_fit, step_tokens=tokens_per_seq)
+    timed = time_step(resolved, EventTimer(resolved.hardware), tokens_per_seq)
     result = timed.timing
     assert isinstance(result, StepResult)
     if timed.parallel is not None:
-        result.notes.append(f"layout: {layout.describe()} (times are the slowest rank's)")
+        result.notes.append(f"layout: {resolved.layout.describe()} (times are the slowest rank's)")
     if distribution:
-        result.distinct_experts = distinct_distribution(spec, batch, tokens_per_seq, routing_model)
+        result.distinct_experts = distinct_distribution(
+            resolved.model, batch, tokens_per_seq, resolved.routing
+        )
     return result
 
 

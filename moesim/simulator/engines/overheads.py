@@ -13,9 +13,11 @@
   an SD round adds host bookkeeping per sequence (`sd_bookkeeping_s`), hidden by the same share.
 - Speculative rounds: a chain verifies K + 1 tokens per sequence, a tree its draft-token count
   (`verify_tokens`), in one pass or as one-token rows by batch expansion (`verify_shape`); a tree's drafter passes extend `tree_topk` candidates per sequence
-  (`draft_sequences`); the first pass may run over the positions just verified (`first_draft_pass`); each
-  drafter pass costs the host `draft_step_us`; the round ends with the
-  acceptance sync (`accept_sync_s`); n-gram drafting is host time (`ngram_draft_s`).
+  (`draft_sequences`); the first pass may run over the positions just verified (`first_draft_pass`); the
+  proposer may re-run the position before each bonus token (`proposer_sequences`); each drafter pass costs
+  the host `draft_step_us`, or, when the host prepares it (`host_prepared_passes`), `runner_pass_us` plus
+  `runner_per_row_us` per row (`draft_host_s`); the round ends with the acceptance sync (`accept_sync_s`);
+  n-gram drafting is host time (`ngram_draft_s`).
 """
 
 from __future__ import annotations
@@ -140,6 +142,24 @@ def draft_sequences(style: DrafterStyle, sequences: int) -> int:
     return sequences * (style.tree_topk if style.shape == "tree" else 1)
 
 
+def proposer_sequences(style: DrafterStyle, sequences: int, all_accepted_share: float = 0.0) -> int:
+    """Sequences every drafter pass of a round runs for: `sequences`, plus, when the engine re-runs the
+    position before a bonus token (`bonus_rows`), one more row for each sequence whose previous round
+    accepted all K drafts (`all_accepted_share` of them, to the nearest whole row)."""
+    if not 0.0 <= all_accepted_share <= 1.0:
+        raise MoesimError("all_accepted_share", f"must be a share in [0, 1], got {all_accepted_share}")
+    return sequences + (round(sequences * all_accepted_share) if style.bonus_rows else 0)
+
+
+def host_prepared_passes(style: DrafterStyle, draft_len: int, drafter_tp: int) -> int:
+    """How many of a round's K drafter passes the host prepares and reads back (`pass_preparation`): none
+    when the device prepares them; with `host_unless_tp1`, every pass of a drafter split over TP > 1
+    GPUs, only the first of an unsplit one (the K − 1 others advance on the GPU)."""
+    if style.pass_preparation == "device":
+        return 0
+    return 1 if drafter_tp == 1 else draft_len
+
+
 def first_draft_pass(style: DrafterStyle, sequences: int, draft_len: int) -> tuple[int, int]:
     """(rows, tokens per row) of a round's first drafter pass: the K + 1 (chain) or tree positions just
     verified per sequence when the engine's proposer runs over them (`first_pass = "verified"`), else one
@@ -156,9 +176,14 @@ def drafter_launch(style: DrafterStyle, target_launch: str) -> str:
     return "eager" if target_launch == "eager" else "graph"
 
 
-def draft_host_s(profile: ServingEngineProfile, draft_len: int) -> float:
-    """Host seconds the proposer spends over the K drafter passes of one round."""
-    return draft_len * profile.effective_host.draft_step_us * US
+def draft_host_s(profile: ServingEngineProfile, draft_len: int, rows: int = 0, drafter_tp: int = 1) -> float:
+    """Host seconds the proposer spends over the K drafter passes of one round of `rows` rows each on a
+    drafter at `drafter_tp`: `runner_pass_us + runner_per_row_us × rows` per host-prepared pass
+    (`host_prepared_passes`), `draft_step_us` per other pass."""
+    host = profile.effective_host
+    prepared = host_prepared_passes(profile.drafter, draft_len, drafter_tp)
+    per_prepared_us = host.runner_pass_us + host.runner_per_row_us * rows
+    return ((draft_len - prepared) * host.draft_step_us + prepared * per_prepared_us) * US
 
 
 def accept_sync_s(profile: ServingEngineProfile, device_s: float = 0.0) -> float:
@@ -183,12 +208,14 @@ __all__ = [
     "drafter_launch",
     "exposed_host_s",
     "first_draft_pass",
+    "host_prepared_passes",
     "host_time_s",
     "launch_for",
     "ngram_draft_s",
     "overlap_fraction",
     "padded_sequences",
     "piecewise_step_s",
+    "proposer_sequences",
     "sd_bookkeeping_s",
     "verify_shape",
     "verify_tokens",

@@ -12,19 +12,21 @@ simulator's kernel stream as it is).
 
 from __future__ import annotations
 
-import difflib
 import functools
 import itertools
-import math
 import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
-from pathlib import Path
 from typing import Any, Literal
 
 from moesim.atomic import atomic_write_text
-from moesim.errors import MoesimError
-from moesim.reading import parse_toml, read_text
+from moesim.profile_files import (
+    ProfileTable,
+    field_error,
+    profile_sections,
+    read_fit_quality,
+    read_profile_file,
+)
 from moesim.toml_files import dump_toml
 
 SUFFIX = ".toml"
@@ -36,6 +38,8 @@ DRAFT_SHAPES = ("chain", "tree")
 DRAFTER_LAUNCHES = ("target", "graph", "eager", "piecewise")
 VERIFY_MODES = ("multi_token", "batch_expansion")
 FIRST_PASSES = ("one_token", "verified")
+DRAFTER_TPS = ("target", "one")
+PASS_PREPARATIONS = ("device", "host_unless_tp1")
 PROFILE_KINDS = ("ideal", "documented", "fitted")
 
 
@@ -89,9 +93,29 @@ HOST_PARAMETERS: dict[str, HostParameter] = {
         0.0,
         1e3,
     ),
+    "runner_pass_us": HostParameter(
+        "µs",
+        "host work of one drafter pass the host prepares and reads back (`[drafter] pass_preparation`): "
+        "building the pass's inputs, broadcasting them to the other tensor-parallel workers, returning "
+        "the sampled tokens to the host",
+        0.0,
+        1e4,
+    ),
+    "runner_per_row_us": HostParameter(
+        "µs",
+        "host work per row of such a host-prepared drafter pass (its inputs, its sampled token)",
+        0.0,
+        1e3,
+    ),
     "ngram_base_us": HostParameter("µs", "n-gram (prompt lookup) drafting on the host per round", 0.0, 1e4),
     "ngram_per_sequence_us": HostParameter("µs", "n-gram drafting per sequence per round", 0.0, 1e3),
 }
+
+# moesim's n-gram (prompt lookup) drafter, the same under every engine unless a profile says otherwise: a
+# host-side suffix match over the sequence's tokens, a few microseconds per sequence (vLLM 0.33.0
+# `v1/spec_decode/ngram_proposer.py` runs it on the CPU with numba). `engines.overheads.ngram_draft_s`.
+NGRAM_BASE_US = 10.0
+NGRAM_PER_SEQUENCE_US = 1.0
 
 # Parameters the ideal profile keeps at their defaults rather than 0: the n-gram drafter's own host costs
 # (moesim's, not an engine's) and the SD share of an overlap that is 0 anyway.
@@ -110,9 +134,10 @@ class HostCosts:
     accept_sync_us: float = 0.0
     sd_overlap_kept: float = 1.0  # 1: SD rounds overlap as decode steps do (the ideal and older files)
     sd_per_sequence_us: float = 0.0
-    # moesim's n-gram defaults (speculative/drafters.py: a host-side suffix match, a few µs per sequence)
-    ngram_base_us: float = 10.0
-    ngram_per_sequence_us: float = 1.0
+    runner_pass_us: float = 0.0
+    runner_per_row_us: float = 0.0
+    ngram_base_us: float = NGRAM_BASE_US
+    ngram_per_sequence_us: float = NGRAM_PER_SEQUENCE_US
 
 
 @dataclass(frozen=True)
@@ -148,7 +173,21 @@ class DrafterStyle:
     the ideal engine), or over the positions the round just verified (`verified`: K + 1 per sequence for a
     chain, the tree's draft tokens), which puts the accepted tokens into the drafter's KV cache before it
     proposes — vLLM 0.33.0 `v1/spec_decode/llm_base_proposer.py` `propose` and SGLang 0.5.23
-    `speculative/eagle_worker_v2.py` `_draft_extend_for_decode` both do so (`speculative.drafters`)."""
+    `speculative/eagle_worker_v2.py` `_draft_extend_for_decode` both do so (`speculative.drafters`).
+
+    `draft_tp` / `head_tp`: the tensor parallelism a separate draft model / a hidden-state head (EAGLE,
+    MTP) runs at on a multi-GPU layout: the target's (`target`, split like the target's attention), or
+    unsplit on one of the target's GPUs while the others wait (`one`: vLLM 0.6.3 runs EAGLE only so).
+
+    `pass_preparation`: how the proposer's K passes get their inputs. `device`: prepared on the device
+    (each pass costs the host `draft_step_us`); `host_unless_tp1`: each pass's inputs are built on the
+    host and its sampled tokens read back before the next (`runner_pass_us + runner_per_row_us × rows`,
+    not hidden), unless the drafter runs at TP 1, when only the first pass is and the K − 1 others advance
+    on the GPU (vLLM 0.6.3 `spec_decode/multi_step_worker.py` `sampler_output`).
+
+    `bonus_rows`: every drafter pass also re-runs, for each sequence whose previous round accepted all K
+    drafts, the position before its bonus token (which the drafter never saw) as an extra row: B·(1 + p)
+    rows for a share p of such sequences (vLLM 0.6.3 `_expand_execute_model_request`)."""
 
     shape: Literal["chain", "tree"] = "chain"
     tree_draft_tokens: int = 0
@@ -157,6 +196,10 @@ class DrafterStyle:
     draft_vocab_size: int = 0
     verify_mode: Literal["multi_token", "batch_expansion"] = "multi_token"
     first_pass: Literal["one_token", "verified"] = "one_token"
+    draft_tp: Literal["target", "one"] = "target"
+    head_tp: Literal["target", "one"] = "target"
+    pass_preparation: Literal["device", "host_unless_tp1"] = "device"
+    bonus_rows: bool = False
 
 
 @dataclass(frozen=True)
@@ -236,150 +279,81 @@ def profile_to_dict(p: ServingEngineProfile) -> dict[str, Any]:
     return out
 
 
-class _Table:
-    """One table of a profile file; every error names the file and the dotted field."""
-
-    def __init__(self, source: str, section: str, data: Any, known: tuple[str, ...]) -> None:
-        self.source, self.section = source, section
-        if not isinstance(data, dict):
-            raise self.error("", f"must be a table ([{section}])")
-        unknown = sorted(set(data) - set(known))
-        if unknown:
-            raise self.error(unknown[0], "is not a known field", f"known fields: {', '.join(known)}")
-        self.data = data
-
-    def error(self, key: str, problem: str, fix: str = "") -> MoesimError:
-        dotted = f"{self.section}.{key}" if key else self.section
-        return MoesimError(f"{self.source}: {dotted}", problem, fix)
-
-    def get(self, key: str, default: Any) -> Any:
-        return self.data.get(key, default)
-
-    def number(self, key: str, default: float, lower: float, upper: float) -> float:
-        value = self.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise self.error(key, f"must be a finite number, got {value!r}")
-        if not lower <= value <= upper:
-            raise self.error(key, f"must be in [{lower:g}, {upper:g}], got {value!r}")
-        return float(value)
-
-    def whole(self, key: str, default: int, lower: int = 0) -> int:
-        value = self.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < lower:
-            raise self.error(key, f"must be a whole number >= {lower}, got {value!r}")
-        return int(value)
-
-    def choice(self, key: str, default: str, choices: tuple[str, ...]) -> Any:
-        value = self.get(key, default)
-        if value not in choices:
-            raise self.error(key, f"must be one of {', '.join(choices)}, got {value!r}")
-        return value
-
-    def flag(self, key: str, default: bool) -> bool:
-        value = self.get(key, default)
-        if not isinstance(value, bool):
-            raise self.error(key, f"must be true or false, got {value!r}")
-        return value
-
-    def strings(self, key: str) -> tuple[str, ...]:
-        value = self.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self.error(key, "must be an array of strings")
-        return tuple(value)
-
-
 def _read_host(source: str, section: str, data: Any, defaults: dict[str, float]) -> dict[str, float]:
-    table = _Table(source, section, data, tuple(HOST_PARAMETERS))
+    table = ProfileTable(source, section, data, tuple(HOST_PARAMETERS))
     return {
-        name: table.number(name, defaults.get(name, 0.0), spec.lower, spec.upper)
+        name: table.number(
+            name, defaults.get(name, 0.0), minimum=spec.lower, strict=False, maximum=spec.upper
+        )
         for name, spec in HOST_PARAMETERS.items()
-        if name in table.data or name in defaults
+        if table.has(name) or name in defaults
     }
 
 
 def _read_graphs(source: str, data: Any) -> CudaGraphs:
-    t = _Table(source, "graphs", data, tuple(f.name for f in fields(CudaGraphs)))
-    sizes = t.get("sizes", [])
+    t = ProfileTable(source, "graphs", data, tuple(f.name for f in fields(CudaGraphs)))
+    sizes = t.value("sizes", [])
     if not isinstance(sizes, list) or not all(
         isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes
     ):
-        raise t.error("sizes", "must be an array of positive whole numbers", "e.g. sizes = [1, 2, 4, 8]")
+        raise t.error(
+            "sizes", f"is {sizes!r}, not an array of positive whole numbers", "e.g. sizes = [1, 2, 4, 8]"
+        )
     if any(b <= a for a, b in itertools.pairwise(sizes)):
-        raise t.error("sizes", "must be strictly increasing")
+        raise t.error("sizes", f"is {sizes!r}, not strictly increasing", "list the sizes in increasing order")
     return CudaGraphs(
         enabled=t.flag("enabled", True),
-        capture_unit=t.choice("capture_unit", "sequences", CAPTURE_UNITS),
+        capture_unit=t.choice("capture_unit", CAPTURE_UNITS, "sequences"),
         sizes=tuple(sizes),
-        max_tokens=t.whole("max_tokens", 0),
-        padding=t.choice("padding", "next_captured", PADDING_RULES),
-        uncaptured=t.choice("uncaptured", "eager", UNCAPTURED_MODES),
+        max_tokens=t.integer("max_tokens", 0),
+        padding=t.choice("padding", PADDING_RULES, "next_captured"),
+        uncaptured=t.choice("uncaptured", UNCAPTURED_MODES, "eager"),
     )
 
 
 def _read_drafter(source: str, data: Any) -> DrafterStyle:
-    t = _Table(source, "drafter", data, tuple(f.name for f in fields(DrafterStyle)))
+    t = ProfileTable(source, "drafter", data, tuple(f.name for f in fields(DrafterStyle)))
     style = DrafterStyle(
-        shape=t.choice("shape", "chain", DRAFT_SHAPES),
-        tree_draft_tokens=t.whole("tree_draft_tokens", 0),
-        tree_topk=t.whole("tree_topk", 1, lower=1),
-        launch=t.choice("launch", "target", DRAFTER_LAUNCHES),
-        draft_vocab_size=t.whole("draft_vocab_size", 0),
-        verify_mode=t.choice("verify_mode", "multi_token", VERIFY_MODES),
-        first_pass=t.choice("first_pass", "one_token", FIRST_PASSES),
+        shape=t.choice("shape", DRAFT_SHAPES, "chain"),
+        tree_draft_tokens=t.integer("tree_draft_tokens", 0),
+        tree_topk=t.integer("tree_topk", 1, minimum=1),
+        launch=t.choice("launch", DRAFTER_LAUNCHES, "target"),
+        draft_vocab_size=t.integer("draft_vocab_size", 0),
+        verify_mode=t.choice("verify_mode", VERIFY_MODES, "multi_token"),
+        first_pass=t.choice("first_pass", FIRST_PASSES, "one_token"),
+        draft_tp=t.choice("draft_tp", DRAFTER_TPS, "target"),
+        head_tp=t.choice("head_tp", DRAFTER_TPS, "target"),
+        pass_preparation=t.choice("pass_preparation", PASS_PREPARATIONS, "device"),
+        bonus_rows=t.flag("bonus_rows", False),
     )
     if style.shape == "tree" and style.tree_draft_tokens < 2:
         raise t.error(
-            "tree_draft_tokens", "a tree verifies at least 2 tokens per sequence", "set it, e.g. 16"
+            "tree_draft_tokens",
+            f"is {style.tree_draft_tokens}, but a tree verifies at least 2 tokens per sequence",
+            "set it, e.g. 16",
         )
     return style
 
 
 def _read_provenance(source: str, data: Any) -> EngineProvenance:
-    t = _Table(source, "provenance", data, tuple(f.name for f in fields(EngineProvenance)))
-    software = t.get("software", {})
-    if not isinstance(software, dict) or not all(isinstance(v, str) for v in software.values()):
-        raise t.error("software", 'must be a table of name = "version" strings')
-    engine = t.get("engine", "")
-    if not isinstance(engine, str) or not engine:
-        raise t.error("engine", "must name the serving engine (vllm, sglang, trtllm, none)")
+    t = ProfileTable(source, "provenance", data, tuple(f.name for f in fields(EngineProvenance)))
     return EngineProvenance(
-        kind=t.choice("kind", "documented", PROFILE_KINDS),
-        engine=engine,
+        kind=t.choice("kind", PROFILE_KINDS, "documented"),
+        engine=t.string("engine", "", nonempty=True),
         sources=t.strings("sources"),
-        software=dict(software),
+        software=t.versions("software"),
         assumptions=t.strings("assumptions"),
     )
 
 
-def _read_fit_quality(source: str, data: Any) -> dict[str, dict[str, float]]:
-    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
-        raise MoesimError(f"{source}: fit_quality", "must be a table of [fit_quality.<name>] tables")
-    out: dict[str, dict[str, float]] = {}
-    for name, metrics in data.items():
-        t = _Table(source, f"fit_quality.{name}", metrics, tuple(metrics))
-        out[name] = {m: t.number(m, 0.0, -math.inf, math.inf) for m in metrics}
-    return out
-
-
 def profile_from_dict(d: Any, source: str) -> ServingEngineProfile:
     """Build and validate a profile from TOML data; `source` prefixes every error."""
-    if not isinstance(d, dict):
-        raise MoesimError(source, "is not a table of profile sections")
-    unknown = sorted(set(d) - set(_SECTIONS))
-    if unknown:
-        raise MoesimError(
-            f"{source}: {unknown[0]}", "is not a known section", f"known: {', '.join(_SECTIONS)}"
-        )
-    if "provenance" not in d:
-        raise MoesimError(
-            f"{source}: provenance", "section is missing", "add [provenance] with kind and engine"
-        )
-    name = d.get("name", Path(source).name.removesuffix(SUFFIX))
-    if not isinstance(name, str) or not name.strip():
-        raise MoesimError(f"{source}: name", f"must be a non-empty string, got {name!r}")
+    d, name = profile_sections(source, d, _SECTIONS, ("provenance",), SUFFIX)
     description = d.get("description", "")
     if not isinstance(description, str):
-        raise MoesimError(f"{source}: description", "must be a string")
+        raise field_error(
+            source, "description", f"is {description!r}, not a string", 'write description = "..."'
+        )
     host = HostCosts(**_read_host(source, "host", d.get("host", {}), asdict(HostCosts())))
     fitted = _read_host(source, "fitted", d.get("fitted", {}), {})
     return ServingEngineProfile(
@@ -390,7 +364,7 @@ def profile_from_dict(d: Any, source: str) -> ServingEngineProfile:
         drafter=_read_drafter(source, d.get("drafter", {})),
         provenance=_read_provenance(source, d["provenance"]),
         fitted=fitted,
-        fit_quality=_read_fit_quality(source, d.get("fit_quality", {})),
+        fit_quality=read_fit_quality(source, d.get("fit_quality", {})),
     )
 
 
@@ -406,10 +380,6 @@ def save_profile(profile: ServingEngineProfile, path: str | os.PathLike[str], he
     atomic_write_text(path, render_profile(profile, header))
 
 
-def _parse(text: str, source: str) -> ServingEngineProfile:
-    return profile_from_dict(parse_toml("--serving-engine", text, source, "serving-engine profile"), source)
-
-
 def _bundled_dir() -> Any:
     return resources.files("moesim").joinpath("hardware_profiles", "engines")
 
@@ -420,34 +390,27 @@ def list_serving_engines() -> list[str]:
     return sorted(names, key=lambda n: (n != IDEAL, n))
 
 
-@functools.cache
-def _bundled(name: str) -> ServingEngineProfile:
-    """A bundled profile, parsed once per process (profiles are frozen; every scenario resolves one)."""
-    entry = _bundled_dir().joinpath(name + SUFFIX)
-    return _parse(entry.read_text(encoding="utf-8"), f"engines/{name}{SUFFIX}")
+def _read(name_or_path: str) -> ServingEngineProfile:
+    known = list_serving_engines()
+    data, source = read_profile_file(
+        "serving_engine",
+        name_or_path,
+        "serving-engine profile",
+        known,
+        _bundled_dir(),
+        f"{', '.join(known)} (see `moesim engines`)",
+        bundled_dir="engines/",
+    )
+    return profile_from_dict(data, source)
+
+
+# A bundled profile is parsed once per process (profiles are frozen; every scenario resolves one).
+_bundled = functools.cache(_read)
 
 
 def load_serving_engine(name_or_path: str | ServingEngineProfile) -> ServingEngineProfile:
     """A bundled profile by name (`ideal`, `vllm`, `sglang`, `trtllm`) or any profile file by path."""
     if isinstance(name_or_path, ServingEngineProfile):
         return name_or_path
-    known = list_serving_engines()
     name = name_or_path.strip().lower()
-    if name in known:
-        return _bundled(name)
-    if name_or_path.endswith(SUFFIX) or os.sep in name_or_path or "/" in name_or_path:
-        path = Path(name_or_path).expanduser()
-        if not path.is_file():
-            raise MoesimError(
-                "serving_engine",
-                f"profile file {name_or_path} does not exist",
-                "give a .toml path or a bundled name",
-            )
-        return _parse(read_text("--serving-engine", path, "serving-engine profile"), name_or_path)
-    close = difflib.get_close_matches(name, known, n=2, cutoff=0.5)
-    hint = f"did you mean {', '.join(close)}? " if close else ""
-    raise MoesimError(
-        "serving_engine",
-        f"unknown serving engine {name_or_path!r}",
-        f"{hint}known: {', '.join(known)}; or a path to a .toml profile (see `moesim engines`)",
-    )
+    return _bundled(name) if name in list_serving_engines() else _read(name_or_path)

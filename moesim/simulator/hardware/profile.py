@@ -6,19 +6,23 @@ are fitted. Units are in the field names; `_gbps` means 1e9 bytes per second.
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from moesim.atomic import atomic_write_text
-from moesim.errors import MoesimError
-from moesim.reading import parse_toml, read_toml
+from moesim.profile_files import (
+    PROFILE_SUFFIX,
+    ProfileTable,
+    field_error,
+    profile_sections,
+    read_fit_quality,
+    read_profile_file,
+)
 from moesim.simulator.hardware.defaults import MLA_QUERY_TILE_ROWS, execution_facts
 from moesim.simulator.hardware.sections import (
     EXECUTION_FACTS,
@@ -125,7 +129,6 @@ class HardwareProfile:
 # ones in moesim/hardware_profiles/measured/ (addressed as "measured/<name>"), silicon ones (fitted to
 # aiconfigurator-core's tables) in moesim/hardware_profiles/silicon/ ("silicon/<system>-<framework>").
 
-PROFILE_SUFFIX = ".toml"
 MEASURED_PREFIX = "measured/"
 _PROFILE_KINDS = ("datasheet", "measured", "derived", "silicon")
 _DEVICE_KINDS = ("gpu", "cpu")
@@ -210,113 +213,22 @@ def profile_to_dict(p: HardwareProfile) -> dict[str, Any]:
     return out
 
 
-class _Reader:
-    """Validates one section of a profile dict, naming the file and the dotted field in every error."""
-
-    def __init__(self, source: str, section: str, data: Any, allowed: tuple[str, ...]) -> None:
-        self.source = source
-        self.section = section
-        if not isinstance(data, dict):
-            raise self.error(section, "must be a table", f"add a [{section}] section")
-        unknown = sorted(set(data) - set(allowed))
-        if unknown:
-            raise self.error(
-                f"{section}.{unknown[0]}", "is not a known field", f"known fields: {', '.join(allowed)}"
-            )
-        self.data: dict[str, Any] = data
-
-    def error(self, dotted: str, problem: str, fix: str = "") -> MoesimError:
-        return MoesimError(f"{self.source}: {dotted}", problem, fix)
-
-    def _get(self, key: str, default: Any) -> Any:
-        if key in self.data:
-            return self.data[key]
-        if default is _REQUIRED:
-            raise self.error(f"{self.section}.{key}", "is missing", "add it to the file")
-        return default
-
-    def number(
-        self,
-        key: str,
-        *,
-        minimum: float = 0.0,
-        strict: bool = True,
-        maximum: float | None = None,
-        default: Any = None,
-    ) -> float:
-        """A finite number > minimum (or >= when not strict), optionally <= maximum."""
-        value = self._get(key, _REQUIRED if default is None else default)
-        return _check_number(value, f"{self.section}.{key}", self, minimum, strict, maximum)
-
-    def integer(self, key: str, *, minimum: int, default: Any = None) -> int:
-        dotted = f"{self.section}.{key}"
-        value = self._get(key, _REQUIRED if default is None else default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.error(dotted, f"must be a whole number, got {value!r}")
-        if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-            raise self.error(dotted, f"must be a whole number, got {value!r}")
-        if value < minimum:
-            raise self.error(dotted, f"must be >= {minimum}, got {value!r}")
-        return int(value)
-
-    def string(
-        self, key: str, *, default: Any = None, choices: tuple[str, ...] = (), nonempty: bool = False
-    ) -> str:
-        dotted = f"{self.section}.{key}"
-        value = self._get(key, _REQUIRED if default is None else default)
-        if not isinstance(value, str):
-            raise self.error(dotted, f"must be a string, got {value!r}")
-        if choices and value not in choices:
-            raise self.error(dotted, f"must be one of {', '.join(choices)}, got {value!r}")
-        if nonempty and not value.strip():
-            raise self.error(dotted, "must not be empty")
-        return value
-
-
-_REQUIRED = object()
-
-
-def _check_number(
-    value: Any, dotted: str, reader: _Reader, minimum: float, strict: bool, maximum: float | None
-) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise reader.error(dotted, f"must be a number, got {value!r}")
-    number = float(value)
-    if not math.isfinite(number):
-        raise reader.error(dotted, f"must be finite, got {value!r}")
-    if strict and not number > minimum:
-        raise reader.error(dotted, f"must be > {minimum:g}, got {value!r}")
-    if not strict and not number >= minimum:
-        raise reader.error(dotted, f"must be >= {minimum:g}, got {value!r}")
-    if maximum is not None and number > maximum:
-        raise reader.error(dotted, f"must be <= {maximum:g}, got {value!r}")
-    return number
-
-
 def _read_datasheet(source: str, data: Any) -> Datasheet:
-    r = _Reader(source, "datasheet", data, tuple(f.name for f in fields(Datasheet)))
-    peaks_raw = r._get("peak_dense_tflops", _REQUIRED)
-    if not isinstance(peaks_raw, dict) or not peaks_raw:
-        raise r.error(
-            "datasheet.peak_dense_tflops",
-            "must be a non-empty table of dtype = dense TFLOP/s",
-            "e.g. [datasheet.peak_dense_tflops] with bf16 = 989.0",
-        )
-    peaks: dict[str, float] = {}
-    for dtype, value in peaks_raw.items():
-        peaks[str(dtype)] = _check_number(value, f"datasheet.peak_dense_tflops.{dtype}", r, 0.0, True, None)
-    device_kind = r.string("device_kind", default="gpu", choices=_DEVICE_KINDS)
+    r = ProfileTable(source, "datasheet", data, tuple(f.name for f in fields(Datasheet)))
+    peaks = r.table("peak_dense_tflops")
+    if not peaks.data:
+        raise r.error("peak_dense_tflops", "is an empty table", "add the dense peaks, e.g. bf16 = 989.0")
     return Datasheet(
         device_name=r.string("device_name", nonempty=True),
         memory_bandwidth_gbps=r.number("memory_bandwidth_gbps"),
         memory_capacity_bytes=r.number("memory_capacity_bytes"),
         last_level_cache_bytes=r.number("last_level_cache_bytes"),
-        peak_dense_tflops=peaks,
-        compute_units=r.integer("compute_units", minimum=0, default=0),
-        scale_up_link_gbps=r.number("scale_up_link_gbps", strict=False, default=0.0),
-        vendor=r.string("vendor", default=""),
-        device_kind="cpu" if device_kind == "cpu" else "gpu",
-        cache_partitions=r.integer("cache_partitions", minimum=1, default=1),
+        peak_dense_tflops={str(dtype): peaks.number(dtype) for dtype in peaks.data},
+        compute_units=r.integer("compute_units", 0, minimum=0),
+        scale_up_link_gbps=r.number("scale_up_link_gbps", 0.0, strict=False),
+        vendor=r.string("vendor", ""),
+        device_kind=r.choice("device_kind", _DEVICE_KINDS, "gpu"),
+        cache_partitions=r.integer("cache_partitions", 1, minimum=1),
     )
 
 
@@ -325,30 +237,30 @@ def datasheet_from_dict(d: Any, source: str) -> Datasheet:
     return _read_datasheet(source, d)
 
 
-def _read_gemm_efficiency(r: _Reader) -> GemmEfficiency:
-    dotted = "empirical.gemm_efficiency"
-    raw = r._get("gemm_efficiency", _REQUIRED)
-    g = _Reader(r.source, dotted, raw, ("m_tokens", "efficiency"))
+def _read_gemm_efficiency(r: ProfileTable) -> GemmEfficiency:
+    g = r.table("gemm_efficiency", ("m_tokens", "efficiency"))
     arrays: dict[str, list[float]] = {}
     for key in ("m_tokens", "efficiency"):
-        values = g._get(key, _REQUIRED)
+        values = g.value(key)
         if not isinstance(values, list) or not values:
-            raise g.error(f"{dotted}.{key}", "must be a non-empty array of numbers")
+            raise g.error(key, f"is {values!r}, not a non-empty array", f"write {key} = [1.0, ...]")
         arrays[key] = [
-            _check_number(v, f"{dotted}.{key}[{i}]", g, 0.0, True, 1.0 if key == "efficiency" else None)
+            g.check_number(f"{key}[{i}]", v, maximum=1.0 if key == "efficiency" else math.inf)
             for i, v in enumerate(values)
         ]
     m, eff = arrays["m_tokens"], arrays["efficiency"]
     if len(m) != len(eff):
         raise g.error(
-            dotted,
+            "",
             f"m_tokens has {len(m)} entries but efficiency has {len(eff)}",
             "give one efficiency per token count",
         )
     if any(b <= a for a, b in itertools.pairwise(m)):
-        raise g.error(f"{dotted}.m_tokens", "must be strictly increasing")
+        raise g.error(
+            "m_tokens", f"is {m!r}, not strictly increasing", "list the token counts in increasing order"
+        )
     if m[0] < 1.0:
-        raise g.error(f"{dotted}.m_tokens", f"must start at >= 1 token, got {m[0]!r}")
+        raise g.error("m_tokens", f"starts at {m[0]!r}, below 1 token", "start at >= 1 token")
     return GemmEfficiency(m_tokens=tuple(m), efficiency=tuple(eff))
 
 
@@ -358,18 +270,15 @@ EXPERT_GEMM_MAX_FIXED_US = 1000.0
 EXPERT_GEMM_MAX_PER_EXPERT_US = 100.0
 
 
-def _read_expert_gemm(r: _Reader) -> dict[str, ExpertGemmTerms] | None:
-    dotted = "empirical.expert_gemm"
-    raw = r.data.get("expert_gemm")
-    if raw is None:
+def _read_expert_gemm(r: ProfileTable) -> dict[str, ExpertGemmTerms] | None:
+    if not r.has("expert_gemm"):
         return None
-    if not isinstance(raw, dict):
-        raise r.error(dotted, "must be a table of [empirical.expert_gemm.<dtype>] tables", "e.g. bf16")
     # An empty table is a profile that prices grouped expert GEMMs by the roofline alone (as moesim did before
     # the term existed); leaving the table out gives the documented defaults.
+    by_dtype = r.table("expert_gemm")
     out: dict[str, ExpertGemmTerms] = {}
-    for dtype, table in raw.items():
-        g = _Reader(r.source, f"{dotted}.{dtype}", table, tuple(f.name for f in fields(ExpertGemmTerms)))
+    for dtype in by_dtype.data:
+        g = by_dtype.table(dtype, tuple(f.name for f in fields(ExpertGemmTerms)))
         out[str(dtype)] = ExpertGemmTerms(
             fixed_us=g.number("fixed_us", strict=False, maximum=EXPERT_GEMM_MAX_FIXED_US),
             per_expert_us=g.number("per_expert_us", strict=False, maximum=EXPERT_GEMM_MAX_PER_EXPERT_US),
@@ -379,7 +288,7 @@ def _read_expert_gemm(r: _Reader) -> dict[str, ExpertGemmTerms] | None:
 
 
 def _read_empirical(source: str, data: Any) -> Empirical:
-    r = _Reader(source, "empirical", data, tuple(f.name for f in fields(Empirical)))
+    r = ProfileTable(source, "empirical", data, tuple(f.name for f in fields(Empirical)))
     return Empirical(
         memory_bandwidth_fraction=r.number("memory_bandwidth_fraction", maximum=1.0),
         cache_bandwidth_gbps=r.number("cache_bandwidth_gbps"),
@@ -391,29 +300,29 @@ def _read_empirical(source: str, data: Any) -> Empirical:
         graph_launch_us=r.number("graph_launch_us", strict=False),
         sync_us=r.number("sync_us", strict=False),
         gemm_efficiency=_read_gemm_efficiency(r),
-        elementwise_bandwidth_fraction=r.number("elementwise_bandwidth_fraction", default=1.0),
+        elementwise_bandwidth_fraction=r.number("elementwise_bandwidth_fraction", 1.0),
         launch_eager_gemm_us=r.number("launch_eager_gemm_us", strict=False)
-        if "launch_eager_gemm_us" in r.data
+        if r.has("launch_eager_gemm_us")
         else None,
         vector_flops_fraction=r.number("vector_flops_fraction", maximum=1.0)
-        if "vector_flops_fraction" in r.data
+        if r.has("vector_flops_fraction")
         else None,
         launch_eager_gap_us=r.number("launch_eager_gap_us", strict=False)
-        if "launch_eager_gap_us" in r.data
+        if r.has("launch_eager_gap_us")
         else None,
         **{
-            name: r.integer(name, minimum=1) if name in r.data else None
+            name: r.integer(name, minimum=1) if r.has(name) else None
             for name in ("gemm_panel_rows", "gemm_tile_m_expert", "gemm_tile_m_dense")
         },
         mla_query_tile_rows=r.integer("mla_query_tile_rows", minimum=0)
-        if "mla_query_tile_rows" in r.data
+        if r.has("mla_query_tile_rows")
         else None,
         expert_gemm=_read_expert_gemm(r),
     )
 
 
 def _read_node(source: str, data: Any) -> NodeSpec:
-    r = _Reader(source, "node", data, tuple(f.name for f in fields(NodeSpec)))
+    r = ProfileTable(source, "node", data, tuple(f.name for f in fields(NodeSpec)))
     return NodeSpec(
         gpus_per_node=r.integer("gpus_per_node", minimum=1),
         scale_up_bandwidth_gbps=r.number("scale_up_bandwidth_gbps", strict=False),
@@ -424,38 +333,14 @@ def _read_node(source: str, data: Any) -> NodeSpec:
 
 
 def _read_provenance(source: str, data: Any) -> Provenance:
-    r = _Reader(source, "provenance", data, tuple(f.name for f in fields(Provenance)))
-    kind = r.string("kind", choices=_PROFILE_KINDS)
-    software_raw = r._get("software", {})
-    if not isinstance(software_raw, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in software_raw.items()
-    ):
-        raise r.error("provenance.software", 'must be a table of name = "version" strings')
-    assumptions_raw = r._get("assumptions", [])
-    if not isinstance(assumptions_raw, list) or not all(isinstance(a, str) for a in assumptions_raw):
-        raise r.error("provenance.assumptions", "must be an array of strings")
+    r = ProfileTable(source, "provenance", data, tuple(f.name for f in fields(Provenance)))
     return Provenance(
-        kind=next(k for k in ("datasheet", "measured", "derived", "silicon") if k == kind),
+        kind=r.choice("kind", _PROFILE_KINDS),
         source=r.string("source", nonempty=True),
-        date=r.string("date", default=""),
-        software=dict(software_raw),
-        assumptions=tuple(assumptions_raw),
+        date=r.string("date", ""),
+        software=r.versions("software"),
+        assumptions=r.strings("assumptions"),
     )
-
-
-def _read_fit_quality(source: str, data: Any) -> dict[str, dict[str, float]]:
-    if not isinstance(data, dict):
-        raise MoesimError(f"{source}: fit_quality", "must be a table of [fit_quality.<parameter>] tables")
-    out: dict[str, dict[str, float]] = {}
-    for param, metrics in data.items():
-        r = _Reader(
-            source, f"fit_quality.{param}", metrics, tuple(metrics) if isinstance(metrics, dict) else ()
-        )
-        out[param] = {
-            m: _check_number(v, f"fit_quality.{param}.{m}", r, -math.inf, True, None)
-            for m, v in metrics.items()
-        }
-    return out
 
 
 _TOP_LEVEL = ("name", "datasheet", "empirical", "node", "provenance", "fit_quality")
@@ -468,8 +353,9 @@ def _check_caches_fit_memory(source: str, ds: Datasheet, em: Empirical) -> None:
         ("empirical", "cache_effective_bytes", em.cache_effective_bytes),
     ):
         if value > ds.memory_capacity_bytes:
-            raise MoesimError(
-                f"{source}: {section}.{name}",
+            raise field_error(
+                source,
+                f"{section}.{name}",
                 f"{value / 2**30:,.1f} GiB is larger than the device memory "
                 f"({ds.memory_capacity_bytes / 2**30:,.1f} GiB)",
                 "give the cache size in bytes (e.g. 50e6 for 50 MB)",
@@ -478,20 +364,7 @@ def _check_caches_fit_memory(source: str, ds: Datasheet, em: Empirical) -> None:
 
 def profile_from_dict(d: dict[str, Any], source: str) -> HardwareProfile:
     """Build and validate a profile from TOML data; `source` (a file name) prefixes every error message."""
-    if not isinstance(d, dict):
-        raise MoesimError(source, "is not a table of profile sections")
-    unknown = sorted(set(d) - set(_TOP_LEVEL))
-    if unknown:
-        raise MoesimError(
-            f"{source}: {unknown[0]}", "is not a known section", f"known sections: {', '.join(_TOP_LEVEL)}"
-        )
-    for section in ("datasheet", "empirical", "node", "provenance"):
-        if section not in d:
-            raise MoesimError(f"{source}: {section}", "section is missing", f"add a [{section}] table")
-    default_name = Path(source).name.removesuffix(PROFILE_SUFFIX)
-    name = d.get("name", default_name)
-    if not isinstance(name, str) or not name.strip():
-        raise MoesimError(f"{source}: name", f"must be a non-empty string, got {name!r}")
+    d, name = profile_sections(source, d, _TOP_LEVEL, ("datasheet", "empirical", "node", "provenance"))
     datasheet = _read_datasheet(source, d["datasheet"])
     empirical = _read_empirical(source, d["empirical"])
     _check_caches_fit_memory(source, datasheet, empirical)
@@ -501,7 +374,7 @@ def profile_from_dict(d: dict[str, Any], source: str) -> HardwareProfile:
         empirical=empirical,
         provenance=_read_provenance(source, d["provenance"]),
         node=_read_node(source, d["node"]),
-        fit_quality=_read_fit_quality(source, d.get("fit_quality", {})),
+        fit_quality=read_fit_quality(source, d.get("fit_quality", {})),
     )
 
 
@@ -550,35 +423,19 @@ def silicon_profile_for(hardware: str, framework: str) -> str | None:
 def load_profile(name_or_path: str) -> HardwareProfile:
     """Load a bundled profile by name (`h200`, `measured/h200`) or any profile file by path."""
     known = list_profiles()
-    name = name_or_path.strip().lower()
-    if name in known:
-        *subdirs, stem = name.split("/")
-        entry = _bundled_dir().joinpath(*subdirs, stem + PROFILE_SUFFIX)
-        source = name + PROFILE_SUFFIX
-        text = entry.read_text(encoding="utf-8")
-        return profile_from_dict(parse_toml(source, text, source, "hardware profile"), source)
-    if (
-        name_or_path.endswith(PROFILE_SUFFIX)
-        or "/" in name_or_path
-        or os.sep in name_or_path
-        or Path(name_or_path).expanduser().exists()
-    ):
-        path = Path(name_or_path).expanduser()
-        if not path.exists():
-            raise MoesimError(
-                "hardware",
-                f"profile file {name_or_path} does not exist",
-                "give a path to a .toml profile or a bundled name (see `moesim profiles`)",
-            )
-        return profile_from_dict(read_toml("hardware", path, "hardware profile"), name_or_path)
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-    hint = f"did you mean {', '.join(close)}? " if close else ""
-    raise MoesimError(
-        "hardware",
-        f"unknown hardware profile {name_or_path!r}",
-        f"{hint}known: {', '.join(n for n in known if not n.startswith(SILICON_PREFIX))}, "
-        f"{SILICON_PREFIX}<system>-<framework> (see `moesim profiles`); or give a path to a .toml file",
+    listing = (
+        f"{', '.join(n for n in known if not n.startswith(SILICON_PREFIX))}, "
+        f"{SILICON_PREFIX}<system>-<framework> (see `moesim profiles`)"
     )
+    data, source = read_profile_file(
+        "hardware",
+        name_or_path,
+        "hardware profile",
+        known,
+        _bundled_dir(),
+        listing,
+    )
+    return profile_from_dict(data, source)
 
 
 def render_profile(profile: HardwareProfile, header: str = "") -> str:

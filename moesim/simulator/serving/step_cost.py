@@ -161,7 +161,7 @@ class ScenarioStepCost:
         r = self.resolved
         # The round alone: a serving run never compares it with a decode step at this batch.
         sd = engine_round(
-            r.serving_engine, r.drafter, decode_seqs, draft_len, r.launch, steps, drafts, piecewise
+            r.serving_engine, r.drafter, decode_seqs, draft_len, 1.0, r.launch, steps, drafts, piecewise
         )
         return sd.round_s
 

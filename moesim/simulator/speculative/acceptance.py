@@ -17,6 +17,7 @@ from typing import Protocol, TypeVar
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.simulator.routing.root import brent_root
 from moesim.simulator.scenario import DEFAULT_ACCEPTANCE, check_acceptance
 
 
@@ -44,6 +45,19 @@ def expected_tokens(
     alpha = DEFAULT_ACCEPTANCE if acceptance is None else acceptance
     check_acceptance(alpha)
     return float(tokens_per_step(alpha, draft_len))
+
+
+def all_accepted_share(tokens: float, draft_len: int) -> float:
+    """The share of rounds that accept all K drafts, α^K, for the per-token acceptance α that yields
+    `tokens` per step under `tokens_per_step` (geometric acceptance): 0 at one token, 1 at K + 1."""
+    if draft_len < 1:
+        raise MoesimError("draft_len", f"must be ≥ 1, got {draft_len}")
+    if not (math.isfinite(tokens) and 1.0 <= tokens <= draft_len + 1):
+        raise MoesimError("acceptance_length", f"must be in [1, K + 1 = {draft_len + 1}], got {tokens}")
+    if tokens == 1.0 or tokens == draft_len + 1:
+        return 0.0 if tokens == 1.0 else 1.0
+    alpha = brent_root(lambda a: float(tokens_per_step(a, draft_len)) - tokens, 0.0, 1.0)
+    return float(alpha**draft_len)
 
 
 def _first_best(values: list[int], speedups: list[float]) -> tuple[int, float]:

@@ -6,7 +6,8 @@
                 projection and the target's LM head, K passes;
 - `mtp`         the model's own multi-token-prediction layer (a full layer of the target + 2h → h
                 projection + the shared LM head), K passes;
-- `ngram`       prompt-lookup drafting on the host: NGRAM_BASE_US + NGRAM_PER_SEQUENCE_US × B per step;
+- `ngram`       prompt-lookup drafting on the host, costed by the serving-engine profile alone
+                (`[host] ngram_base_us + ngram_per_sequence_us × B` per round, `engines.overheads.ngram_draft_s`);
 - `fraction:F`  F × T_decode(B) per draft token.
 A device drafter's round is K passes run back to back (captured in one graph in graph mode: one launch and
 one sync). The first runs over the q positions each sequence just verified (K + 1 for a chain, a tree's
@@ -57,9 +58,6 @@ from moesim.simulator.plan.step import Segment, StepPlan
 from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.routing.base import RoutingModel
 
-# Prompt-lookup (n-gram) drafting is a host-side suffix match: a few microseconds per sequence.
-NGRAM_BASE_US = 10.0
-NGRAM_PER_SEQUENCE_US = 1.0
 DRAFTER_KINDS = ("eagle", "mtp", "ngram", "model:NAME", "fraction:F")
 TOKEN_ID_BYTES = 8  # int64 token ids, as the engines pass them
 HIDDEN_BYTES = 2  # bf16 hidden states
@@ -173,22 +171,13 @@ class DraftModel(Drafter):
 
 @dataclass(frozen=True)
 class NgramLookup(Drafter):
-    """`ngram`: prompt-lookup drafting on the host, NGRAM_BASE_US + NGRAM_PER_SEQUENCE_US × B per round."""
+    """`ngram`: prompt-lookup drafting on the host. It runs no device pass: its time is the serving engine's
+    host cost, `engines.overheads.ngram_draft_s` (the profile's `ngram_base_us` + `ngram_per_sequence_us` × B
+    per round), the one place it is priced."""
 
     kind: ClassVar[str] = "ngram"
     runs_on_device: ClassVar[bool] = False
     drafts_on_host: ClassVar[bool] = True
-
-    def own_time_s(
-        self,
-        batch: int,
-        draft_len: int,
-        t_decode_s: float,
-        first_pass_s: float,
-        pass_s: float,
-        launch_overhead_s: float,
-    ) -> float:
-        return (NGRAM_BASE_US + NGRAM_PER_SEQUENCE_US * batch) * 1e-6
 
 
 @dataclass(frozen=True)
@@ -341,6 +330,21 @@ def drafter_layout(draft: ModelSpec, layout: ParallelLayout) -> ParallelLayout:
     return ParallelLayout(gpus=tp, tp=tp, ep=1, shared_experts=layout.shared_experts)
 
 
+def drafter_tp(
+    drafter: Drafter,
+    target: ModelSpec,
+    layout: ParallelLayout,
+    load_model: Callable[[str], ModelSpec] | None = None,
+) -> int:
+    """The tensor parallelism a drafter sharing the target's GPUs runs its passes at (`drafter_layout`):
+    1 on one GPU, on its own GPU, or without device passes."""
+    if not drafter.runs_on_device or layout.is_single or layout.draft_on == "separate":
+        return 1
+    draft = drafter.model(target, load_model)
+    assert draft is not None
+    return drafter_layout(draft, layout).tp
+
+
 def draft_pass_s(
     drafter: Drafter,
     target: ModelSpec,
@@ -425,5 +429,7 @@ def draft_time_s(
     (`launch_overhead_s`), plus the handoff to a drafter of its own (module docstring)."""
     if draft_len < 1:
         raise MoesimError("draft_len", f"must be ≥ 1, got {draft_len}")
+    if drafter.drafts_on_host:
+        raise TypeError(f"{drafter.label} drafts on the host: its time is engines.overheads.ngram_draft_s")
     own = drafter.own_time_s(batch, draft_len, t_decode_s, first_pass_s, pass_s, launch_overhead_s)
     return own + handoff

@@ -6,8 +6,11 @@ under the scenario's serving engine (`simulator/engines`).
     verify  = device(B', q) + exposed host          q = K + 1 (chain) or a tree's draft tokens;
                                                     batch expansion: B·q rows of one token; host includes
                                                     the round's SD bookkeeping, hidden by the SD overlap
-    draft   = K drafter passes in the drafter's launch mode + K·draft_step_us (n-gram: host time); the
-              first pass runs over the q verified positions per sequence (`speculative.drafters`)
+    draft   = K drafter passes in the drafter's launch mode + their host work: K·draft_step_us, or per pass
+              the host prepares runner_pass_us + runner_per_row_us·rows (n-gram: host time); the first
+              pass may run over the q verified positions per sequence (`speculative.drafters`); the
+              drafter at the target's TP or at TP 1 (`draft_tp`, `head_tp`); with `bonus_rows` every pass
+              also runs the position before each bonus token of the last round (B·α^K more rows)
     point.speedup == tokens_per_step × decode ÷ (draft + verify + acceptance sync)
 
 Each step's launch is the engine's for its size: a graph when captured, else eager or piecewise. The
@@ -33,11 +36,12 @@ from moesim.simulator.plan.parallel import ParallelStep, build_parallel_plan, pr
 from moesim.simulator.plan.step import StepPlan
 from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.scenario import ResolvedScenario
-from moesim.simulator.speculative.acceptance import expected_tokens
+from moesim.simulator.speculative.acceptance import all_accepted_share, expected_tokens
 from moesim.simulator.speculative.drafters import (
     Drafter,
     draft_pass_s,
     draft_time_s,
+    drafter_tp,
     handoff_s,
 )
 
@@ -59,10 +63,12 @@ StepTimes = Callable[[int, int, str], TimedPlan]  # (rows, tokens per row, "grap
 
 
 class DraftCost(NamedTuple):
-    """A round's drafting on the device: its seconds, and of them the first pass over the verified positions."""
+    """A round's drafting on the device: its seconds, of them the first pass over the verified positions,
+    and the tensor parallelism the drafter ran at."""
 
     total_s: float
     first_pass_s: float
+    tp: int = 1
 
 
 DraftTimes = Callable[[DrafterStyle, int, int, str], DraftCost]  # (style, sequences, K, launch) -> drafting
@@ -146,6 +152,11 @@ class SpeculativePoint:
     accept_sync_s: float
     tokens_per_step: float
     draft_first_pass_s: float = 0.0  # of draft_s: the first pass, over the q verified positions per sequence
+    draft_rows: int = (
+        0  # rows of each drafter pass (the batch, plus re-run bonus positions under `bonus_rows`)
+    )
+    draft_tp: int = 1  # tensor parallelism the drafter ran at
+    host_prepared_passes: int = 0  # of the K drafter passes, those the host prepared and read back
 
     @property
     def round_s(self) -> float:
@@ -220,7 +231,7 @@ def scenario_timers(
     holds steps timed already (`time_steps` of the point's `point_step_keys`)."""
     r = resolved
     steps = {} if steps is None else steps
-    passes: dict[tuple[int, int, str], float] = {}
+    passes: dict[tuple[int, int, str, str], float] = {}
     # an EAGLE head with a reduced vocabulary (EAGLE-3's draft vocabulary) has a smaller LM head
     draft_vocab = r.serving_engine.drafter.draft_vocab_size
     target = r.drafter.pass_target(r.model, draft_vocab)
@@ -231,13 +242,13 @@ def scenario_timers(
             steps[key] = time_step(r, timer, tokens_per_seq, rows=rows, launch=launch)
         return steps[key]
 
-    def pass_s(rows: int, tokens_per_seq: int, launch: str) -> float:
-        key = (rows, tokens_per_seq, launch)
+    def pass_s(rows: int, tokens_per_seq: int, launch: str, tp_rule: str) -> float:
+        key = (rows, tokens_per_seq, launch, tp_rule)
         if key not in passes:
             passes[key] = draft_pass_s(
                 r.drafter,
                 target,
-                r.layout,
+                r.layout if tp_rule == "target" else ParallelLayout(draft_on=r.layout.draft_on),
                 rows,
                 r.context_len,
                 r.kernel_style,
@@ -253,29 +264,31 @@ def scenario_timers(
     draft_model = r.drafter.model(target) if r.drafter.runs_on_device else None
     draft_layers = draft_model.n_layers if draft_model is not None else 0
 
-    def one_pass_s(rows: int, tokens_per_seq: int, launch: str) -> float:
+    def one_pass_s(rows: int, tokens_per_seq: int, launch: str, tp_rule: str) -> float:
         """A drafter pass in `launch`; piecewise: graph pieces with each drafter layer's attention launched
         eagerly between them (`ov.piecewise_step_s`)."""
         if launch != "piecewise":
-            return pass_s(rows, tokens_per_seq, launch)
-        device_s = pass_s(rows, tokens_per_seq, "graph")
+            return pass_s(rows, tokens_per_seq, launch, tp_rule)
+        device_s = pass_s(rows, tokens_per_seq, "graph", tp_rule)
         return ov.piecewise_step_s(device_s, draft_layers, piecewise.graph_launch_s, piecewise.eager_launch_s)
 
     def draft_times(style: DrafterStyle, sequences: int, draft_len: int, launch: str) -> DraftCost:
         rows = ov.draft_sequences(style, sequences)
         timed = "graph" if launch == "piecewise" else launch
-        first = one_pass_s(*ov.first_draft_pass(style, sequences, draft_len), launch)
+        tp_rule = style.head_tp if r.drafter.reads_hidden_states else style.draft_tp
+        first = one_pass_s(*ov.first_draft_pass(style, sequences, draft_len), launch, tp_rule)
         total = draft_time_s(
             r.drafter,
             rows,
             draft_len,
             step_times(rows, 1, timed).step_s if r.drafter.needs_decode_step else 0.0,  # F × decode
             first,
-            one_pass_s(rows, 1, launch),
+            one_pass_s(rows, 1, launch, tp_rule),
             LaunchParams.from_hardware(r.hardware, timed).overhead_s,
             handoff_s(r.drafter, r.model, timer, r.layout, rows, draft_len),
         )
-        return DraftCost(total, first)
+        tp = drafter_tp(r.drafter, target, r.layout) if tp_rule == "target" else 1
+        return DraftCost(total, first, tp)
 
     return step_times, draft_times, piecewise
 
@@ -349,6 +362,40 @@ def engine_step(
     )
 
 
+class RoundDrafting(NamedTuple):
+    """A round's drafting as the engine runs it: seconds (device + host), the host part, the device cost,
+    the rows of each pass and how many passes the host prepared."""
+
+    seconds: float
+    host_s: float
+    device: DraftCost
+    rows: int
+    host_prepared_passes: int
+
+
+def round_drafting(
+    profile: ServingEngineProfile,
+    drafter: Drafter,
+    batch: int,
+    draft_len: int,
+    verify_launch: str,
+    drafts: DraftTimes,
+    all_accepted_share: float = 0.0,
+) -> RoundDrafting:
+    """One SD round's drafting for `batch` sequences: an n-gram lookup on the host, or K drafter passes
+    (over the bonus positions too, under `bonus_rows`, for a share `all_accepted_share` of sequences) in
+    the drafter's launch mode plus the engine's host work per pass (`engines.overheads.draft_host_s`)."""
+    if drafter.drafts_on_host:
+        return RoundDrafting(ov.ngram_draft_s(profile, batch), 0.0, DraftCost(0.0, 0.0), 0, 0)
+    sequences = ov.proposer_sequences(profile.drafter, batch, all_accepted_share)
+    launch = ov.drafter_launch(profile.drafter, verify_launch)
+    device = drafts(profile.drafter, sequences, draft_len, launch)
+    rows = ov.draft_sequences(profile.drafter, sequences)
+    host_s = ov.draft_host_s(profile, draft_len, rows, device.tp)
+    prepared = ov.host_prepared_passes(profile.drafter, draft_len, device.tp)
+    return RoundDrafting(device.total_s + host_s, host_s, device, rows, prepared)
+
+
 def draft_cost_s(
     profile: ServingEngineProfile,
     drafter: Drafter,
@@ -357,13 +404,9 @@ def draft_cost_s(
     verify_launch: str,
     drafts: DraftTimes,
 ) -> tuple[float, float]:
-    """(drafting seconds, its host part) of one SD round of `batch` sequences: an n-gram lookup on the host,
-    or K drafter passes in the drafter's launch mode plus the engine's per-draft-step host work."""
-    if drafter.drafts_on_host:
-        return ov.ngram_draft_s(profile, batch), 0.0
-    draft_host_s = ov.draft_host_s(profile, draft_len)
-    launch = ov.drafter_launch(profile.drafter, verify_launch)
-    return drafts(profile.drafter, batch, draft_len, launch).total_s + draft_host_s, draft_host_s
+    """(drafting seconds, its host part) of one SD round of `batch` sequences (`round_drafting`)."""
+    drafting = round_drafting(profile, drafter, batch, draft_len, verify_launch, drafts)
+    return drafting.seconds, drafting.host_s
 
 
 @dataclass(frozen=True)
@@ -375,6 +418,9 @@ class EngineRound:
     draft_s: float
     draft_host_s: float
     draft_first_pass_s: float
+    draft_rows: int
+    draft_tp: int
+    host_prepared_passes: int
     accept_sync_s: float
 
     @property
@@ -388,6 +434,7 @@ def engine_round(
     drafter: Drafter,
     batch: int,
     draft_len: int,
+    tokens_per_step: float,
     requested_launch: str,
     steps: StepTimes,
     drafts: DraftTimes,
@@ -396,13 +443,18 @@ def engine_round(
     """The SD round of (batch, K) under `profile` from step and drafter times (module docstring)."""
     rows, tokens_per_row = ov.verify_shape(profile.drafter, batch, draft_len)
     verify = engine_step(profile, rows, tokens_per_row, requested_launch, steps, piecewise, batch)
-    draft_s, draft_host_s = draft_cost_s(profile, drafter, batch, draft_len, verify.launch, drafts)
-    first_pass_s = 0.0
-    if not drafter.drafts_on_host and profile.drafter.first_pass == "verified":
-        launch = ov.drafter_launch(profile.drafter, verify.launch)
-        first_pass_s = drafts(profile.drafter, batch, draft_len, launch).first_pass_s
+    share = all_accepted_share(tokens_per_step, draft_len) if profile.drafter.bonus_rows else 0.0
+    drafting = round_drafting(profile, drafter, batch, draft_len, verify.launch, drafts, share)
+    first_pass_s = drafting.device.first_pass_s if profile.drafter.first_pass == "verified" else 0.0
     return EngineRound(
-        verify, draft_s, draft_host_s, first_pass_s, ov.accept_sync_s(profile, verify.device_s)
+        verify=verify,
+        draft_s=drafting.seconds,
+        draft_host_s=drafting.host_s,
+        draft_first_pass_s=first_pass_s,
+        draft_rows=drafting.rows,
+        draft_tp=drafting.device.tp,
+        host_prepared_passes=drafting.host_prepared_passes,
+        accept_sync_s=ov.accept_sync_s(profile, verify.device_s),
     )
 
 
@@ -419,7 +471,9 @@ def engine_point(
 ) -> SpeculativePoint:
     """The SD point of (batch, K) under `profile` from step and drafter times (module docstring)."""
     decode = engine_step(profile, batch, 1, requested_launch, steps, piecewise)
-    sd = engine_round(profile, drafter, batch, draft_len, requested_launch, steps, drafts, piecewise)
+    sd = engine_round(
+        profile, drafter, batch, draft_len, tokens_per_step, requested_launch, steps, drafts, piecewise
+    )
     return SpeculativePoint(
         draft_len=draft_len,
         decode=decode,
@@ -427,6 +481,9 @@ def engine_point(
         draft_s=sd.draft_s,
         draft_host_s=sd.draft_host_s,
         draft_first_pass_s=sd.draft_first_pass_s,
+        draft_rows=sd.draft_rows,
+        draft_tp=sd.draft_tp,
+        host_prepared_passes=sd.host_prepared_passes,
         accept_sync_s=sd.accept_sync_s,
         tokens_per_step=tokens_per_step,
     )
@@ -475,6 +532,7 @@ __all__ = [
     "DraftCost",
     "EngineStep",
     "PiecewiseCosts",
+    "RoundDrafting",
     "SpeculativePoint",
     "TimedPlan",
     "draft_cost_s",
@@ -483,6 +541,7 @@ __all__ = [
     "engine_step_keys",
     "point_step_keys",
     "prepare_points",
+    "round_drafting",
     "scenario_timers",
     "speculative_point",
     "step_shapes",

@@ -15,21 +15,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from moesim.atomic import atomic_write_text
-from moesim.errors import MoesimError
-from moesim.simulator.bounds import DEFAULT_MAX_CONFIGS, check_configs, check_memory
+from moesim.errors import DoesNotFit, MoesimError
+from moesim.simulator.bounds import DEFAULT_MAX_CONFIGS, check_configs
 from moesim.simulator.engines.profile import load_serving_engine
 from moesim.simulator.execution.timer import FastTimer, StepTimer
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.layout import ParallelLayout
-from moesim.simulator.plan.step import check_step_inputs
-from moesim.simulator.plan.styles import kernel_style_builder
-from moesim.simulator.scenario import (
-    ResolvedScenario,
-    Scenario,
-    check_routing_size,
-    resolve_hardware,
-    resolve_routing,
-)
+from moesim.simulator.scenario import ResolvedScenario, Scenario, check_draft_len, resolve_hardware
 from moesim.simulator.speculative.acceptance import best_draft_len, peak_batch
 from moesim.simulator.speculative.drafters import parse_drafter
 from moesim.simulator.speculative.point import (
@@ -161,35 +153,26 @@ def run_sweep(
         return _sweep_in_processes(base, models, batches, draft_lens, check_fit, progress, workers)
     if workers < 1:
         raise MoesimError("workers", f"must be ≥ 1, got {workers}")
-    hardware = resolve_hardware(base.hardware)
-    base = base.for_device(hardware)
-    timer = timer or FastTimer(hardware)
-    kernel_style_builder(base.kernel_style)
     for k in draft_lens:
-        if k < 1:
-            raise MoesimError("draft_len", f"values must be ≥ 1, got {k}")
-    drafter = parse_drafter(base.drafter)
-    serving = load_serving_engine(base.serving_engine)
+        check_draft_len(k)
+    hardware = resolve_hardware(base.hardware)
+    timer = timer or FastTimer(hardware)
     max_k = max(draft_lens)
-    base = base.replace(hardware=hardware, draft_len=max_k, serving_engine=serving)
+    # the device's defaults filled in, the serving engine read once; each point is checked by Scenario.resolve
+    serving = load_serving_engine(base.serving_engine)
+    base = base.for_device(hardware).replace(draft_len=max_k, serving_engine=serving)
     rows: list[SweepRow] = []
     skipped: list[dict[str, Any]] = []
     descriptions: dict[str, str] = {}
     for model in models:
-        what = f"{model.name} with draft length {max_k}"
-        check_routing_size(
-            model, base.routing, base.overlap, base.baseline_overlap, max_k + 1, base.max_memory_gb, what
-        )
-        routing = resolve_routing(model, base.routing, base.overlap, base.baseline_overlap)
-        check_memory(routing, max_k + 1, base.max_memory_gb, what)
+        routing = base.routing_for(model, max_k + 1)  # built once per model, shared by its batch sizes
         descriptions[model.name] = routing.description
         resolved_batches = []
         for batch in batches:
-            check_step_inputs(model, batch, max_k + 1, base.context_len)
             scenario = base.replace(model=model, batch=batch, routing=routing)
             try:
                 resolved_batches.append(scenario.resolve(check_fit=check_fit))
-            except MoesimError as error:
+            except DoesNotFit as error:
                 if not check_fit:
                     raise
                 skipped.append({"model": model.name, "batch": batch, "reason": error.problem})
@@ -233,7 +216,7 @@ def run_sweep(
             "routing_by_model": dict(descriptions),
             "acceptance": None if base.acceptance_length is not None else base.acceptance,
             "acceptance_length": base.acceptance_length,
-            "drafter": drafter.label,
+            "drafter": parse_drafter(base.drafter).label,
             "kernel_style": base.kernel_style,
             "launch": base.launch,
             "context_len": base.context_len,

@@ -37,6 +37,8 @@ TYPICAL = {
     "accept_sync_us": 10.0,
     "sd_overlap_kept": 1.0,
     "sd_per_sequence_us": 1.0,
+    "runner_pass_us": 100.0,
+    "runner_per_row_us": 1.0,
     "ngram_base_us": 10.0,
     "ngram_per_sequence_us": 1.0,
 }

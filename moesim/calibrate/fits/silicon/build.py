@@ -2,8 +2,10 @@
 
 `calibrate_from_silicon("h200_sxm/sglang")` reads the selected tables (`tables.select`), fits
 
-- the grouped expert GEMM terms per dtype from `moe_perf` (`moe_fit`),
-- the GEMM efficiency curve from `gemm_perf` (bf16; fp8 reported) (`gemm_fit`),
+- the GEMM efficiency curve from `gemm_perf` (bf16, kept when it beats the datasheet curve held out; fp8
+  reported) (`gemm_fit`),
+- the grouped expert GEMM terms per dtype from `moe_perf`, fitted under the GEMM curve the profile keeps
+  (`moe_fit`),
 - the node's scale-up link from `nccl_perf` and the framework's `custom_allreduce_perf` (`comm_fit`),
 
 each with its rows and its error in-sample and on held-out shapes (`holdout`), onto the datasheet profile of
@@ -85,10 +87,24 @@ def calibrate_from_silicon(text: str, root: str | None = None) -> SiliconCalibra
     empirical, node = base.empirical, base.node
     versions: dict[str, str] = {}
 
+    gemm = selection.get("gemm_perf")
+    if gemm is not None:
+        for g in fit_gemm(tables.read_columns(gemm), base, gemm.label):
+            if g.dtype == "bf16" and g.better:
+                empirical = replace(empirical, gemm_efficiency=g.efficiency)
+                key = "gemm_efficiency"
+            elif g.dtype == "bf16":  # the datasheet curve predicts the held-out shapes better: kept
+                key = "gemm_efficiency.bf16 (reported, not stored: the datasheet curve is better held out)"
+            else:  # one curve per profile: the other dtypes' fits are reported, not stored
+                key = f"gemm_efficiency.{g.dtype} (reported, not stored)"
+            quality[key], baseline[key] = g.quality, g.datasheet_quality
+        versions["gemm_perf"] = gemm.version
+
+    # fitted under the GEMM curve the profile keeps, so the expert terms hold with the curve they run with
     moe = selection.get("moe_perf")
     if moe is not None:
         defaults = dict(DEFAULT_EXPERT_GEMM)
-        fits = fit_moe(tables.read_columns(moe), base, moe.label, defaults)
+        fits = fit_moe(tables.read_columns(moe), replace(base, empirical=empirical), moe.label, defaults)
         terms = dict(defaults)
         for f in fits:
             terms[f.dtype] = f.terms
@@ -97,17 +113,6 @@ def calibrate_from_silicon(text: str, root: str | None = None) -> SiliconCalibra
         if fits:
             empirical = replace(empirical, expert_gemm=terms)
             versions["moe_perf"] = moe.version
-
-    gemm = selection.get("gemm_perf")
-    if gemm is not None:
-        for g in fit_gemm(tables.read_columns(gemm), base, gemm.label):
-            if g.dtype == "bf16":
-                empirical = replace(empirical, gemm_efficiency=g.efficiency)
-                key = "gemm_efficiency"
-            else:  # one curve per profile: the other dtypes' fits are reported, not stored
-                key = f"gemm_efficiency.{g.dtype} (reported, not stored)"
-            quality[key], baseline[key] = g.quality, g.datasheet_quality
-        versions["gemm_perf"] = gemm.version
 
     comm = [selection.get(name) for name in ("custom_allreduce_perf", "nccl_perf")]
     comm_tables = [(c.label, tables.read_columns(c)) for c in comm if c is not None]
@@ -131,7 +136,8 @@ def calibrate_from_silicon(text: str, root: str | None = None) -> SiliconCalibra
 
     notes = [q.sentence(field_name(term)) for term, q in quality.items()]
     # the base's notes on fitted fields go: empirical.<field> (every dtype of it) and node.scale_up*
-    fitted = tuple(".".join(field_name(t.split(" ")[0]).split(".")[:2]) for t in quality)
+    stored = [t for t in quality if "(reported" not in t]
+    fitted = tuple(".".join(field_name(t.split(" ")[0]).split(".")[:2]) for t in stored)
     kept = [a for a in base.provenance.assumptions if not a.startswith(fitted)]
     name = profile_name(selection.system, selection.framework)
     software = {
