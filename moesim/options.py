@@ -30,7 +30,8 @@ class OptionInfo:
     help says the default is when the field's default is None (filled in later, e.g. per device);
     `list_of`: int, float or str when the flag takes a comma list (the field holds a tuple;
     `minimum` is the least integer it may hold, default 1); `path`: the value
-    is a file path."""
+    is a file path; `flag_value`: the value of the flag given without one (`--from-csv` alone), the
+    field's default when the flag is absent."""
 
     help: str
     flag: str | None = None
@@ -41,6 +42,7 @@ class OptionInfo:
     minimum: int | None = None
     metavar: str | None = None
     path: bool = False
+    flag_value: str | None = None
 
 
 def option(

@@ -6,7 +6,8 @@
 - `fits/`: pure, no torch: fit primitives (`primitives`), one fit per suite (`memory`, `launch`, `gemm`,
   `moe`) and their assembly into a profile (`build`); `fits/silicon/`: silicon profiles fitted to
   aiconfigurator-core's measured kernel tables;
-- `routing_record`: routing traces recorded from `transformers` models.
+- `routing_record`: routing traces recorded from `transformers` models;
+- `request`: what `moesim calibrate` is asked (`CalibrationRequest`, its options as fields; light).
 """
 
 from __future__ import annotations

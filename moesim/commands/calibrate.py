@@ -8,213 +8,49 @@ from typing import Any
 import click
 
 from moesim.atomic import check_output_path, is_special_target
+from moesim.calibrate.request import CalibrationRequest, Way
 from moesim.commands.common import emit_json, handle_errors, make_console
+from moesim.commands.fields import field_options, fields_of
 from moesim.errors import MoesimError
-
-
-def _dtypes(text: str | None) -> list[str] | None:
-    if text is None:
-        return None
-    from moesim.calibrate.suites.timing import DTYPES
-
-    values = [part.strip().lower() for part in text.split(",") if part.strip()]
-    if not values:
-        raise MoesimError("--dtype", "needs at least one dtype", f"choose from {', '.join(DTYPES)}")
-    for value in values:
-        if value not in DTYPES:
-            raise MoesimError("--dtype", f"unknown dtype {value!r}", f"choose from {', '.join(DTYPES)}")
-    return list(dict.fromkeys(values))
-
-
-def _suites(text: str | None) -> tuple[str, ...]:
-    from moesim.calibrate.suites.runner import SUITES
-
-    if text is None:
-        return SUITES
-    values = tuple(part.strip() for part in text.split(",") if part.strip())
-    for value in values:
-        if value not in SUITES:
-            raise MoesimError("--suites", f"unknown suite {value!r}", f"choose from {', '.join(SUITES)}")
-    return values
+from moesim.options import option_fields
 
 
 @click.command("calibrate")
-@click.option(
-    "--device",
-    "device",
-    type=click.Choice(["cuda", "cpu"]),
-    default=None,
-    help="cuda (NVIDIA or ROCm) or cpu (required unless --from-runs).",
-)
-@click.option("--quick", is_flag=True, help="Smaller sweeps: under 3 minutes on a 2-core CPU.")
-@click.option(
-    "--dtype",
-    "dtype_text",
-    default=None,
-    help="GEMM/MoE dtypes, e.g. bf16,fp32 (default bf16 on GPU, fp32 on CPU).",
-)
-@click.option(
-    "--output",
-    default=None,
-    type=click.Path(dir_okay=False),
-    help="Profile file to write (.toml); required except for --from-silicon list.",
-)
-@click.option("--name", default=None, help="Profile name (default from the device name).")
-@click.option(
-    "--fresh", is_flag=True, help="Ignore completed suites' CSVs from an earlier run and measure all again."
-)
-@click.option(
-    "--threads", type=int, default=None, help="CPU only: torch threads to measure with (default: torch's)."
-)
-@click.option(
-    "--suites",
-    "suites_text",
-    default=None,
-    help="Only these suites (memory,launch,gemm,moe); others resume or fall back.",
-)
-@click.option(
-    "--from-csv",
-    "from_csv",
-    is_flag=False,
-    flag_value="",
-    default=None,
-    metavar="[STEM]",
-    help="Measure nothing: refit the suite CSVs STEM.<suite>.csv (alone: the output's own) into the "
-    "profile; missing suites fall back as failed ones do.",
-)
-@click.option(
-    "--from-runs",
-    "from_runs",
-    type=click.Path(dir_okay=False, exists=True),
-    default=None,
-    help="Measure nothing: fit --serving-engine's host parameters to measured serving runs (a CSV as "
-    "`moesim validate runs --schema`), cross-validated, and write the fitted engine profile to --output.",
-)
-@click.option(
-    "--serving-engine", "serving_engine", default=None, help="With --from-runs: the profile to start from."
-)
-@click.option(
-    "--fit",
-    "fit_text",
-    default=None,
-    help="With --from-runs: host parameters to fit, comma-separated (default: step_us, per_sequence_us, "
-    "per_token_us, draft_step_us, accept_sync_us).",
-)
-@click.option(
-    "--all-engines", is_flag=True, help="With --from-runs: fit to every row, not only the engine's own."
-)
-@click.option(
-    "--from-silicon",
-    "from_silicon",
-    default=None,
-    metavar="SYSTEM/FRAMEWORK[/VERSION] | list",
-    help="Measure nothing: fit a `silicon` profile to NVIDIA aiconfigurator-core's measured kernel tables "
-    "(e.g. h200_sxm/sglang; `list` shows what the database holds). Needs `pip install 'moesim[silicon]'`.",
-)
-@click.option(
-    "--silicon-data",
-    "silicon_data",
-    default=None,
-    type=click.Path(file_okay=False),
-    help="With --from-silicon: the database's systems/data directory (default: the installed package's).",
-)
+@field_options(CalibrationRequest, *option_fields(CalibrationRequest))
 @click.option("--json", "as_json", is_flag=True, help="Print the fitted parameters as JSON.")
 @handle_errors
-def calibrate_command(
-    device: str | None,
-    quick: bool,
-    dtype_text: str | None,
-    output: str | None,
-    name: str | None,
-    fresh: bool,
-    threads: int | None,
-    suites_text: str | None,
-    from_csv: str | None,
-    from_runs: str | None,
-    serving_engine: str | None,
-    fit_text: str | None,
-    all_engines: bool,
-    from_silicon: str | None,
-    silicon_data: str | None,
-    as_json: bool,
-) -> None:
+def calibrate_command(as_json: bool, **flags: Any) -> None:
     """Measure memory, launch, GEMM and MoE-block costs on this device and fit them into a profile
     (or, with --from-runs, fit a serving-engine profile to measured runs)."""
-    if from_silicon is not None:
-        for flag, given in (
-            ("--device", device),
-            ("--from-runs", from_runs),
-            ("--from-csv", from_csv is not None),
-        ):
-            if given:
-                raise MoesimError(flag, "does not apply with --from-silicon", f"drop {flag}")
-        _from_silicon(from_silicon, silicon_data, output, as_json)
-        return
-    if silicon_data is not None:
-        raise MoesimError("--silicon-data", "only applies with --from-silicon", "add --from-silicon")
-    if output is None:
-        raise MoesimError("--output", "is required", "give the profile file to write, e.g. --output gpu.toml")
-    if from_runs is not None:
-        measuring = (
-            ("--device", device),
-            ("--quick", quick),
-            ("--dtype", dtype_text),
-            ("--fresh", fresh),
-            ("--threads", threads is not None),
-            ("--suites", suites_text),
-            ("--from-csv", from_csv is not None),
-            ("--name", name),
-        )
-        for flag, given in measuring:
-            if given:
-                raise MoesimError(
-                    flag, "does not apply with --from-runs (nothing is measured)", f"drop {flag}"
-                )
-        _engine_from_runs(from_runs, serving_engine, output, fit_text, all_engines, as_json)
-        return
-    if serving_engine or fit_text or all_engines:
-        raise MoesimError("--serving-engine", "only applies with --from-runs", "add --from-runs FILE")
-    if device is None:
-        raise MoesimError("--device", "is required", "give --device cuda or --device cpu")
+    request = CalibrationRequest(**fields_of(CalibrationRequest, flags))
+    way = request.way()
+    if way == "from_silicon":
+        _from_silicon(request, as_json)
+    elif way == "from_runs":
+        _engine_from_runs(request, as_json)
+    else:
+        result = _measure(request, way, quiet=as_json)
+        if as_json:
+            emit_json(_summary(result))
+        else:
+            _print_result(result)
+
+
+def _measure(request: CalibrationRequest, way: Way, quiet: bool) -> Any:
+    """Run the suites (or refit their CSVs) with one progress bar per suite on stderr."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from moesim.calibrate.suites.runner import SuiteReporter, calibrate, rebuild_from_csv
 
+    output = request.output
+    assert request.device is not None and output is not None  # `way()` checked both
     check_output_path("--output", output)
     if is_special_target(output):
         raise MoesimError(
             "--output", f"{output} is not a regular file", "give a .toml path: the suite CSVs go beside it"
         )
-    if threads is not None and device != "cpu":
-        raise MoesimError("--threads", "only applies to --device cpu", "drop --threads")
-    if from_csv is not None:
-        clashing = [
-            flag
-            for flag, given in (
-                ("--quick", quick),
-                ("--dtype", dtype_text),
-                ("--fresh", fresh),
-                ("--threads", threads is not None),
-                ("--suites", suites_text),
-            )
-            if given
-        ]
-        if clashing:
-            raise MoesimError(
-                clashing[0], "does not apply with --from-csv (nothing is measured)", f"drop {clashing[0]}"
-            )
     console = Console(stderr=True)
-    command = " ".join(
-        ["moesim calibrate --device", device]
-        + (["--quick"] if quick else [])
-        + (["--dtype", dtype_text] if dtype_text else [])
-        + (["--threads", str(threads)] if threads is not None else [])
-        + (["--suites", suites_text] if suites_text else [])
-        + (["--from-csv", Path(from_csv).name] if from_csv else ["--from-csv"] if from_csv == "" else [])
-        + ["--output", Path(output).name]
-    )
-
     with Progress(
         TextColumn("{task.description:<8}"),
         BarColumn(),
@@ -223,7 +59,7 @@ def calibrate_command(
         TextColumn("{task.fields[status]}"),
         console=console,
         transient=False,
-        disable=as_json and not console.is_terminal,
+        disable=quiet and not console.is_terminal,
     ) as progress:
 
         class Bar(SuiteReporter):
@@ -236,27 +72,28 @@ def calibrate_command(
             def done(self, status: str) -> None:
                 progress.update(self.task, completed=1.0, status=status)
 
-        if from_csv is not None:
-            result = rebuild_from_csv(
-                device, Path(output), source=from_csv or None, name=name, reporter=Bar, command=command
+        name, command = request.name, request.command_line()
+        if way == "from_csv":
+            source = request.from_csv or None
+            return rebuild_from_csv(
+                request.device, Path(output), source=source, name=name, reporter=Bar, command=command
             )
-        else:
-            result = calibrate(
-                device,
-                Path(output),
-                quick=quick,
-                dtypes=_dtypes(dtype_text),
-                name=name,
-                fresh=fresh,
-                threads=threads,
-                suites=_suites(suites_text),
-                reporter=Bar,
-                command=command,
-            )
-    summary = _summary(result)
-    if as_json:
-        emit_json(summary)
-        return
+        return calibrate(
+            request.device,
+            Path(output),
+            quick=request.quick,
+            dtypes=request.dtype_list(),
+            name=name,
+            fresh=request.fresh,
+            threads=request.threads,
+            suites=request.suite_list(),
+            reporter=Bar,
+            command=command,
+        )
+
+
+def _print_result(result: Any) -> None:
+    """The fitted parameters of a calibration, one per line, with the probe's drift and any warnings."""
     em = result.profile.empirical
     ds = result.profile.datasheet
     console = make_console()
@@ -297,20 +134,14 @@ def calibrate_command(
             console.print(f"[yellow]  {suite} suite failed: {message}[/yellow]")
 
 
-def _engine_from_runs(
-    runs: str,
-    serving_engine: str | None,
-    output: str,
-    fit_text: str | None,
-    all_engines: bool,
-    as_json: bool,
-) -> None:
+def _engine_from_runs(request: CalibrationRequest, as_json: bool) -> None:
     from moesim.commands.engines import print_fit
     from moesim.validation.runs.fit import fit_profile_from_runs
 
-    if serving_engine is None:
-        raise MoesimError("--serving-engine", "is required with --from-runs", "e.g. --serving-engine vllm")
-    data = fit_profile_from_runs(runs, serving_engine, output, fit_text, all_engines)
+    assert request.from_runs and request.serving_engine and request.output  # `way()` checked them
+    data = fit_profile_from_runs(
+        request.from_runs, request.serving_engine, request.output, request.fit, request.all_engines
+    )
     if as_json:
         emit_json(data)
     else:
@@ -331,9 +162,12 @@ def _summary(result: Any) -> dict[str, Any]:
     }
 
 
-def _from_silicon(selection: str, silicon_data: str | None, output: str | None, as_json: bool) -> None:
+def _from_silicon(request: CalibrationRequest, as_json: bool) -> None:
     """`--from-silicon list` prints the database; `--from-silicon SYSTEM/FRAMEWORK` fits and writes a profile."""
     from moesim.calibrate.fits.silicon import tables
+
+    selection, silicon_data, output = request.from_silicon, request.silicon_data, request.output
+    assert selection is not None
 
     if selection.strip().lower() == "list":
         root = tables.database_root(silicon_data)
@@ -348,8 +182,7 @@ def _from_silicon(selection: str, silicon_data: str | None, output: str | None, 
             return
         click.echo(tables.listing(collections, root))
         return
-    if output is None:
-        raise MoesimError("--output", "is required with --from-silicon", "give the profile file to write")
+    assert output is not None  # `way()` checked it
     check_output_path("--output", output)
     from moesim.calibrate.fits.silicon.build import calibrate_from_silicon
     from moesim.simulator.hardware.profile import save_profile

@@ -57,6 +57,11 @@ def click_option(cls: type, name: str, **replace: Any) -> Callable[[F], F]:
         help_text += f" [default: {info.default_text}]"
     if kind is bool:
         return click.option(_flag(name, info), name, is_flag=True, default=bool(default), help=help_text)
+    if info.flag_value is not None:  # a flag whose value may be left out
+        return click.option(
+            _flag(name, info), name, is_flag=False, flag_value=info.flag_value, default=default,
+            metavar=info.metavar, help=help_text,
+        )  # fmt: skip
     if required:  # click takes an explicit default=None as a value given
         return click.option(_flag(name, info), name, type=kind, required=True, help=help_text)
     return click.option(
