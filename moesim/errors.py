@@ -24,5 +24,6 @@ class MoesimError(Exception):
 
 
 class DoesNotFit(MoesimError):
-    """The model of a scenario does not fit the memory of the layout asked for (or of any layout searched).
-    A sweep skips such a point and lists it; every other `MoesimError` is the input's and stops the run."""
+    """The model of a scenario does not fit the layout asked for (or any layout searched): its memory, or its
+    shape (attention heads or experts the layout cannot split). A sweep skips such a point and lists it;
+    every other `MoesimError` is the input's and stops the run."""

@@ -215,7 +215,14 @@ def read_profile_file(
         or os.sep in name_or_path
         or Path(name_or_path).expanduser().exists()
     ):
-        return read_toml(field, Path(name_or_path).expanduser(), kind), name_or_path
+        path = Path(name_or_path).expanduser()
+        if not path.exists():
+            raise MoesimError(
+                field,
+                f"{kind} file {name_or_path} does not exist",
+                f"give a .toml path or a bundled name: {listing}",
+            )
+        return read_toml(field, path, kind), name_or_path
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise MoesimError(

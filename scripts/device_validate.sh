@@ -68,7 +68,7 @@ try:
                                              "cache_bandwidth_gbps", "cache_effective_bytes")})
     probe = q.get("fit_quality", {}).get("drift_probe", {})
     print("drift probe during calibration:", {k: round(v, 4) for k, v in probe.items()
-                                              if k.endswith(("_spread", "_drift", "_gbps", "_tflops", "_us"))})
+                                              if k.endswith(("_spread", "_drift", "_threshold", "_noise", "_gbps", "_tflops", "_us"))})
 except (OSError, KeyError, ValueError) as exc:
     print("calibration result unreadable:", exc)
 for path in sorted((out / "validate").glob("*.json")):

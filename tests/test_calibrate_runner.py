@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 
-from moesim.calibrate.fits.drift import DRIFT_THRESHOLD, ProbeSample  # noqa: E402
+from moesim.calibrate.fits.drift import MIN_DRIFT, NOISE_MULTIPLE, PARTS, ProbeSample  # noqa: E402
 from moesim.calibrate.fits.drift import PROBE_KEY as DRIFT_KEY  # noqa: E402
 from moesim.calibrate.suites import runner  # noqa: E402
 from moesim.calibrate.suites.plan import Plan  # noqa: E402
@@ -48,22 +48,47 @@ TINY = Plan(
 )
 
 
-TINY_PROBE = ProbePlan(read_bytes=1 * MIB, gemm_n=32, dtype="fp32", read_inner=1, gemm_inner=1, repeats=3)
+TINY_PROBE = ProbePlan(
+    read_bytes=1 * MIB,
+    gemm_n=32,
+    dtype="fp32",
+    read_inner=1,
+    gemm_inner=1,
+    read_repeats=3,
+    gemm_repeats=3,
+    dispatch_repeats=3,
+)
 
 
 class ScriptedProbe:
-    """A drift probe whose memory speed is scripted per (label, occurrence); 1.0 elsewhere."""
+    """A drift probe whose machine speed (every part) is scripted per (label, occurrence); 1.0 elsewhere. Its
+    samples state no noise, so a drift counts from MIN_DRIFT on."""
 
     plan = TINY_PROBE
 
-    def __init__(self, memory_speed: dict[tuple[str, int], float]) -> None:
-        self.memory_speed = memory_speed
+    def __init__(
+        self,
+        speed: dict[tuple[str, int], float],
+        noise: float = 0.0,
+        parts: tuple[str, ...] = ("memory", "compute", "dispatch"),
+    ) -> None:
+        self.speed, self.noise, self.parts = speed, noise, parts
         self.seen: dict[str, int] = {}
 
     def sample(self, label: str) -> ProbeSample:
         self.seen[label] = self.seen.get(label, 0) + 1
-        speed = self.memory_speed.get((label, self.seen[label]), 1.0)
-        return ProbeSample(label, 0.0, 12.0 * speed, 0.06)
+        speed = self.speed.get((label, self.seen[label]), 1.0)
+        memory, compute, dispatch = (speed if part in self.parts else 1.0 for part in PARTS)
+        return ProbeSample(
+            label,
+            0.0,
+            12.0 * memory,
+            0.06 * compute,
+            dispatch_us=4.0 / dispatch,
+            memory_noise=self.noise,
+            compute_noise=self.noise,
+            dispatch_noise=self.noise,
+        )
 
     def close(self) -> None:
         pass
@@ -93,8 +118,9 @@ def test_tiny_real_calibration_writes_a_loadable_profile_and_csvs(
         meta, rows = read_rows(suite_path(out, suite))
         assert meta["suite"] == suite and rows
     assert result.fit_path.is_file()
-    probe = profile.fit_quality["drift_probe"]  # the real probe ran before and after every suite
-    assert probe["n_probes"] >= 8 and probe["memory_gbps"] > 0 and probe["compute_tflops"] > 0
+    probe = profile.fit_quality["drift_probe"]  # the real probe ran before and after every probed suite
+    assert probe["n_probes"] >= 6 and probe["memory_gbps"] > 0 and probe["compute_tflops"] > 0
+    assert probe["probe_memory_noise"] >= 0 and probe["gemm_threshold"] >= probe["min_drift"]
     moe_rows = read_rows(suite_path(out, "moe"))[1]
     assert {r["size_class"] for r in moe_rows} == {"small", "large"}
 
@@ -350,8 +376,9 @@ def test_a_suite_the_machine_drifted_through_is_repeated_once(
     assert any("drifted 30.0% during the gemm suite" in note for note in result.notes)
     assert any("gemm suite repeated" in note and "kept the repeat" in note for note in result.notes)
     figures = result.profile.fit_quality[DRIFT_KEY]
-    assert figures["gemm_drift"] == 0.0 and figures["threshold"] == DRIFT_THRESHOLD
-    assert len(read_rows(suite_path(out, "probe"))[1]) == 8  # before and after each suite, the kept run's
+    assert figures["gemm_drift"] == 0.0 and figures["gemm_threshold"] == MIN_DRIFT  # a noiseless probe's
+    # Before and after each suite whose figures follow a part (the kept run's); the MoE diagnostics unprobed.
+    assert len(read_rows(suite_path(out, "probe"))[1]) == 6
 
     # The probes travel with the suite CSVs: a rebuild from them normalises exactly as the run did.
     again = runner.rebuild_from_csv("cpu", tmp_path / "again.toml", source=tmp_path / "p")
@@ -368,5 +395,34 @@ def test_a_drift_that_persists_keeps_the_calmer_run_and_says_so(
     monkeypatch.setattr(runner, "_start_probe", lambda timer, device: probe)
     result = calibrate("cpu", tmp_path / "p.toml", plan=TINY)
     assert calls.count("launch") == 2  # repeated once, not until calm
-    assert any("kept the first run (still above the threshold" in note for note in result.notes)
+    assert any("kept the first run (still beyond the probe's noise" in note for note in result.notes)
     assert result.profile.fit_quality[DRIFT_KEY]["launch_drift"] == pytest.approx(0.2)
+
+
+def test_a_drift_within_the_probes_noise_or_in_a_part_the_suite_does_not_follow_repeats_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(runner, "_run_suite", fake_suites(calls))
+    # 10% slower after the gemm suite, measured by probes whose medians carry 4% noise each: the threshold is
+    # three standard errors of their difference, 3 × √2 × 4% = 17%.
+    monkeypatch.setattr(
+        runner, "_start_probe", lambda timer, device: ScriptedProbe({("after:gemm", 1): 0.9}, noise=0.04)
+    )
+    result = calibrate("cpu", tmp_path / "p.toml", plan=TINY)
+    assert calls == ["memory", "launch", "gemm", "moe"]
+    figures = result.profile.fit_quality[DRIFT_KEY]
+    assert figures["gemm_drift"] == pytest.approx(0.1)
+    assert figures["gemm_threshold"] == pytest.approx(NOISE_MULTIPLE * 2**0.5 * 0.04)
+    assert not any("repeating" in note for note in result.notes)
+
+    # The launch suite's figures follow the host's dispatch alone: DRAM slowing during it is not its drift.
+    calls.clear()
+    monkeypatch.setattr(
+        runner,
+        "_start_probe",
+        lambda timer, device: ScriptedProbe({("after:launch", 1): 0.5}, parts=("memory",)),
+    )
+    result = calibrate("cpu", tmp_path / "q.toml", plan=TINY)
+    assert calls == ["memory", "launch", "gemm", "moe"]
+    assert result.profile.fit_quality[DRIFT_KEY]["launch_drift"] == 0.0

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 import moesim
 from moesim.cli import cli
+from moesim.errors import MoesimError
 from moesim.simulator.plan.layout import LayoutRequest, ParallelLayout
 from moesim.simulator.plan.parallel import build_parallel_plan, rank_model
 from moesim.simulator.plan.styles import KERNEL_STYLES, build_plan
@@ -100,3 +101,34 @@ def test_every_built_in_kernel_style_is_registered_without_importing_it_first() 
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+def test_a_plain_step_resolves_through_the_scenario_with_no_drafter() -> None:
+    """`simulate_step` is `Scenario.resolve(step_tokens=...)`: no drafter bytes in the memory check, the
+    device's launch (eager on a CPU), one device for a CPU."""
+    from moesim.simulator.simulate import simulate_step
+
+    scenario = Scenario("qwen3-30b-a3b", "h200", 8, drafter="model:qwen3-0.6b")
+    plain = scenario.resolve(step_tokens=1)
+    assert plain.memory is not None and plain.memory.drafter_bytes == 0
+    assert scenario.resolve().memory.drafter_bytes > 0  # type: ignore[union-attr]
+    cpu = Scenario("qwen3-0.6b", "docs/validation/cpu/cpu.toml", 1).resolve(step_tokens=1)
+    assert (cpu.launch, cpu.layout.gpus, cpu.layout.device) == ("eager", 1, "CPU")
+    assert simulate_step("qwen3-0.6b", "docs/validation/cpu/cpu.toml", 1, 1).step_s > 0
+    with pytest.raises(MoesimError, match="CPU has no graph replay"):
+        simulate_step("qwen3-0.6b", "docs/validation/cpu/cpu.toml", 1, 1, launch="graph")
+
+
+def test_a_sweep_skips_only_what_does_not_fit_and_stops_on_bad_input() -> None:
+    from moesim.errors import DoesNotFit
+    from moesim.simulator.speculative.sweep import run_sweep
+
+    with pytest.raises(DoesNotFit):
+        Scenario("deepseek-v3", "h200", 1, layout=ParallelLayout()).resolve()
+    deepseek = model("deepseek-v3")
+    sweep = run_sweep(Scenario(deepseek, "h200", layout=ParallelLayout()), [deepseek], [1], [1])
+    assert not sweep.rows and sweep.skipped and "missing" in sweep.skipped[0]["reason"]
+    # a round yielding more tokens than it verifies is the input's fault, not a point to skip
+    small = model("qwen3-30b-a3b")
+    with pytest.raises(MoesimError, match="acceptance_length"):
+        run_sweep(Scenario(small, "h200", acceptance_length=5.0), [small], [1, 8], [1, 2])

@@ -215,3 +215,16 @@ def test_verification_capture_counts_tokens_in_vllm_and_sequences_in_sglang() ->
     assert ov.launch_for(vllm, 512, 1) == "graph"  # the decode step of the same batch stays captured
     assert ov.launch_for(sglang, 256, k + 1) == "graph" and ov.launch_for(sglang, 256, 1) == "graph"
     assert ov.padded_sequences(sglang, 33, k + 1) == 40  # padded in sequences, whatever the tokens
+
+
+def test_both_profile_readers_keep_the_reading_layers_bounds(tmp_path: Path) -> None:
+    """A profile file passes through `moesim.reading`: nesting past MAX_NESTING is refused by name."""
+    from moesim.reading import MAX_NESTING
+    from moesim.simulator.hardware.profile import load_profile
+
+    deep = tmp_path / "deep.toml"
+    deep.write_text("x = " + "[" * (MAX_NESTING + 1) + "]" * (MAX_NESTING + 1) + "\n")
+    for load, field in ((load_profile, "hardware"), (load_serving_engine, "serving_engine")):
+        with pytest.raises(MoesimError) as info:
+            load(str(deep))
+        assert info.value.field == field and "nests" in info.value.problem and info.value.fix

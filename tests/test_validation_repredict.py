@@ -190,10 +190,14 @@ def test_the_cache_state_defaults_to_cold_on_a_cpu_and_warm_on_a_gpu():
         cache_between_steps("lukewarm", "cpu")
 
 
-def _probed(profile_name: str, memory_gbps: float, dispatch_us: float) -> tuple[object, dict]:
-    """A profile that recorded a calibration probe, and a run whose rows the probe measured at these rates."""
+def _probed(
+    profile_name: str, memory_gbps: float, dispatch_us: float, noise: float = 0.0
+) -> tuple[object, dict]:
+    """A profile that recorded a calibration probe, and a run whose rows the probe measured at these rates
+    (every probe median, calibration's and the rows', with relative standard error `noise`)."""
     hw = load_profile(profile_name)
     reference = {"memory_gbps": 4000.0, "compute_tflops": 700.0, "dispatch_us": 5.0}
+    reference |= {f"{part}_noise": noise for part in ("memory", "compute", "dispatch")}
     hw = replace(hw, fit_quality=hw.fit_quality | {"drift_probe": reference})
     run = fake_run(profile_name)
     for row in run["rows"]:
@@ -201,7 +205,7 @@ def _probed(profile_name: str, memory_gbps: float, dispatch_us: float) -> tuple[
             "probe_memory_gbps": memory_gbps,
             "probe_compute_tflops": 700.0,
             "probe_dispatch_us": dispatch_us,
-        }
+        } | {f"probe_{part}_noise": noise for part in ("memory", "compute", "dispatch")}
     return hw, run
 
 
@@ -218,6 +222,21 @@ def test_rows_are_also_predicted_at_the_machine_speed_the_probe_measured_beside_
         assert row["drift_predicted_s"] > row["predicted_s"]  # a slower machine: a longer step
         assert row["drift_error"] == pytest.approx(row["drift_predicted_s"] / row["measured_s"] - 1.0)
     assert "drift-corrected" in markdown_report(drifted)
+
+
+def test_a_speed_change_within_the_probes_noise_is_not_corrected():
+    # Memory 10% slower, the host 2x slower, each probe median with 4% noise: the threshold is three
+    # standard errors of the difference, 3 x 4% x sqrt(2) = 17%; only the host moved beyond it.
+    hw, run = _probed("h200", 3600.0, 10.0, noise=0.04)
+    result = repredict_result(run, hw)
+    for row in result["rows"]:
+        assert row["measured_speed_ratio"]["memory"] == pytest.approx(0.9)
+        assert row["speed_ratio"] == {"memory": 1.0, "compute": 1.0, "dispatch": 0.5}
+    assert result["summary"]["drift"]["rows_corrected"] == {
+        "memory": 0,
+        "compute": 0,
+        "dispatch": len(result["rows"]),
+    }
 
 
 def test_without_a_calibration_probe_rows_keep_one_prediction():

@@ -184,9 +184,8 @@ class Scenario:
                 serving.drafter, self.draft_len if fit_draft_len is None else fit_draft_len
             )
             self._check_acceptance_length(verify_tokens(serving.drafter, self.draft_len))
-            drafter_bytes = drafter.memory_bytes(spec, self.batch, self.context_len)
         else:
-            tokens, drafter_bytes = step_tokens, 0.0
+            tokens = step_tokens
         check_step_inputs(spec, self.batch, tokens, self.context_len)
         check_max_memory_gb(self.max_memory_gb)
         routing = self.routing_for(spec, tokens)
@@ -198,6 +197,10 @@ class Scenario:
             )
         memory = None
         context = max(1, self.context_len + tokens)
+        if check_fit:  # the drafter's weights and KV cache share the memory (a plain step has none)
+            drafter_bytes = (
+                0.0 if step_tokens is not None else drafter.memory_bytes(spec, self.batch, self.context_len)
+            )
         try:
             if check_fit:
                 memory = fit_layout(

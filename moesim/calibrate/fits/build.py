@@ -9,6 +9,7 @@ GPU, with a note, or stops with one message naming the suite.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -45,6 +46,8 @@ class Measurements:
     notes: list[str] = field(default_factory=list)
     probes: list[drift.ProbeSample] = field(default_factory=list)  # labelled before:<suite> / after:<suite>
     probe_plan: dict[str, float] = field(default_factory=dict)  # the probe's sizes (ProbePlan.figures)
+    # Whether each suite's figures are brought to the run's median probe speed (drift.DRIFT_NORMALISATION).
+    normalise_drift: bool = drift.DRIFT_NORMALISATION
 
 
 CACHE_PLATEAU_MIN_RATIO = 1.1  # fitted cache / memory bandwidth below this: no cache plateau was measured
@@ -114,30 +117,62 @@ def _reference(meas: Measurements, notes: list[str]) -> HardwareProfile | None:
 
 def _normalised(meas: Measurements, notes: list[str]) -> tuple[Measurements, dict[str, drift.SuiteDrift]]:
     """The measurements with the launch and GEMM suites' times brought to the run's median machine speed
-    (the probes before and after each suite; `drift.py`), and each suite's drift. Unchanged without probes."""
-    median, drifts = drift.suite_drifts(meas.probes)
+    (the probes before and after each suite; `drift.py`) when `meas.normalise_drift`, and each suite's drift.
+    Unchanged without probes or without normalisation (the drifts are then reported only)."""
+    median, drifts = drift.suite_drifts(meas.probes, meas.backend != "cpu")
     if median is None or not drifts:
         return meas, {}
     moved = drift.spread(meas.probes)
-    notes.append(
-        f"drift probe ({len(meas.probes)} probes): median memory {median.memory_gbps:.3g} GB/s, compute "
-        f"{median.compute_tflops:.3g} TFLOP/s, dispatch {median.dispatch_us:.3g} us/op; spread over the run "
-        "(max - min) / median: "
-        + ", ".join(f"{part} {value:.1%}" for part, value in moved.items())
-        + "; each suite normalised to the median ("
+    how = (
+        "each suite normalised to the median where it moved beyond the probe's noise ("
         + ", ".join(
             f"{d.suite} x" + "/".join(f"{v:.3f}" for v in d.factor.as_dict().values())
             for d in drifts.values()
         )
         + " memory/compute/dispatch; moe fits are diagnostics and stay raw)"
+        if meas.normalise_drift
+        else "suites fitted as measured (normalisation off)"
     )
-    worst = max(moved, key=lambda part: moved[part])
-    if moved[worst] > drift.DRIFT_THRESHOLD:
+    notes.append(
+        f"drift probe ({len(meas.probes)} probes): median memory {median.memory_gbps:.3g} GB/s, compute "
+        f"{median.compute_tflops:.3g} TFLOP/s, dispatch {median.dispatch_us:.3g} us/op; spread over the run "
+        "(max - min) / median: "
+        + ", ".join(f"{part} {value:.1%}" for part, value in moved.items())
+        + "; one probe's noise (standard error of its median): "
+        + ", ".join(f"{part} {median_noise:.1%}" for part, median_noise in _probe_noise(meas.probes).items())
+        + "; "
+        + how
+    )
+    off = {d.suite: part for d in drifts.values() for part in d.parts if d.factor.as_dict()[part] != 1.0}
+    if off:
         notes.append(
-            f"warning: the machine's {worst} speed moved {moved[worst]:.1%} over the calibration (threshold "
-            f"{drift.DRIFT_THRESHOLD:.0%}): its figures are at the run's median speed, and a later run on this "
-            "machine may see another"
+            "warning: the machine's speed during "
+            + ", ".join(
+                f"the {suite} suite ({part} x{1 / drifts[suite].factor.as_dict()[part]:.3f})"
+                for suite, part in off.items()
+            )
+            + " differed from the run's median beyond the probe's noise: "
+            + (
+                "those figures are brought to the median"
+                if meas.normalise_drift
+                else "those figures carry it"
+            )
         )
+    drifted = [d for d in drifts.values() if d.drifted]
+    if drifted:
+        notes.append(
+            "warning: the machine drifted beyond the probe's noise during "
+            + ", ".join(f"the {d.suite} suite ({d.drift:.1%} > {d.threshold:.1%})" for d in drifted)
+            + ": "
+            + (
+                "those figures are at the run's median speed"
+                if meas.normalise_drift
+                else "those figures carry that drift"
+            )
+            + ", and a later run on this machine may see another speed"
+        )
+    if not meas.normalise_drift:
+        return meas, {suite: replace(d, factor=drift.SAME_SPEED) for suite, d in drifts.items()}
     launch, gemm = meas.launch, meas.gemm
     if launch and "launch" in drifts:
         launch = drift.normalise_launch_rows(launch, drifts["launch"].factor, meas.backend != "cpu")
@@ -145,6 +180,11 @@ def _normalised(meas: Measurements, notes: list[str]) -> tuple[Measurements, dic
         d = drifts["gemm"]
         gemm = drift.normalise_gemm_rows(gemm, d.factor, drift.between_sample(d.before, d.after))
     return replace(meas, launch=launch, gemm=gemm), drifts
+
+
+def _probe_noise(samples: list[drift.ProbeSample]) -> dict[str, float]:
+    """The median single probe's noise per part."""
+    return {part: statistics.median(s.noise(part) for s in samples) for part in drift.PARTS}
 
 
 def _memory_part(asm: _Assembly, drifts: dict[str, drift.SuiteDrift]) -> tuple[MemoryParams | None, bool]:
@@ -349,7 +389,9 @@ def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[
         launch_eager_gemm_us=launch_value("launch_eager_gemm_us"),
     )
     if meas.probes:
-        asm.quality[drift.PROBE_KEY] = drift.record(meas.probes, drifts, meas.probe_plan)
+        asm.quality[drift.PROBE_KEY] = drift.record(
+            meas.probes, drifts, meas.probe_plan, meas.normalise_drift
+        )
     software = dict(meas.software)
     software.setdefault("device", meas.backend)
     profile = HardwareProfile(

@@ -1,15 +1,23 @@
-"""The drift probe: a short fixed kernel pair that measures how fast the machine is right now.
+"""The drift probe: three short fixed kernels that measure how fast the machine is right now.
 
-Three short timings, each well under 50 ms, with the same clock as the suites and the validation steps
-(`timing.Timer`: CUDA events on a GPU, the thread's CPU time for a single-threaded CPU run):
+Three timings, each under ~50 ms, with the same clock as the suites and the validation steps
+(`timing.Timer`: CUDA events on a GPU, the thread's CPU time for a single-threaded CPU run), one per part of
+the machine a suite or a validation step depends on:
 
 - a **memory read**: `torch.sum` over a buffer several times the last-level cache, so every pass streams
-  from DRAM / HBM. Its rate (GB/s) is the machine's *memory speed* now;
-- a **small GEMM**: a square matrix product whose operands stay in cache, so it is arithmetic-bound. Its
-  rate (TFLOP/s) is the machine's *core speed* now (clock, steal by a hyperthread sibling, GPU SM clock);
-- a **dispatch burst**: `DISPATCH_OPS` tiny in-place adds issued eagerly, timed on the host. The host time per
-  op (µs) is the machine's *dispatch speed* now: the framework's per-op path, which a neighbour thrashing
-  the shared caches slows far more than arithmetic (on a GPU: the host's launch rate).
+  from DRAM / HBM: the memory suite's plateau kernel. Its rate (GB/s) is the machine's *memory speed* now;
+- a **GEMM** whose operands stay in the last-level cache, so it is arithmetic-bound like the GEMM suite's
+  large-M rows and the validation steps' projections. Its rate (TFLOP/s) is the machine's *core speed* now
+  (clock, a busy hyperthread sibling, a neighbour thrashing the shared cache, a GPU's SM clock);
+- a **dispatch burst**: `DISPATCH_OPS` tiny in-place adds issued eagerly, timed on the host, like the launch
+  suite's eager rows. The host time per op (µs) is the machine's *dispatch speed* now.
+
+Each kernel is timed in its own block: one untimed warm-up call (it reloads the kernel's operands and the
+dispatch path into the caches, whatever ran before the probe), then `*_repeats` timed batches; the probe
+reports each kernel's median and the relative standard error of that median (from the batches' IQR), the
+noise a drift must exceed before it counts (`calibrate/fits/drift.py`). Timing the three kernels
+interleaved, as the first version did, made each GEMM and each dispatch burst follow a read that had just
+evicted the cache: the GEMM then measured partly the memory, and the probe depended on what ran before it.
 
 The sizes depend only on the device (`probe_plan`), so a calibration and a later validation on the same
 machine time exactly the same work; the ratio of their rates is a machine-speed ratio, not a fit (see
@@ -20,10 +28,11 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from moesim.calibrate.fits.drift import ProbeSample
+from moesim.calibrate.fits.drift import ProbeSample, median_noise, rel_iqr
 from moesim.calibrate.suites.timing import DeviceInfo, Timer, torch_dtype
 
 MIB = 2**20
@@ -33,14 +42,16 @@ DISPATCH_OPS = 100  # tiny eager ops per dispatch batch: ~0.5 ms of host time on
 
 @dataclass(frozen=True)
 class ProbePlan:
-    """What one probe times: the read's bytes, the GEMM's size and dtype, batches and repeats."""
+    """What one probe times: the read's bytes, the GEMM's size and dtype, calls per batch and batches."""
 
     read_bytes: int
     gemm_n: int  # the GEMM is (n × n) · (n × n)
     dtype: str
     read_inner: int  # reads per timed batch
     gemm_inner: int  # GEMMs per timed batch
-    repeats: int  # timed batches per kernel; the probe reports their median
+    read_repeats: int  # timed batches of each kernel; the probe reports their median
+    gemm_repeats: int
+    dispatch_repeats: int
 
     def figures(self) -> dict[str, float]:
         """The sizes a profile records, so a later validation times the same kernels."""
@@ -48,27 +59,27 @@ class ProbePlan:
 
     def describe(self) -> str:
         return (
-            f"sum over {self.read_bytes / MIB:.0f} MiB fp32 (x{self.read_inner}), a {self.gemm_n}^3 "
-            f"{self.dtype} GEMM (x{self.gemm_inner}) and {DISPATCH_OPS} tiny eager ops, median of {self.repeats}"
+            f"sum over {self.read_bytes / MIB:.0f} MiB fp32 (x{self.read_inner}, median of {self.read_repeats}), "
+            f"a {self.gemm_n}^3 {self.dtype} GEMM (x{self.gemm_inner}, median of {self.gemm_repeats}) and "
+            f"{DISPATCH_OPS} tiny eager ops (median of {self.dispatch_repeats}), each after one warm-up call"
         )
 
 
-def recorded_plan(is_gpu: bool, figures: dict[str, float], repeats: int = 9) -> ProbePlan:
-    """The probe a profile recorded (`ProbePlan.figures`), rebuilt with `repeats` batches per kernel."""
-    plan = probe_plan(is_gpu, 0.0)
+def recorded_plan(is_gpu: bool, figures: dict[str, float]) -> ProbePlan:
+    """The probe a profile recorded (`ProbePlan.figures`): the same sizes, the same repeats."""
     return replace(
-        plan, read_bytes=int(figures["read_bytes"]), gemm_n=int(figures["gemm_n"]), repeats=repeats
+        probe_plan(is_gpu, 0.0), read_bytes=int(figures["read_bytes"]), gemm_n=int(figures["gemm_n"])
     )
 
 
 def probe_plan(is_gpu: bool, llc_bytes: float) -> ProbePlan:
     """The probe's fixed sizes for a device: a read of 4× its last-level cache, a GEMM that fits in it.
 
-    CPU (a 2-core EPYC VM: 32 MiB L3, ~14 GB/s, ~0.07 TFLOP/s fp32 on one thread): 128 MiB read ≈ 9 ms,
-    512³ fp32 GEMM (3 MiB of operands) ≈ 4 ms. GPU (H200: 50 MiB L2, 4.8 TB/s, ~700 TFLOP/s bf16):
-    a 1 GiB read ≈ 0.2 ms and a 4096³ bf16 GEMM ≈ 0.2 ms, batched 10 and 20 at a time so each timed batch lasts
-    a few ms (CUDA events resolve ~µs). Nine repeats of each (a shared CPU's timings spread 7-15% IQR under
-    load): a probe costs about 0.13 s of CPU time on that VM, 40 ms on the GPU.
+    CPU (a 2-core EPYC VM: 32 MiB L3, ~14 GB/s, ~0.07 TFLOP/s fp32 on one thread): a 128 MiB read ≈ 9 ms,
+    median of 5 (45 ms); a 512³ fp32 GEMM (3 MiB of operands, inside the L3 like the GEMM suite's 4-11 MiB
+    weights) ≈ 4 ms, median of 9 (36 ms); 21 dispatch bursts ≈ 10 ms: a probe costs about 0.1 s. GPU (H200:
+    50 MiB L2, 4.8 TB/s, ~700 TFLOP/s bf16): a 1 GiB read ≈ 0.2 ms and a 4096³ bf16 GEMM ≈ 0.2 ms, batched
+    10 and 20 at a time so each timed batch lasts 2-4 ms (CUDA events resolve ~µs): about 60 ms in all.
     """
     llc = llc_bytes or (50 * MIB if is_gpu else 32 * MIB)
     if is_gpu:
@@ -78,7 +89,9 @@ def probe_plan(is_gpu: bool, llc_bytes: float) -> ProbePlan:
             dtype="bf16",
             read_inner=10,
             gemm_inner=20,
-            repeats=9,
+            read_repeats=5,
+            gemm_repeats=9,
+            dispatch_repeats=21,
         )
     return ProbePlan(
         read_bytes=int(min(max(4 * llc, 64 * MIB), 512 * MIB)),
@@ -86,12 +99,14 @@ def probe_plan(is_gpu: bool, llc_bytes: float) -> ProbePlan:
         dtype="fp32",
         read_inner=1,
         gemm_inner=1,
-        repeats=9,
+        read_repeats=5,
+        gemm_repeats=9,
+        dispatch_repeats=21,
     )
 
 
 class Probe:
-    """The probe's buffers, allocated once; `sample()` times both kernels and returns a `ProbeSample`."""
+    """The probe's buffers, allocated once; `sample()` times the three kernels and returns a `ProbeSample`."""
 
     def __init__(self, timer: Timer, device: DeviceInfo, plan: ProbePlan | None = None) -> None:
         self.timer = timer
@@ -107,10 +122,6 @@ class Probe:
         self._tiny = torch.zeros(1, dtype=torch.float32, device=where)
         self._started = time.perf_counter()
         self.samples: list[ProbeSample] = []  # every probe taken, in order
-        self._read()
-        self._gemm()
-        self._dispatch()
-        timer.sync()
 
     def _read(self) -> Any:
         return self.timer.torch.sum(self._buffer)
@@ -123,29 +134,39 @@ class Probe:
             self._tiny.add_(1.0)
 
     def sample(self, label: str = "") -> ProbeSample:
-        """Time the read, the GEMM and the dispatch burst (`repeats` of each, interleaved): their medians."""
+        """Time the read, the GEMM and the dispatch burst, each in its own warmed-up block of repeats."""
         with self.timer.torch.inference_mode():  # the same dispatch path in calibration and in validation
             return self._sample(label)
 
+    def _block(self, timed: Callable[[], float], warm_up: Callable[[], Any], repeats: int) -> list[float]:
+        warm_up()
+        self.timer.sync()
+        return [timed() for _ in range(repeats)]
+
     def _sample(self, label: str) -> ProbeSample:
-        plan = self.plan
-        read_s: list[float] = []
-        gemm_s: list[float] = []
-        dispatch_s: list[float] = []
-        for _ in range(plan.repeats):
-            read_s.append(self.timer.time_once(self._read, plan.read_inner))
-            gemm_s.append(self.timer.time_once(self._gemm, plan.gemm_inner))
-            dispatch_s.append(self.timer.host_time(self._dispatch, 1) / DISPATCH_OPS)
+        plan, timer = self.plan, self.timer
+        read_s = self._block(
+            lambda: timer.time_once(self._read, plan.read_inner), self._read, plan.read_repeats
+        )
+        gemm_s = self._block(
+            lambda: timer.time_once(self._gemm, plan.gemm_inner), self._gemm, plan.gemm_repeats
+        )
+        dispatch_s = self._block(
+            lambda: timer.host_time(self._dispatch, 1) / DISPATCH_OPS, self._dispatch, plan.dispatch_repeats
+        )
         flops = 2.0 * plan.gemm_n**3
         sample = ProbeSample(
             label=label,
             at_s=round(time.perf_counter() - self._started, 3),
             memory_gbps=plan.read_bytes / statistics.median(read_s) / 1e9,
             compute_tflops=flops / statistics.median(gemm_s) / 1e12,
-            memory_rel_iqr=_rel_iqr(read_s),
-            compute_rel_iqr=_rel_iqr(gemm_s),
+            memory_rel_iqr=rel_iqr(read_s),
+            compute_rel_iqr=rel_iqr(gemm_s),
             dispatch_us=statistics.median(dispatch_s) * 1e6,
-            dispatch_rel_iqr=_rel_iqr(dispatch_s),
+            dispatch_rel_iqr=rel_iqr(dispatch_s),
+            memory_noise=median_noise(read_s),
+            compute_noise=median_noise(gemm_s),
+            dispatch_noise=median_noise(dispatch_s),
         )
         self.samples.append(sample)
         return sample
@@ -153,13 +174,6 @@ class Probe:
     def close(self) -> None:
         """Free the buffers (the read buffer is several times the cache)."""
         del self._buffer, self._a, self._b, self._c, self._tiny
-
-
-def _rel_iqr(times_s: list[float]) -> float:
-    if len(times_s) < 4:
-        return (max(times_s) - min(times_s)) / statistics.median(times_s)
-    q = statistics.quantiles(times_s, n=4)
-    return (q[2] - q[0]) / q[1]
 
 
 __all__ = ["Probe", "ProbePlan", "probe_plan", "recorded_plan"]

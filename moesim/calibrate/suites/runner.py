@@ -22,7 +22,14 @@ from typing import Any
 from moesim import __version__
 from moesim.atomic import atomic_write_text
 from moesim.calibrate.fits.build import Measurements, build_profile, bundled_match, default_name, fit_rows
-from moesim.calibrate.fits.drift import DRIFT_THRESHOLD, ProbeSample, drift_between
+from moesim.calibrate.fits.drift import (
+    DRIFT_NORMALISATION,
+    MIN_DRIFT,
+    NOISE_MULTIPLE,
+    ProbeSample,
+    suite_drift,
+    suite_parts,
+)
 from moesim.calibrate.suites.plan import Plan, make_plan
 from moesim.calibrate.suites.timing import (
     Timer,
@@ -173,6 +180,7 @@ def calibrate(
     plan: Plan | None = None,
     reporter: ProgressFactory | None = None,
     command: str = "",
+    normalise_drift: bool = DRIFT_NORMALISATION,
 ) -> CalibrationResult:
     """Measure, fit and write a profile for the local `device_kind`; returns the profile and file paths."""
     output = _profile_path(output)
@@ -191,7 +199,7 @@ def calibrate(
     timer = Timer(device, plan.flush_bytes)
     report = reporter or (lambda suite: SuiteReporter())
     probe = _start_probe(timer, device)
-    old_probes = _read_probes(suite_path(output, PROBE_TABLE)) if not fresh else []
+    old_probes = read_probes(suite_path(output, PROBE_TABLE)) if not fresh else []
     probes: list[ProbeSample] = []
 
     tables: dict[str, list[Row] | None] = {}
@@ -280,6 +288,7 @@ def calibrate(
         notes=notes,
         probes=probes,
         probe_plan=probe.plan.figures() if probe is not None else {},
+        normalise_drift=normalise_drift,
     )
     meas.software["clock"] = timer.clock_name
     if timer.lead_failures:
@@ -303,6 +312,7 @@ def rebuild_from_csv(
     name: str | None = None,
     reporter: ProgressFactory | None = None,
     command: str = "",
+    normalise_drift: bool = DRIFT_NORMALISATION,
 ) -> CalibrationResult:
     """Fit a profile from suite CSVs already measured (`<source>.<suite>.csv`), without touching a device.
 
@@ -400,7 +410,7 @@ def rebuild_from_csv(
         notes.append("software versions: not recorded in these suite CSVs (written before moesim kept them)")
     software["moesim"] = __version__
     probe_file = stem.with_name(f"{stem.name}.{PROBE_TABLE}.csv")
-    probes = _read_probes(probe_file)
+    probes = read_probes(probe_file)
     probe_figures: dict[str, float] = {}
     if probes:
         probe_meta, probe_rows = read_rows(probe_file)
@@ -428,6 +438,7 @@ def rebuild_from_csv(
         notes=notes,
         probes=probes,
         probe_plan=probe_figures,
+        normalise_drift=normalise_drift,
     )
     profile, fit_path = _build_and_write(
         meas, name or default_name(device_name, backend), output, meas.source
@@ -486,7 +497,7 @@ def _write_probes(output: Path, probes: list[ProbeSample], device: Any, probe: A
     write_rows(suite_path(output, PROBE_TABLE), [p.as_row() for p in probes], meta)
 
 
-def _read_probes(path: Path) -> list[ProbeSample]:
+def read_probes(path: Path) -> list[ProbeSample]:
     """The probes an earlier run wrote (for the suites a rerun resumes); none if there is no such file."""
     if not path.is_file():
         return []
@@ -507,36 +518,35 @@ def _run_probed(
     probe: Any,
     notes: list[str],
 ) -> tuple[list[Row], list[ProbeSample]]:
-    """Run a suite between two probes; if the machine drifted more than DRIFT_THRESHOLD while it ran, warn and
-    run it once more, keeping the attempt that drifted less (its probes label it; the other's are dropped)."""
-    if probe is None:
+    """Run a suite between two probes; if a part the suite's figures follow drifted beyond the probe's own
+    noise while it ran (`drift.SuiteDrift.drifted`), warn and run it once more, keeping the attempt that
+    drifted less relative to its threshold (its probes label it; the other's are dropped)."""
+    if probe is None or not suite_parts(suite, device.is_gpu):
         return _run_suite(suite, timer, device, plan, dtypes, progress), []
     attempts = []
     for attempt in range(2):
         before = probe.sample(f"before:{suite}")
         rows = _run_suite(suite, timer, device, plan, dtypes, progress)
         after = probe.sample(f"after:{suite}")
-        drift = drift_between(before, after)
-        attempts.append((drift, rows, [before, after]))
-        if drift <= DRIFT_THRESHOLD:
+        moved = suite_drift(suite, before, after, is_gpu=device.is_gpu)
+        attempts.append((moved, rows, [before, after]))
+        if not moved.drifted:
             break
         if attempt == 0:
             notes.append(
-                f"warning: the machine drifted {drift:.1%} during the {suite} suite (probe memory "
-                f"{before.memory_gbps:.3g} -> {after.memory_gbps:.3g} GB/s, compute {before.compute_tflops:.3g} -> "
-                f"{after.compute_tflops:.3g} TFLOP/s, dispatch {before.dispatch_us:.3g} -> {after.dispatch_us:.3g} "
-                f"us/op; threshold {DRIFT_THRESHOLD:.0%}): repeating the suite once"
+                f"warning: the machine drifted {moved.drift:.1%} during the {suite} suite (threshold "
+                f"{moved.threshold:.1%}: {NOISE_MULTIPLE:g} x the probes' noise, at least {MIN_DRIFT:.0%}; probe "
+                f"memory {before.memory_gbps:.3g} -> {after.memory_gbps:.3g} GB/s, compute "
+                f"{before.compute_tflops:.3g} -> {after.compute_tflops:.3g} TFLOP/s, dispatch {before.dispatch_us:.3g} "
+                f"-> {after.dispatch_us:.3g} us/op): repeating the suite once"
             )
-    drift, rows, kept = min(attempts, key=lambda item: item[0])
+    moved, rows, kept = min(attempts, key=lambda item: item[0].excess)
     if len(attempts) > 1:
         which = "repeat" if kept is attempts[1][2] else "first run"
         notes.append(
-            f"{suite} suite repeated: drift {attempts[0][0]:.1%} then {attempts[1][0]:.1%}; kept the {which}"
-            + (
-                " (still above the threshold: its figures carry that drift)"
-                if drift > DRIFT_THRESHOLD
-                else ""
-            )
+            f"{suite} suite repeated: drift {attempts[0][0].drift:.1%} then {attempts[1][0].drift:.1%}; kept the "
+            + which
+            + (" (still beyond the probe's noise: its figures carry that drift)" if moved.drifted else "")
         )
     return rows, kept
 

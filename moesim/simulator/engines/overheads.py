@@ -18,12 +18,21 @@
   the host `draft_step_us`, or, when the host prepares it (`host_prepared_passes`), `runner_pass_us` plus
   `runner_per_row_us` per row (`draft_host_s`); the round ends with the acceptance sync (`accept_sync_s`);
   n-gram drafting is host time (`ngram_draft_s`).
+- An SD round's own ops (`round_ops_s`), counted from the engine's source: the ops it launches eagerly
+  outside every captured graph and its host-device syncs, plus the drafter steps' candidate-selection
+  ops in the drafter's launch mode:
+      host   = eager ops × launch_eager + syncs × sync          eager ops = round ops (+ step ops, eager drafter)
+      device = every op × kernel fixed latency (+ the graph gap of step ops inside the drafter's graph)
+      round ops = max(host, device) − what the SD overlap hides of the host behind the round's device time
+  A round that syncs runs these ops with the device idle behind them; an engine whose scheduler keeps its
+  overlap under SD (sd_overlap_kept) hides a share f of them, as it hides its other host work.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 from moesim.errors import MoesimError
@@ -193,6 +202,42 @@ def accept_sync_s(profile: ServingEngineProfile, device_s: float = 0.0) -> float
     return exposed_host_s(profile, profile.effective_host.accept_sync_us * US, device_s, speculative=True)
 
 
+@dataclass(frozen=True)
+class LaunchCosts:
+    """The hardware's launch costs the engine terms use (seconds): a piecewise-graph step's graph launch
+    per piece and eager attention launch per layer, and for an SD round's own ops an eager launch, a
+    host-device sync, a tiny kernel's device time and the gap between kernels in graph replay."""
+
+    layers: int
+    graph_launch_s: float
+    eager_launch_s: float
+    sync_s: float = 0.0
+    kernel_s: float = 0.0
+    graph_gap_s: float = 0.0
+
+
+def round_ops_s(
+    profile: ServingEngineProfile,
+    draft_len: int,
+    drafter_launch_mode: str,
+    costs: LaunchCosts,
+    device_s: float = 0.0,
+) -> float:
+    """Seconds an SD round of K = `draft_len` spends on its own ops (module docstring): `round_eager_ops`
+    eager ops and `round_syncs` syncs, and `draft_step_ops` per drafter step after the first in the
+    drafter's launch mode (`drafter_launch_mode`: eager, or inside its graph). `device_s`: the round's
+    device time, behind which the SD overlap may hide the host part."""
+    style = profile.drafter
+    step_ops = style.draft_step_ops * max(0, draft_len - 1)
+    eager_ops = style.round_eager_ops + (step_ops if drafter_launch_mode == "eager" else 0)
+    graph_ops = step_ops if drafter_launch_mode != "eager" else 0
+    host_s = eager_ops * costs.eager_launch_s + style.round_syncs * costs.sync_s
+    device_ops_s = (eager_ops + graph_ops) * costs.kernel_s + graph_ops * costs.graph_gap_s
+    if host_s <= device_ops_s:
+        return device_ops_s
+    return device_ops_s + exposed_host_s(profile, host_s - device_ops_s, device_s, speculative=True)
+
+
 def ngram_draft_s(profile: ServingEngineProfile, sequences: int) -> float:
     """Seconds of n-gram (prompt lookup) drafting on the host per round."""
     host = profile.effective_host
@@ -200,6 +245,7 @@ def ngram_draft_s(profile: ServingEngineProfile, sequences: int) -> float:
 
 
 __all__ = [
+    "LaunchCosts",
     "StepLaunch",
     "accept_sync_s",
     "captured_size",
@@ -216,6 +262,7 @@ __all__ = [
     "padded_sequences",
     "piecewise_step_s",
     "proposer_sequences",
+    "round_ops_s",
     "sd_bookkeeping_s",
     "verify_shape",
     "verify_tokens",

@@ -41,6 +41,9 @@ FIRST_PASSES = ("one_token", "verified")
 DRAFTER_TPS = ("target", "one")
 PASS_PREPARATIONS = ("device", "host_unless_tp1")
 PROFILE_KINDS = ("ideal", "documented", "fitted")
+# An SD round's own op and sync counts (DrafterStyle): an engine's Python round issues tens to hundreds of
+# ops; 10,000 would be seconds of host time per round.
+MAX_ROUND_OPS = 10_000
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,16 @@ class DrafterStyle:
 
     `bonus_rows`: every drafter pass also re-runs, for each sequence whose previous round accepted all K
     drafts, the position before its bonus token (which the drafter never saw) as an extra row: B·(1 + p)
-    rows for a share p of such sequences (vLLM 0.6.3 `_expand_execute_model_request`)."""
+    rows for a share p of such sequences (vLLM 0.6.3 `_expand_execute_model_request`).
+
+    The SD round's own ops, counted from the engine's source (`engines.overheads.round_ops_s`):
+    `round_eager_ops` device ops the round launches eagerly outside every captured graph (draft KV-slot
+    assignment, tree building, the acceptance and KV-slot release after verification, the drafter graphs'
+    input copies, the draft-extend inputs); `round_syncs` host-device synchronisations inside the round
+    (`.item()`, `.tolist()`, boolean-mask indexing), each draining the device queue; `draft_step_ops` ops
+    per drafter step after the first that select and expand the candidates (scores × top-k, gather,
+    softmax, top-k), run in the drafter's launch mode (inside its graph when captured). 0: not counted
+    (the ideal engine, and engines whose round these files do not count)."""
 
     shape: Literal["chain", "tree"] = "chain"
     tree_draft_tokens: int = 0
@@ -200,6 +212,9 @@ class DrafterStyle:
     head_tp: Literal["target", "one"] = "target"
     pass_preparation: Literal["device", "host_unless_tp1"] = "device"
     bonus_rows: bool = False
+    round_eager_ops: int = 0
+    round_syncs: int = 0
+    draft_step_ops: int = 0
 
 
 @dataclass(frozen=True)
@@ -311,6 +326,14 @@ def _read_graphs(source: str, data: Any) -> CudaGraphs:
     )
 
 
+def _round_count(t: ProfileTable, key: str) -> int:
+    """One of an SD round's op or sync counts: a whole number in [0, MAX_ROUND_OPS]."""
+    value = t.integer(key, 0)
+    if value > MAX_ROUND_OPS:
+        raise t.error(key, f"is {value!r}, out of range", f"give a whole number <= {MAX_ROUND_OPS}")
+    return value
+
+
 def _read_drafter(source: str, data: Any) -> DrafterStyle:
     t = ProfileTable(source, "drafter", data, tuple(f.name for f in fields(DrafterStyle)))
     style = DrafterStyle(
@@ -325,6 +348,9 @@ def _read_drafter(source: str, data: Any) -> DrafterStyle:
         head_tp=t.choice("head_tp", DRAFTER_TPS, "target"),
         pass_preparation=t.choice("pass_preparation", PASS_PREPARATIONS, "device"),
         bonus_rows=t.flag("bonus_rows", False),
+        round_eager_ops=_round_count(t, "round_eager_ops"),
+        round_syncs=_round_count(t, "round_syncs"),
+        draft_step_ops=_round_count(t, "draft_step_ops"),
     )
     if style.shape == "tree" and style.tree_draft_tokens < 2:
         raise t.error(
@@ -335,11 +361,20 @@ def _read_drafter(source: str, data: Any) -> DrafterStyle:
     return style
 
 
+def _engine_name(t: ProfileTable) -> str:
+    engine = t.string("engine", "")
+    if not engine.strip():
+        raise t.error(
+            "engine", "is missing or empty", "name the serving engine: vllm, sglang, trtllm or none"
+        )
+    return engine
+
+
 def _read_provenance(source: str, data: Any) -> EngineProvenance:
     t = ProfileTable(source, "provenance", data, tuple(f.name for f in fields(EngineProvenance)))
     return EngineProvenance(
         kind=t.choice("kind", PROFILE_KINDS, "documented"),
-        engine=t.string("engine", "", nonempty=True),
+        engine=_engine_name(t),
         sources=t.strings("sources"),
         software=t.versions("software"),
         assumptions=t.strings("assumptions"),

@@ -55,7 +55,7 @@ from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.scenario import ResolvedScenario
 from moesim.simulator.speculative.point import (
     DraftTimes,
-    PiecewiseCosts,
+    LaunchCosts,
     StepTimes,
     draft_cost_s,
     engine_round,
@@ -124,7 +124,7 @@ class ScenarioStepCost:
         self.timer = timer or FastTimer(resolved.hardware)
         self.rank = chunk_rank_model(resolved.model, resolved.layout)
         self._costs: dict[StepShape, float] = {}
-        self._timers: dict[int, tuple[StepTimes, DraftTimes, PiecewiseCosts]] = {}
+        self._timers: dict[int, tuple[StepTimes, DraftTimes, LaunchCosts]] = {}
 
     @property
     def description(self) -> str:
@@ -141,7 +141,7 @@ class ScenarioStepCost:
         """How many distinct (bucketed) shapes were costed so far."""
         return len(self._costs)
 
-    def _timers_at(self, context_len: int) -> tuple[StepTimes, DraftTimes, PiecewiseCosts]:
+    def _timers_at(self, context_len: int) -> tuple[StepTimes, DraftTimes, LaunchCosts]:
         """The speculative point's memoised step and drafter times at one (bucketed) context."""
         if context_len not in self._timers:
             r = self.resolved
@@ -151,29 +151,33 @@ class ScenarioStepCost:
 
     def decode_s(self, decode_seqs: int, context_len: int) -> float:
         """One decode step as the speculative point has the serving engine run it."""
-        steps, _, piecewise = self._timers_at(context_len)
+        steps, _, launch_costs = self._timers_at(context_len)
         r = self.resolved
-        return engine_step(r.serving_engine, decode_seqs, 1, r.launch, steps, piecewise).step_s
+        return engine_step(r.serving_engine, decode_seqs, 1, r.launch, steps, launch_costs).step_s
 
     def round_s(self, decode_seqs: int, draft_len: int, context_len: int) -> float:
         """One SD round (drafter passes, verification, acceptance sync), as the speculative point has it."""
-        steps, drafts, piecewise = self._timers_at(context_len)
+        steps, drafts, launch_costs = self._timers_at(context_len)
         r = self.resolved
         # The round alone: a serving run never compares it with a decode step at this batch.
         sd = engine_round(
-            r.serving_engine, r.drafter, decode_seqs, draft_len, 1.0, r.launch, steps, drafts, piecewise
+            r.serving_engine, r.drafter, decode_seqs, draft_len, 1.0, r.launch, steps, drafts, launch_costs
         )
         return sd.round_s
 
     def _round_extras_s(
         self, decode_seqs: int, draft_len: int, context_len: int, launch: str, device_s: float
     ) -> float:
-        """What an SD round adds beside its verification: drafter passes and host, acceptance sync (less
-        what the SD overlap hides behind the step's `device_s`)."""
-        _, drafts, _ = self._timers_at(context_len)
+        """What an SD round adds beside its verification: drafter passes and host, the round's own ops
+        and acceptance sync (less what the SD overlap hides behind the step's `device_s`)."""
+        _, drafts, launch_costs = self._timers_at(context_len)
         r = self.resolved
-        draft_s, _ = draft_cost_s(r.serving_engine, r.drafter, decode_seqs, draft_len, launch, drafts)
-        return draft_s + ov.accept_sync_s(r.serving_engine, device_s)
+        profile = r.serving_engine
+        draft_s, _ = draft_cost_s(profile, r.drafter, decode_seqs, draft_len, launch, drafts)
+        if not r.drafter.drafts_on_host:
+            drafter_launch = ov.drafter_launch(profile.drafter, launch)
+            draft_s += ov.round_ops_s(profile, draft_len, drafter_launch, launch_costs, device_s)
+        return draft_s + ov.accept_sync_s(profile, device_s)
 
     def _verify_tokens(self, shape: StepShape) -> int:
         """Tokens per sequence the step runs: 1, or what the engine verifies (a chain's K + 1, a tree's)."""
@@ -264,9 +268,9 @@ class ScenarioStepCost:
         launch = self._mixed_launch(shape.decode_seqs * q + shape.chunks.tokens)
         device = self._mixed_device_s(shape, "graph" if launch == "piecewise" else launch)
         if launch == "piecewise":
-            _, _, piecewise = self._timers_at(shape.context_len)
+            _, _, launch_costs = self._timers_at(shape.context_len)
             device = ov.piecewise_step_s(
-                device, piecewise.layers, piecewise.graph_launch_s, piecewise.eager_launch_s
+                device, launch_costs.layers, launch_costs.graph_launch_s, launch_costs.eager_launch_s
             )
         speculative = shape.decode_seqs > 0 and shape.tokens_per_seq > 1
         host = ov.host_time_s(

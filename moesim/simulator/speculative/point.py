@@ -24,10 +24,11 @@ means the same in both. A step on a multi-GPU layout is the slowest rank's, coll
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from moesim.simulator.engines import overheads as ov
+from moesim.simulator.engines.overheads import LaunchCosts
 from moesim.simulator.engines.profile import DrafterStyle, ServingEngineProfile
 from moesim.simulator.execution.launch import LaunchParams
 from moesim.simulator.execution.timer import StepCall, StepTimer, TimedStep, parallel_call
@@ -75,16 +76,6 @@ DraftTimes = Callable[[DrafterStyle, int, int, str], DraftCost]  # (style, seque
 
 
 @dataclass(frozen=True)
-class PiecewiseCosts:
-    """A piecewise-graph step's host issue costs: one graph launch per piece, one eager attention launch
-    per layer (the hardware profile's launch costs)."""
-
-    layers: int
-    graph_launch_s: float
-    eager_launch_s: float
-
-
-@dataclass(frozen=True)
 class EngineStep:
     """One forward step as the serving engine runs it: the kernel stream at the batch as run, plus host."""
 
@@ -98,10 +89,11 @@ class EngineStep:
     host_s: float  # the engine's host work for the step
     engine_host_s: float  # the part of it the device does not hide
     sd_host_s: float = 0.0  # of host_s, an SD round's per-sequence bookkeeping
+    round_ops_s: float = 0.0  # an SD round's own ops outside its graphs and its syncs (`ov.round_ops_s`)
 
     @property
     def step_s(self) -> float:
-        return self.device_s + self.engine_host_s
+        return self.device_s + self.engine_host_s + self.round_ops_s
 
     @property
     def plan(self) -> StepPlan:
@@ -113,7 +105,8 @@ class EngineStep:
 
     def breakdown_s(self) -> dict[str, float]:
         """Where the step's time went: the kernel categories (scaled to the unpadded share of the device
-        time when the engine pads or runs piecewise), `padding` and `engine_host`; sums to `step_s`."""
+        time when the engine pads or runs piecewise), `padding`, `engine_host`, `sd_bookkeeping` and
+        `sd_round_ops`; sums to `step_s`."""
         out = dict(self.timed.timing.breakdown_s)
         if self.padding_s > 0.0 or self.device_s != self.timed.step_s:
             total = sum(out.values())
@@ -123,6 +116,7 @@ class EngineStep:
         sd_share = self.sd_host_s / self.host_s if self.host_s > 0.0 else 0.0
         out["engine_host"] = self.engine_host_s * (1.0 - sd_share)
         out["sd_bookkeeping"] = self.engine_host_s * sd_share
+        out["sd_round_ops"] = self.round_ops_s
         return out
 
     def engine_json(self) -> dict[str, Any]:
@@ -136,6 +130,7 @@ class EngineStep:
             "host_s": self.host_s,
             "engine_host_s": self.engine_host_s,
             "sd_host_s": self.sd_host_s,
+            "round_ops_s": self.round_ops_s,
             "step_s": self.step_s,
         }
 
@@ -225,7 +220,7 @@ def scenario_timers(
     resolved: ResolvedScenario,
     timer: StepTimer,
     steps: dict[tuple[int, int, str], TimedPlan] | None = None,
-) -> tuple[StepTimes, DraftTimes, PiecewiseCosts]:
+) -> tuple[StepTimes, DraftTimes, LaunchCosts]:
     """The scenario's step and drafter times at any (rows, tokens, launch), memoised: a sweep builds them
     once per (model, batch) and every draft length reuses the decode step and the drafter pass. `steps`
     holds steps timed already (`time_steps` of the point's `point_step_keys`)."""
@@ -260,7 +255,14 @@ def scenario_timers(
         return passes[key]
 
     em = r.hardware.empirical
-    piecewise = PiecewiseCosts(r.model.n_layers, em.graph_launch_us * 1e-6, em.launch_eager_us * 1e-6)
+    launch_costs = LaunchCosts(
+        r.model.n_layers,
+        em.graph_launch_us * 1e-6,
+        em.launch_eager_us * 1e-6,
+        sync_s=em.sync_us * 1e-6,
+        kernel_s=em.kernel_fixed_latency_us * 1e-6,
+        graph_gap_s=em.launch_graph_gap_us * 1e-6,
+    )
     draft_model = r.drafter.model(target) if r.drafter.runs_on_device else None
     draft_layers = draft_model.n_layers if draft_model is not None else 0
 
@@ -270,7 +272,9 @@ def scenario_timers(
         if launch != "piecewise":
             return pass_s(rows, tokens_per_seq, launch, tp_rule)
         device_s = pass_s(rows, tokens_per_seq, "graph", tp_rule)
-        return ov.piecewise_step_s(device_s, draft_layers, piecewise.graph_launch_s, piecewise.eager_launch_s)
+        return ov.piecewise_step_s(
+            device_s, draft_layers, launch_costs.graph_launch_s, launch_costs.eager_launch_s
+        )
 
     def draft_times(style: DrafterStyle, sequences: int, draft_len: int, launch: str) -> DraftCost:
         rows = ov.draft_sequences(style, sequences)
@@ -290,7 +294,7 @@ def scenario_timers(
         tp = drafter_tp(r.drafter, target, r.layout) if tp_rule == "target" else 1
         return DraftCost(total, first, tp)
 
-    return step_times, draft_times, piecewise
+    return step_times, draft_times, launch_costs
 
 
 def _engine_launch(
@@ -331,18 +335,19 @@ def engine_step(
     tokens_per_seq: int,
     requested_launch: str,
     steps: StepTimes,
-    piecewise: PiecewiseCosts,
+    launch_costs: LaunchCosts,
     sd_sequences: int = 0,
+    round_ops_s: float = 0.0,
 ) -> EngineStep:
     """A step of `rows` × `tokens_per_seq` as the serving engine runs it (see the module docstring); the
-    verification of an SD round over `sd_sequences` sequences adds their bookkeeping and runs under the
-    engine's SD overlap."""
+    verification of an SD round over `sd_sequences` sequences adds their bookkeeping, runs under the
+    engine's SD overlap and carries the round's own ops (`round_ops_s`, from `ov.round_ops_s`)."""
     launch, rows_run, timed_launch = _engine_launch(profile, rows, tokens_per_seq, requested_launch)
     timed = steps(rows_run, tokens_per_seq, timed_launch)
     device_s = timed.step_s
     if launch == "piecewise":
         device_s = ov.piecewise_step_s(
-            device_s, piecewise.layers, piecewise.graph_launch_s, piecewise.eager_launch_s
+            device_s, launch_costs.layers, launch_costs.graph_launch_s, launch_costs.eager_launch_s
         )
     padding_s = device_s - steps(rows, tokens_per_seq, timed_launch).step_s if rows_run != rows else 0.0
     sd_host_s = ov.sd_bookkeeping_s(profile, sd_sequences)
@@ -359,6 +364,7 @@ def engine_step(
         host_s=host_s,
         engine_host_s=ov.exposed_host_s(profile, host_s, device_s, speculative),
         sd_host_s=sd_host_s,
+        round_ops_s=round_ops_s,
     )
 
 
@@ -438,11 +444,15 @@ def engine_round(
     requested_launch: str,
     steps: StepTimes,
     drafts: DraftTimes,
-    piecewise: PiecewiseCosts,
+    launch_costs: LaunchCosts,
 ) -> EngineRound:
     """The SD round of (batch, K) under `profile` from step and drafter times (module docstring)."""
     rows, tokens_per_row = ov.verify_shape(profile.drafter, batch, draft_len)
-    verify = engine_step(profile, rows, tokens_per_row, requested_launch, steps, piecewise, batch)
+    verify = engine_step(profile, rows, tokens_per_row, requested_launch, steps, launch_costs, batch)
+    if not drafter.drafts_on_host:
+        launch = ov.drafter_launch(profile.drafter, verify.launch)
+        ops_s = ov.round_ops_s(profile, draft_len, launch, launch_costs, verify.device_s)
+        verify = replace(verify, round_ops_s=ops_s)
     share = all_accepted_share(tokens_per_step, draft_len) if profile.drafter.bonus_rows else 0.0
     drafting = round_drafting(profile, drafter, batch, draft_len, verify.launch, drafts, share)
     first_pass_s = drafting.device.first_pass_s if profile.drafter.first_pass == "verified" else 0.0
@@ -467,12 +477,12 @@ def engine_point(
     requested_launch: str,
     steps: StepTimes,
     drafts: DraftTimes,
-    piecewise: PiecewiseCosts,
+    launch_costs: LaunchCosts,
 ) -> SpeculativePoint:
     """The SD point of (batch, K) under `profile` from step and drafter times (module docstring)."""
-    decode = engine_step(profile, batch, 1, requested_launch, steps, piecewise)
+    decode = engine_step(profile, batch, 1, requested_launch, steps, launch_costs)
     sd = engine_round(
-        profile, drafter, batch, draft_len, tokens_per_step, requested_launch, steps, drafts, piecewise
+        profile, drafter, batch, draft_len, tokens_per_step, requested_launch, steps, drafts, launch_costs
     )
     return SpeculativePoint(
         draft_len=draft_len,
@@ -517,21 +527,23 @@ def speculative_point(
     timer: StepTimer,
     draft_len: int | None = None,
     *,
-    timers: tuple[StepTimes, DraftTimes, PiecewiseCosts] | None = None,
+    timers: tuple[StepTimes, DraftTimes, LaunchCosts] | None = None,
 ) -> SpeculativePoint:
     """The SD point at `draft_len` (default: the scenario's) under the scenario's serving engine. A sweep
     passes the batch's `scenario_timers` so steps shared by its draft lengths are timed once."""
     r = resolved
     k = r.scenario.draft_len if draft_len is None else draft_len
-    steps, drafts, piecewise = timers or scenario_timers(r, timer)
+    steps, drafts, launch_costs = timers or scenario_timers(r, timer)
     tokens = expected_tokens(k, r.scenario.acceptance, r.scenario.acceptance_length)
-    return engine_point(r.serving_engine, r.drafter, r.batch, k, tokens, r.launch, steps, drafts, piecewise)
+    return engine_point(
+        r.serving_engine, r.drafter, r.batch, k, tokens, r.launch, steps, drafts, launch_costs
+    )
 
 
 __all__ = [
     "DraftCost",
     "EngineStep",
-    "PiecewiseCosts",
+    "LaunchCosts",
     "RoundDrafting",
     "SpeculativePoint",
     "TimedPlan",

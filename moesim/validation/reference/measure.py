@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from moesim.calibrate.fits.drift import PARTS, between_sample, median_sample
 from moesim.errors import MoesimError
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.routing.base import RoutingModel
@@ -61,7 +62,7 @@ class _Prepared:
     inputs: Any
     run: Callable[[], Any]
     rounds: list[list[float]] = field(default_factory=list)
-    probes: list[Any] = field(default_factory=list)  # the drift probe taken beside each round (ProbeSample)
+    probes: list[Any] = field(default_factory=list)  # the machine's speed during each round (ProbeSample)
 
 
 def measure_model(
@@ -84,7 +85,8 @@ def measure_model(
     """Measured rows of every (batch, draft length) of `grid` for one model; with `check`, also record
     there whether the plan lists exactly the aten ops one small step of this model issues. With `probe`
     (`calibrate.suites.probe.Probe.sample`), the drift probe runs beside every row in every round, just before
-    the row's warm-up, and the row records the machine's speed as the median of its probes."""
+    the row's warm-up and once after a round's last row; the row records the machine's speed as the median
+    over its rounds of the speed between the probes just before and just after it, with that median's noise."""
     from moesim.calibrate.suites.timing import import_torch
 
     torch = import_torch()
@@ -122,13 +124,14 @@ def measure_model(
             run = model.capture(inputs) if launch == "graph" else functools.partial(model.step, inputs)
             prepared.append(_Prepared(batch, draft_len, step_routing, inputs, run))
         for round_index in range(settings.rounds):
+            beside: list[Any] = []  # this round's probes: one before each row, one after the last
             for item in prepared:
                 if progress:
                     progress(
                         f"{spec.name} B={item.batch} K={item.draft_len} round {round_index + 1}/{settings.rounds}"
                     )
                 if probe is not None:
-                    item.probes.append(probe(f"{spec.name} B={item.batch} K={item.draft_len}"))
+                    beside.append(probe(f"{spec.name} B={item.batch} K={item.draft_len}"))
                 for _ in range(settings.warmup):
                     item.run()
                 sync()
@@ -141,6 +144,10 @@ def measure_model(
                     sync()
                     times.append((clock_ns() - t0) * 1e-9)
                 item.rounds.append(times)
+            if probe is not None:  # each row's speed this round: the probes just before and just after it
+                beside.append(probe(f"{spec.name} end of round {round_index + 1}"))
+                for i, item in enumerate(prepared):
+                    item.probes.append(between_sample(beside[i], beside[i + 1]))
     rows = [measured_row(spec, shape_key, device, launch, context_len, item) for item in prepared]
     del prepared, model
     gc.collect()
@@ -159,11 +166,12 @@ def measured_row(
     tokens_per_seq = item.draft_len + 1
     speed = {}
     if item.probes:
+        during = median_sample(item.probes)
         speed = {
-            "probe_memory_gbps": float(np.median([p.memory_gbps for p in item.probes])),
-            "probe_compute_tflops": float(np.median([p.compute_tflops for p in item.probes])),
-            "probe_dispatch_us": float(np.median([p.dispatch_us for p in item.probes])),
-        }
+            "probe_memory_gbps": during.memory_gbps,
+            "probe_compute_tflops": during.compute_tflops,
+            "probe_dispatch_us": during.dispatch_us,
+        } | {f"probe_{part}_noise": during.noise(part) for part in PARTS}
     return speed | {
         "model": spec.name,
         "shape": shape_key,

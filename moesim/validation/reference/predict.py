@@ -6,7 +6,8 @@ The term split (launch, fixed latency, compute, memory, cache) feeds the error a
 `predict_rows` is the pure half of validation: it prices the rows a measuring run wrote (`measure.py`),
 right after measuring or later on a machine without torch (`moesim validate repredict`). Where the
 profile recorded its calibration's drift probe and the rows the probe measured beside them, each row is also
-predicted with the profile at the machine speed of that moment (`calibrate.fits.drift.at_speed`).
+predicted with the profile at the machine speed of that moment (`calibrate.fits.drift.at_speed`), in each part
+that moved beyond the probe's noise (`drift.beyond_noise`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from moesim.calibrate.fits.drift import ProbeSample, SpeedRatio, at_speed, reference_sample
+from moesim.calibrate.fits.drift import (
+    PARTS,
+    ProbeSample,
+    SpeedRatio,
+    at_speed,
+    beyond_noise,
+    reference_sample,
+)
 from moesim.errors import MoesimError
 from moesim.simulator.execution.cost import CostParams, kernel_times_s, memory_time_s
 from moesim.simulator.hardware.profile import HardwareProfile
@@ -48,6 +56,9 @@ MEASURED_KEYS = (
     "probe_memory_gbps",
     "probe_compute_tflops",
     "probe_dispatch_us",
+    "probe_memory_noise",
+    "probe_compute_noise",
+    "probe_dispatch_noise",
 )
 
 
@@ -204,10 +215,13 @@ def predict_rows(
                 old["probe_memory_gbps"],
                 old["probe_compute_tflops"],
                 dispatch_us=old.get("probe_dispatch_us") or 0.0,
+                **{f"{part}_noise": old.get(f"probe_{part}_noise") or 0.0 for part in PARTS},
             )
-            ratio = SpeedRatio.between(beside, reference)
+            measured_ratio = SpeedRatio.between(beside, reference)
+            ratio = beyond_noise(measured_ratio, beside, reference)
             drifted = at_speed(hardware, ratio)
             corrected = {
+                "measured_speed_ratio": measured_ratio.as_dict(),
                 "speed_ratio": ratio.as_dict(),
                 "drift_predicted_s": simulate_plan(
                     plan, drifted, launch, CostParams.from_hardware(drifted), warm

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from moesim.atomic import atomic_write_text
+from moesim.calibrate.fits.drift import PARTS
 from moesim.errors import MoesimError
 from moesim.reading import csv_rows, read_text
 from moesim.simulator.bounds import check_count
@@ -91,12 +92,18 @@ def drift_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     if len(corrected) != len(rows):
         return out | {"corrected": None}
     err = np.array([r["drift_predicted_s"] / r["measured_s"] - 1.0 for r in rows])
-    ratios = {part: [r["speed_ratio"][part] for r in rows] for part in ("memory", "compute", "dispatch")}
-    return out | {
-        "speed_ratio": {
+
+    def ranges(key: str) -> dict[str, dict[str, float]]:
+        ratios = {part: [(r.get(key) or r["speed_ratio"])[part] for r in rows] for part in PARTS}
+        return {
             part: {"median": float(np.median(v)), "min": float(min(v)), "max": float(max(v))}
             for part, v in ratios.items()
-        },
+        }
+
+    return out | {
+        "measured_speed_ratio": ranges("measured_speed_ratio"),
+        "speed_ratio": ranges("speed_ratio"),
+        "rows_corrected": {part: sum(r["speed_ratio"][part] != 1.0 for r in rows) for part in PARTS},
         "corrected": {
             "mape": float(np.mean(np.abs(err))),
             "p90_abs_error": float(np.quantile(np.abs(err), 0.9)),
@@ -118,10 +125,10 @@ def drift_sentence(summary: dict[str, Any]) -> str | None:
         f"MAPE raw {summary['mape']:.1%}, drift-corrected {probed['corrected']['mape']:.1%} "
         f"(median signed error {summary['median_error']:+.1%} -> {probed['corrected']['median_error']:+.1%}); "
         + text
-        + "; machine speed vs calibration (median, range): "
+        + "; machine speed vs calibration (median, range; rows beyond the probe's noise, corrected): "
         + ", ".join(
-            f"{part} x{r['median']:.3f} ({r['min']:.3f}-{r['max']:.3f})"
-            for part, r in probed["speed_ratio"].items()
+            f"{part} x{r['median']:.3f} ({r['min']:.3f}-{r['max']:.3f}; {probed['rows_corrected'][part]})"
+            for part, r in probed["measured_speed_ratio"].items()
         )
     )
 
@@ -197,6 +204,9 @@ CSV_COLUMNS = (
     "probe_memory_gbps",
     "probe_compute_tflops",
     "probe_dispatch_us",
+    "probe_memory_noise",
+    "probe_compute_noise",
+    "probe_dispatch_noise",
     "spread",
     "round_spread",
     "n_samples",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from moesim.errors import MoesimError
@@ -193,11 +193,6 @@ def profile_dtype(hardware: HardwareProfile) -> str | None:
     return first or None
 
 
-# Probe repeats beside each validation row: fewer than calibration's (a row is probed once per round, and
-# the row's speed is the median over its rounds), so the probes add about a tenth to a quick run.
-VALIDATION_PROBE_REPEATS = 3
-
-
 def _start_probe(hardware: HardwareProfile, device: Any) -> tuple[Any, str]:
     """(the drift probe to run beside every row, a note): the kernels the profile's calibration timed when
     it recorded them (otherwise this device's default probe, which a drift correction cannot use)."""
@@ -206,13 +201,13 @@ def _start_probe(hardware: HardwareProfile, device: Any) -> tuple[Any, str]:
     from moesim.calibrate.suites.timing import Timer
 
     figures = hardware.fit_quality.get(PROBE_KEY, {})
+    # The same kernels, repeats and warm-up as the calibration's probe: a probe's median depends a little on
+    # how many repeats it takes of a skewed spread, and a correction is a ratio of two probes.
     if "read_bytes" in figures and "gemm_n" in figures:
-        plan = recorded_plan(device.is_gpu, figures, VALIDATION_PROBE_REPEATS)
+        plan = recorded_plan(device.is_gpu, figures)
         note = ""
     else:
-        plan = replace(
-            probe_plan(device.is_gpu, device.last_level_cache_bytes), repeats=VALIDATION_PROBE_REPEATS
-        )
+        plan = probe_plan(device.is_gpu, device.last_level_cache_bytes)
         note = (
             f"profile {hardware.name} records no drift probe from its calibration: the probe's spread over this "
             "run is reported, but rows cannot be corrected for drift since calibration"
