@@ -71,14 +71,21 @@ def test_the_v0_preset_carries_the_proposer_facts_read_from_the_source() -> None
 
 
 @pytest.mark.parametrize(
-    ("key", "value"), [("draft_tp", "two"), ("pass_preparation", "cpu"), ("bonus_rows", 1)]
+    ("section", "key", "value"),
+    [
+        ("drafter", "draft_tp", "two"),
+        ("drafter", "pass_preparation", "cpu"),
+        ("drafter", "bonus_rows", 1),
+        ("sampler", "bytes_per_logit", -1.0),
+        ("sampler", "typo", 1.0),
+    ],
 )
-def test_bad_proposer_fields_name_the_field(key: str, value: object) -> None:
+def test_bad_proposer_fields_name_the_field(section: str, key: str, value: object) -> None:
     data = profile_to_dict(load_serving_engine("vllm-v0"))
-    data["drafter"][key] = value
+    data[section][key] = value
     with pytest.raises(MoesimError) as info:
         profile_from_dict(data, "mine.toml")
-    assert info.value.field == f"mine.toml: drafter.{key}"
+    assert info.value.field == f"mine.toml: {section}.{key}"
 
 
 def test_a_drafter_at_tp_one_runs_unsplit_and_only_a_multi_gpu_layout_tells_them_apart() -> None:
@@ -177,3 +184,35 @@ def test_simulate_prints_the_drafter_line_under_vllm_v0() -> None:
     assert "3 prepared on the host" in result.output
     ideal = CliRunner().invoke(cli, [*args[:-4], "--routing", "independent"])
     assert ideal.exit_code == 0 and "drafter:" not in ideal.output
+
+
+def test_sampler_and_acceptance_bytes_are_the_counted_passes() -> None:
+    """vLLM 0.6.3's sampler runs fp32 softmax and log-softmax over the whole vocabulary at every step, and an
+    SD round copies the draft and target probabilities and runs the rejection sampler over them (greedy
+    too): bytes per vocabulary entry counted from the source, 0 for every other preset."""
+    v0 = load_serving_engine("vllm-v0")
+    passes = v0.sampler
+    assert (passes.bytes_per_logit, passes.sd_bytes_per_logit) == (30.0, 4.0)
+    assert (passes.draft_bytes_per_logit, passes.verify_bytes_per_logit) == (104.0, 8.0)
+    assert ov.sampler_bytes(v0, 10, 1000) == 10 * 1000 * 30.0
+    assert ov.sampler_bytes(v0, 10, 1000, speculative=True) == 10 * 1000 * 34.0
+    assert ov.acceptance_bytes(v0, 4, 3, 1000) == 4 * 1000 * (3 * 104.0 + 4 * 8.0)
+    for name in ("ideal", "vllm", "sglang", "sglang-spec-v1", "trtllm"):
+        other = load_serving_engine(name)
+        assert ov.sampler_bytes(other, 64, 151936, True) == 0.0 == ov.acceptance_bytes(other, 64, 3, 151936)
+
+
+def test_sampler_passes_are_a_breakdown_row_that_grows_with_the_vocabulary() -> None:
+    """The regime where they matter: a 152k vocabulary (Qwen2) at batch; with Mixtral's 32k they are a fifth
+    per row. The verification's row carries the round's acceptance; decode only its own sampler."""
+    qwen = _point(_v0(), DRAFT, 2, 24, 3.0)
+    mixtral = _point(_v0(), "eagle", 2, 24, 3.0)
+    for point in (qwen, mixtral):
+        breakdown = point.verify.breakdown_s()
+        assert breakdown["sampler"] == point.verify.sampler_s > point.decode.sampler_s > 0.0
+        assert sum(breakdown.values()) == pytest.approx(point.verify.step_s)
+    assert qwen.verify.sampler_s / mixtral.verify.sampler_s == pytest.approx(151936 / 32000, rel=1e-9)
+    plain = replace(_v0(), sampler=replace(_v0().sampler, bytes_per_logit=0.0, sd_bytes_per_logit=0.0))
+    assert _point(plain, DRAFT, 2, 24, 3.0).draft_s < qwen.draft_s  # the drafter's passes sample too
+    ideal = _point(load_serving_engine("ideal"), DRAFT, 2, 24, 3.0)
+    assert ideal.verify.sampler_s == 0.0 == ideal.decode.sampler_s

@@ -39,6 +39,7 @@ CATEGORY_LABELS = {
     "padding": "padding to the captured graph size",
     "engine_host": "serving-engine host work (not hidden)",
     "sd_bookkeeping": "SD host bookkeeping (not hidden)",
+    "sampler": "engine sampler and acceptance passes",
     "sd_round_ops": "SD round ops outside graphs, syncs (not hidden)",
 }
 

@@ -18,6 +18,9 @@
   the host `draft_step_us`, or, when the host prepares it (`host_prepared_passes`), `runner_pass_us` plus
   `runner_per_row_us` per row (`draft_host_s`); the round ends with the acceptance sync (`accept_sync_s`);
   n-gram drafting is host time (`ngram_draft_s`).
+- The engine's sampler and acceptance may move full-vocabulary tensors beyond the plan's one read of the
+  logits (`sampler_bytes` per step or drafter pass, `acceptance_bytes` per round: vLLM V0's fp32 softmax,
+  log-softmax, probability copies and rejection sampler).
 - An SD round's own ops (`round_ops_s`), counted from the engine's source: the ops it launches eagerly
   outside every captured graph and its host-device syncs, plus the drafter steps' candidate-selection
   ops in the drafter's launch mode:
@@ -202,11 +205,32 @@ def accept_sync_s(profile: ServingEngineProfile, device_s: float = 0.0) -> float
     return exposed_host_s(profile, profile.effective_host.accept_sync_us * US, device_s, speculative=True)
 
 
+def sampler_bytes(profile: ServingEngineProfile, rows: int, vocab: int, speculative: bool = False) -> float:
+    """Bytes the engine's sampler moves beyond the step plan's one read of the logits, for a step or drafter
+    pass of `rows` rows over `vocab` entries: `bytes_per_logit` per row and entry, plus
+    `sd_bytes_per_logit` under SD (`profile.SamplerPasses`)."""
+    passes = profile.sampler
+    per_logit = passes.bytes_per_logit + (passes.sd_bytes_per_logit if speculative else 0.0)
+    return rows * vocab * per_logit
+
+
+def acceptance_bytes(profile: ServingEngineProfile, sequences: int, draft_len: int, vocab: int) -> float:
+    """Bytes of one round's probability copies and rejection sampling over `sequences` sequences:
+    `draft_bytes_per_logit` per draft position and entry, `verify_bytes_per_logit` per verified position
+    (`verify_tokens`) and entry (`profile.SamplerPasses`)."""
+    passes = profile.sampler
+    verified = verify_tokens(profile.drafter, draft_len)
+    per_sequence = draft_len * passes.draft_bytes_per_logit + verified * passes.verify_bytes_per_logit
+    return sequences * vocab * per_sequence
+
+
 @dataclass(frozen=True)
 class LaunchCosts:
     """The hardware's launch costs the engine terms use (seconds): a piecewise-graph step's graph launch
     per piece and eager attention launch per layer, and for an SD round's own ops an eager launch, a
-    host-device sync, a tiny kernel's device time and the gap between kernels in graph replay."""
+    host-device sync, a tiny kernel's device time and the gap between kernels in graph replay; and what the
+    engine's own sampler passes run over (`sampler_bytes`, `acceptance_bytes`): the target's and the
+    drafter's vocabularies, at the device's elementwise memory bandwidth (bytes per second)."""
 
     layers: int
     graph_launch_s: float
@@ -214,6 +238,13 @@ class LaunchCosts:
     sync_s: float = 0.0
     kernel_s: float = 0.0
     graph_gap_s: float = 0.0
+    vocab: int = 0
+    draft_vocab: int = 0
+    elementwise_bytes_per_s: float = math.inf
+
+    def bytes_s(self, nbytes: float) -> float:
+        """Seconds of `nbytes` of elementwise memory traffic."""
+        return nbytes / self.elementwise_bytes_per_s
 
 
 def round_ops_s(
@@ -248,6 +279,7 @@ __all__ = [
     "LaunchCosts",
     "StepLaunch",
     "accept_sync_s",
+    "acceptance_bytes",
     "captured_size",
     "draft_host_s",
     "draft_sequences",
@@ -263,6 +295,7 @@ __all__ = [
     "piecewise_step_s",
     "proposer_sequences",
     "round_ops_s",
+    "sampler_bytes",
     "sd_bookkeeping_s",
     "verify_shape",
     "verify_tokens",

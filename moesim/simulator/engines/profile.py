@@ -218,6 +218,27 @@ class DrafterStyle:
 
 
 @dataclass(frozen=True)
+class SamplerPasses:
+    """Bytes the engine's sampler and acceptance move over full-vocabulary tensors beyond what the step
+    plan prices (one fp32 read of the logits per row, `plan.head`), counted from the engine's source; each
+    a count of tensor passes × their element size, so 0 for an engine whose greedy path is an argmax.
+
+    - `bytes_per_logit`: per row and vocabulary entry of every step, the sampler's own passes;
+    - `sd_bytes_per_logit`: more per row and entry of every pass under SD (probabilities it keeps for the
+      acceptance);
+    - `draft_bytes_per_logit`: per sequence, draft position and entry of a round: the draft probabilities'
+      copies and the rejection sampler over them;
+    - `verify_bytes_per_logit`: per sequence, verified position and entry of a round: the target
+      probabilities' copies.
+    They run at the device's elementwise memory bandwidth (`breakdown` row `sampler`)."""
+
+    bytes_per_logit: float = 0.0
+    sd_bytes_per_logit: float = 0.0
+    draft_bytes_per_logit: float = 0.0
+    verify_bytes_per_logit: float = 0.0
+
+
+@dataclass(frozen=True)
 class EngineProvenance:
     """Where the profile's values came from: sources read (file and version), software, assumptions."""
 
@@ -240,6 +261,7 @@ class ServingEngineProfile:
     provenance: EngineProvenance
     fitted: dict[str, float] = field(default_factory=dict)
     fit_quality: dict[str, dict[str, float]] = field(default_factory=dict)
+    sampler: SamplerPasses = SamplerPasses()
 
     @functools.cached_property
     def effective_host(self) -> HostCosts:
@@ -252,7 +274,7 @@ class ServingEngineProfile:
         host = self.effective_host
         no_host = all(getattr(host, n) == 0.0 for n in HOST_PARAMETERS if n not in SCALING_PARAMETERS)
         graphs_as_given = self.graphs.enabled and not self.graphs.sizes and not self.graphs.max_tokens
-        drafter_as_given = self.drafter == DrafterStyle()
+        drafter_as_given = self.drafter == DrafterStyle() and self.sampler == SamplerPasses()
         defaults_as_given = all(getattr(host, n) == getattr(HostCosts, n) for n in SCALING_PARAMETERS)
         return no_host and graphs_as_given and drafter_as_given and defaults_as_given
 
@@ -268,7 +290,17 @@ class ServingEngineProfile:
 
 # --- TOML ---------------------------------------------------------------------------------------------------
 
-_SECTIONS = ("name", "description", "host", "graphs", "drafter", "provenance", "fitted", "fit_quality")
+_SECTIONS = (
+    "name",
+    "description",
+    "host",
+    "graphs",
+    "drafter",
+    "sampler",
+    "provenance",
+    "fitted",
+    "fit_quality",
+)
 
 
 def profile_to_dict(p: ServingEngineProfile) -> dict[str, Any]:
@@ -279,6 +311,7 @@ def profile_to_dict(p: ServingEngineProfile) -> dict[str, Any]:
         "host": {k: float(v) for k, v in asdict(p.host).items()},
         "graphs": {**asdict(p.graphs), "sizes": list(p.graphs.sizes)},
         "drafter": asdict(p.drafter),
+        "sampler": {k: float(v) for k, v in asdict(p.sampler).items()},
         "provenance": {
             "kind": p.provenance.kind,
             "engine": p.provenance.engine,
@@ -361,6 +394,16 @@ def _read_drafter(source: str, data: Any) -> DrafterStyle:
     return style
 
 
+def _read_sampler(source: str, data: Any) -> SamplerPasses:
+    t = ProfileTable(source, "sampler", data, tuple(f.name for f in fields(SamplerPasses)))
+    return SamplerPasses(
+        **{
+            f.name: t.number(f.name, 0.0, minimum=0.0, strict=False, maximum=1e4)
+            for f in fields(SamplerPasses)
+        }
+    )
+
+
 def _engine_name(t: ProfileTable) -> str:
     engine = t.string("engine", "")
     if not engine.strip():
@@ -397,6 +440,7 @@ def profile_from_dict(d: Any, source: str) -> ServingEngineProfile:
         host=host,
         graphs=_read_graphs(source, d.get("graphs", {})),
         drafter=_read_drafter(source, d.get("drafter", {})),
+        sampler=_read_sampler(source, d.get("sampler", {})),
         provenance=_read_provenance(source, d["provenance"]),
         fitted=fitted,
         fit_quality=read_fit_quality(source, d.get("fit_quality", {})),

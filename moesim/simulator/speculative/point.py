@@ -89,11 +89,12 @@ class EngineStep:
     host_s: float  # the engine's host work for the step
     engine_host_s: float  # the part of it the device does not hide
     sd_host_s: float = 0.0  # of host_s, an SD round's per-sequence bookkeeping
+    sampler_s: float = 0.0  # the engine's sampler (and a verification's acceptance) passes beyond the plan
     round_ops_s: float = 0.0  # an SD round's own ops outside its graphs and its syncs (`ov.round_ops_s`)
 
     @property
     def step_s(self) -> float:
-        return self.device_s + self.engine_host_s + self.round_ops_s
+        return self.device_s + self.sampler_s + self.engine_host_s + self.round_ops_s
 
     @property
     def plan(self) -> StepPlan:
@@ -105,8 +106,8 @@ class EngineStep:
 
     def breakdown_s(self) -> dict[str, float]:
         """Where the step's time went: the kernel categories (scaled to the unpadded share of the device
-        time when the engine pads or runs piecewise), `padding`, `engine_host`, `sd_bookkeeping` and
-        `sd_round_ops`; sums to `step_s`."""
+        time when the engine pads or runs piecewise), `padding`, `engine_host`, `sd_bookkeeping`,
+        `sampler` and `sd_round_ops`; sums to `step_s`."""
         out = dict(self.timed.timing.breakdown_s)
         if self.padding_s > 0.0 or self.device_s != self.timed.step_s:
             total = sum(out.values())
@@ -116,6 +117,7 @@ class EngineStep:
         sd_share = self.sd_host_s / self.host_s if self.host_s > 0.0 else 0.0
         out["engine_host"] = self.engine_host_s * (1.0 - sd_share)
         out["sd_bookkeeping"] = self.engine_host_s * sd_share
+        out["sampler"] = self.sampler_s
         out["sd_round_ops"] = self.round_ops_s
         return out
 
@@ -130,6 +132,7 @@ class EngineStep:
             "host_s": self.host_s,
             "engine_host_s": self.engine_host_s,
             "sd_host_s": self.sd_host_s,
+            "sampler_s": self.sampler_s,
             "round_ops_s": self.round_ops_s,
             "step_s": self.step_s,
         }
@@ -255,6 +258,7 @@ def scenario_timers(
         return passes[key]
 
     em = r.hardware.empirical
+    draft_model = r.drafter.model(target) if r.drafter.runs_on_device else None
     launch_costs = LaunchCosts(
         r.model.n_layers,
         em.graph_launch_us * 1e-6,
@@ -262,8 +266,10 @@ def scenario_timers(
         sync_s=em.sync_us * 1e-6,
         kernel_s=em.kernel_fixed_latency_us * 1e-6,
         graph_gap_s=em.launch_graph_gap_us * 1e-6,
+        vocab=r.model.vocab,
+        draft_vocab=draft_model.vocab if draft_model is not None else 0,
+        elementwise_bytes_per_s=r.hardware.memory_bandwidth_bytes_per_s * em.elementwise_bandwidth_fraction,
     )
-    draft_model = r.drafter.model(target) if r.drafter.runs_on_device else None
     draft_layers = draft_model.n_layers if draft_model is not None else 0
 
     def one_pass_s(rows: int, tokens_per_seq: int, launch: str, tp_rule: str) -> float:
@@ -338,10 +344,12 @@ def engine_step(
     launch_costs: LaunchCosts,
     sd_sequences: int = 0,
     round_ops_s: float = 0.0,
+    acceptance_bytes: float = 0.0,
 ) -> EngineStep:
     """A step of `rows` × `tokens_per_seq` as the serving engine runs it (see the module docstring); the
     verification of an SD round over `sd_sequences` sequences adds their bookkeeping, runs under the
-    engine's SD overlap and carries the round's own ops (`round_ops_s`, from `ov.round_ops_s`)."""
+    engine's SD overlap and carries the round's own ops (`round_ops_s`, from `ov.round_ops_s`); the
+    engine's sampler passes (and a verification's `acceptance_bytes`) run after the step's kernels."""
     launch, rows_run, timed_launch = _engine_launch(profile, rows, tokens_per_seq, requested_launch)
     timed = steps(rows_run, tokens_per_seq, timed_launch)
     device_s = timed.step_s
@@ -365,6 +373,10 @@ def engine_step(
         engine_host_s=ov.exposed_host_s(profile, host_s, device_s, speculative),
         sd_host_s=sd_host_s,
         round_ops_s=round_ops_s,
+        sampler_s=launch_costs.bytes_s(
+            ov.sampler_bytes(profile, rows * tokens_per_seq, launch_costs.vocab, speculative)
+            + acceptance_bytes
+        ),
     )
 
 
@@ -377,6 +389,7 @@ class RoundDrafting(NamedTuple):
     device: DraftCost
     rows: int
     host_prepared_passes: int
+    sampler_s: float = 0.0  # of seconds, the engine's sampler passes beyond the drafter's plan
 
 
 def round_drafting(
@@ -387,6 +400,7 @@ def round_drafting(
     verify_launch: str,
     drafts: DraftTimes,
     all_accepted_share: float = 0.0,
+    launch_costs: LaunchCosts | None = None,
 ) -> RoundDrafting:
     """One SD round's drafting for `batch` sequences: an n-gram lookup on the host, or K drafter passes
     (over the bonus positions too, under `bonus_rows`, for a share `all_accepted_share` of sequences) in
@@ -399,7 +413,11 @@ def round_drafting(
     rows = ov.draft_sequences(profile.drafter, sequences)
     host_s = ov.draft_host_s(profile, draft_len, rows, device.tp)
     prepared = ov.host_prepared_passes(profile.drafter, draft_len, device.tp)
-    return RoundDrafting(device.total_s + host_s, host_s, device, rows, prepared)
+    sampler_s = 0.0
+    if launch_costs is not None:  # the sampler's own passes over the drafter's vocabulary, every pass
+        pass_bytes = ov.sampler_bytes(profile, rows, launch_costs.draft_vocab, speculative=True)
+        sampler_s = draft_len * launch_costs.bytes_s(pass_bytes)
+    return RoundDrafting(device.total_s + sampler_s + host_s, host_s, device, rows, prepared, sampler_s)
 
 
 def draft_cost_s(
@@ -448,13 +466,23 @@ def engine_round(
 ) -> EngineRound:
     """The SD round of (batch, K) under `profile` from step and drafter times (module docstring)."""
     rows, tokens_per_row = ov.verify_shape(profile.drafter, batch, draft_len)
-    verify = engine_step(profile, rows, tokens_per_row, requested_launch, steps, launch_costs, batch)
+    acceptance = ov.acceptance_bytes(profile, batch, draft_len, launch_costs.vocab)
+    verify = engine_step(
+        profile,
+        rows,
+        tokens_per_row,
+        requested_launch,
+        steps,
+        launch_costs,
+        batch,
+        acceptance_bytes=acceptance,
+    )
     if not drafter.drafts_on_host:
         launch = ov.drafter_launch(profile.drafter, verify.launch)
         ops_s = ov.round_ops_s(profile, draft_len, launch, launch_costs, verify.device_s)
         verify = replace(verify, round_ops_s=ops_s)
     share = all_accepted_share(tokens_per_step, draft_len) if profile.drafter.bonus_rows else 0.0
-    drafting = round_drafting(profile, drafter, batch, draft_len, verify.launch, drafts, share)
+    drafting = round_drafting(profile, drafter, batch, draft_len, verify.launch, drafts, share, launch_costs)
     first_pass_s = drafting.device.first_pass_s if profile.drafter.first_pass == "verified" else 0.0
     return EngineRound(
         verify=verify,
