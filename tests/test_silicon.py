@@ -248,3 +248,52 @@ def test_memory_bound_gemm_rows_do_not_move_the_fitted_efficiency() -> None:
     for curve in before.values():  # compute time M / e(M) never falls with more rows
         m, e = np.array(curve.m_tokens), np.array(curve.efficiency)
         assert np.all(np.diff(m / e) >= -1e-9 * m[1:] / e[1:])
+
+
+def test_the_fixture_fits_attention_terms_that_beat_the_roofline_held_out() -> None:
+    result = calibrate_from_silicon("h200_sxm/sglang", str(FIXTURE))
+    attention = result.profile.empirical.attention
+    assert attention is not None and set(attention) == {"gqa", "mla", "gqa_prefill"}
+    for kind in ("gqa", "mla", "gqa_prefill"):
+        fitted, roofline = result.quality[f"attention.{kind}"], result.baseline[f"attention.{kind}"]
+        assert fitted.rows_fit > 0 and fitted.rows_held_out > 0
+        assert fitted.mape_held_out_percent < roofline.mape_held_out_percent / 2
+        assert attention[kind].fixed_us > 0  # decode attention has a floor beyond an empty launch
+
+
+# 200 random rows each of the real H200 and B200 attention tables (grouped-query and MLA decode, grouped-query
+# prefill; bf16 queries and KV cache, full attention, the framework's default kernel). Tolerance: mean
+# absolute error 25%. The fitted terms' held-out MAPE on these tables is 12-20% (h200_sxm, h100_sxm and
+# b200_sxm; sglang, vllm and trtllm), so 25% is 1.25-2x that; the roofline alone (a datasheet profile)
+# scores 57-69% on the same rows.
+ATTENTION_ROW_TOLERANCE_MAPE = 25.0
+
+
+@needs_database
+@pytest.mark.parametrize("system", ["h200_sxm", "b200_sxm"])
+def test_the_silicon_profile_predicts_200_random_attention_rows_of_the_real_tables(system: str) -> None:
+    from moesim.calibrate.fits.silicon.attention_fit import _pick, row_kernels
+
+    selection = tables.select(tables.scan(tables.database_root()), f"{system}/sglang")
+    hw = load_profile(f"silicon/{system}-sglang")
+    assert hw.empirical.attention is not None
+    rng = np.random.default_rng(200)
+    for table, kind in (
+        ("generation_attention_perf", "gqa"),
+        ("generation_mla_perf", "mla"),
+        ("context_attention_perf", "gqa_prefill"),
+    ):
+        columns = tables.read_columns(selection.tables[table])
+        rows, _ = _pick(columns, kind)
+        index = rng.choice(np.nonzero(rows)[0], 200, replace=False)
+        c = {k: v[index] for k, v in columns.items()}
+        ones = np.ones(200, dtype=np.int64)
+        kv_heads = ones if kind == "mla" else c["num_key_value_heads"]
+        head_dim = ones if kind == "mla" else c["head_dim"]
+        cached = c["isl"] + c["step"] if "step" in c else c["isl"]
+        priced = row_kernels(hw, kind, c["num_heads"], kv_heads, head_dim, c["batch_size"], cached)
+        predicted = priced.predict_s(hw.empirical.attention[kind])
+        measured = c["latency"] * 1e-3
+        assert float(np.mean(np.abs(predicted - measured) / measured) * 100) < ATTENTION_ROW_TOLERANCE_MAPE, (
+            kind
+        )

@@ -59,6 +59,28 @@ def gemm_mask(table):  # type: ignore[no-untyped-def]
     return mask
 
 
+# Attention shapes: (query heads, KV heads, head dim) of grouped-query decode; query heads per rank of MLA.
+GQA_SHAPES = [(32, 4, 128), (16, 2, 128), (64, 8, 128), (32, 8, 128), (8, 1, 128)]
+MLA_HEADS = [128, 64, 16, 8, 32]
+
+
+def gqa_mask(table):  # type: ignore[no-untyped-def]
+    mask = None
+    for h, kv, d in GQA_SHAPES:
+        one = pc.and_(
+            pc.and_(pc.equal(table["num_heads"], h), pc.equal(table["num_key_value_heads"], kv)),
+            pc.equal(table["head_dim"], d),
+        )
+        mask = one if mask is None else pc.or_(mask, one)
+    plain = pc.and_(pc.equal(table["window_size"], 0), pc.equal(table["kv_cache_dtype"], "bfloat16"))
+    return pc.and_(pc.and_(mask, plain), pc.equal(table["kernel_source"], "fa3"))
+
+
+def mla_mask(table):  # type: ignore[no-untyped-def]
+    heads = pc.is_in(table["num_heads"], value_set=__import__("pyarrow").array(MLA_HEADS))
+    return pc.and_(heads, pc.equal(table["kv_cache_dtype"], "bfloat16"))
+
+
 def main() -> None:
     root = database_root()
     h200 = root / "h200_sxm"
@@ -76,6 +98,21 @@ def main() -> None:
         h200 / "gemm/sglang/0.5.14/gemm_perf.parquet",
         OUT / "h200_sxm/gemm/sglang/0.5.14/gemm_perf.parquet",
         gemm_mask,
+    )
+    _cut(
+        h200 / "attention/sglang/0.5.14/generation_attention_perf.parquet",
+        OUT / "h200_sxm/attention/sglang/0.5.14/generation_attention_perf.parquet",
+        gqa_mask,
+    )
+    _cut(
+        h200 / "attention/sglang/0.5.14/context_attention_perf.parquet",
+        OUT / "h200_sxm/attention/sglang/0.5.14/context_attention_perf.parquet",
+        lambda t: pc.and_(gqa_mask(t), pc.less_equal(t["isl"], 4096)),
+    )
+    _cut(
+        h200 / "mla/sglang/0.5.14/generation_mla_perf.parquet",
+        OUT / "h200_sxm/mla/sglang/0.5.14/generation_mla_perf.parquet",
+        mla_mask,
     )
     everything = lambda t: pc.greater(t["latency"], 0)  # noqa: E731
     _cut(

@@ -17,6 +17,11 @@ output) runs in series with the weight stream from memory, so the kernel keeps g
 every expert is loaded; it is never faster than its roofline compute. Both timers take this split from
 `kernel_parts_s`.
 
+An attention kernel over the KV cache (`Kernel.attention_units` work units of kind `attention_kind`) pays
+the profile's attention terms in its fixed part, where it has them (`hardware.sections.AttentionTerms`):
+
+    time = fixed latency + attention fixed + units × per-unit + max(compute, memory)
+
 The ramp charges small transfers: a kernel moving x bytes from memory reaches x / (x + h) of the streaming
 bandwidth, h = half_bandwidth_transfer_bytes, which is the same as adding h bytes (h / bandwidth = one
 memory latency) to every kernel that reads memory; calibration fits h with exactly this formula.
@@ -33,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moesim.simulator.hardware.profile import HardwareProfile
-from moesim.simulator.hardware.sections import expert_gemm_terms
+from moesim.simulator.hardware.sections import ATTENTION_KERNEL_KINDS, expert_gemm_terms
 from moesim.simulator.plan.kernels import Kernel
 
 # A GEMM with one row uses each weight once (0.5 FLOP per fp32 byte, 1 per bf16 byte: far below any
@@ -62,6 +67,8 @@ class CostParams:
     non_gemm_flops_per_s: float
     # dtype -> (fixed s, per-expert s, pair FLOP/s) of grouped expert GEMMs; empty: none in this pricing
     expert_gemm: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    # attention kind -> (fixed s, per-unit s) of attention kernels; empty: the roofline alone
+    attention: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @classmethod
     def from_hardware(cls, hw: HardwareProfile) -> CostParams:
@@ -82,6 +89,10 @@ class CostParams:
             peak_flops=peaks,
             non_gemm_flops_per_s=hw.peak_flops_per_s("bf16") * float(em.vector_flops_fraction or 0.0),
             expert_gemm=_expert_gemm_rates(hw, peaks),
+            attention={
+                kind: (terms.fixed_us * 1e-6, terms.per_unit_us * 1e-6)
+                for kind, terms in (em.attention or {}).items()
+            },
         )
 
     @classmethod
@@ -132,6 +143,19 @@ class CostParams:
             extra_s=np.where(grouped, rows[:, 0] + experts * rows[:, 1], 0.0),
             pair_flops_per_s=np.where(grouped, rows[:, 2], np.inf),
         )
+
+    def attention_extra_s(self, units: dict[str, np.ndarray]) -> np.ndarray | None:
+        """Seconds the attention terms add to each kernel, given each kind's work units per kernel (0: not
+        an attention kernel of that kind); None when this pricing has no attention terms."""
+        if not self.attention:
+            return None
+        extra: np.ndarray | None = None
+        for kind, kernel_units in units.items():
+            u = np.asarray(kernel_units, dtype=float)
+            fixed_s, per_unit_s = self.attention.get(kind, (0.0, 0.0))
+            part = np.where(u > 0, fixed_s + u * per_unit_s, 0.0)
+            extra = part if extra is None else extra + part
+        return extra
 
     def gemm_efficiency(self, m_tokens: np.ndarray | float) -> np.ndarray:
         """Achieved fraction of peak of a GEMM with M rows (M ≤ 1: a weight stream, see GEMV_EFFICIENCY)."""
@@ -222,11 +246,13 @@ def kernel_parts_s(
     cache_bytes: np.ndarray,
     params: CostParams,
     grouped: GroupedTerms | None = None,
+    attention_s: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(total, fixed, compute, memory-side) seconds of many kernels: total = fixed + max(compute,
     memory-side).
 
-    The fixed part is the fixed latency, plus for a grouped expert GEMM its expert fixed and per-expert parts. The
+    The fixed part is the fixed latency, plus for a grouped expert GEMM its expert fixed and per-expert parts
+    and for an attention kernel its attention terms (`attention_s`, `CostParams.attention_extra_s`). The
     memory side is the bytes' time; for a grouped expert GEMM it is the memory bytes' time plus the larger
     of the cache-served re-reads and the (token, expert) rows' work: both run on the SMs' load path per
     output tile, beside each other, but in series with the weights streaming from memory
@@ -240,6 +266,8 @@ def kernel_parts_s(
         pair_s = np.asarray(flops, dtype=float) / grouped.pair_flops_per_s
         memory = np.where(grouped.is_grouped, from_memory + np.maximum(memory - from_memory, pair_s), memory)
         fixed = fixed + grouped.extra_s
+    if attention_s is not None:
+        fixed = fixed + attention_s
     return fixed + np.maximum(compute, memory), fixed, compute, memory
 
 
@@ -251,14 +279,23 @@ def kernel_times_s(
     cache_bytes: np.ndarray,
     params: CostParams,
     grouped: GroupedTerms | None = None,
+    attention_s: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(total, compute, memory-side) seconds of many kernels at once: total = serial + max(compute,
     memory-side), which is fixed + max(compute, memory) for every kernel but a grouped expert GEMM
     (`kernel_parts_s`)."""
     total, _, compute, memory = kernel_parts_s(
-        flops, m_tokens, peak_flops, hbm_bytes, cache_bytes, params, grouped
+        flops, m_tokens, peak_flops, hbm_bytes, cache_bytes, params, grouped, attention_s
     )
     return total, compute, memory
+
+
+def attention_units_by_kind(kernels: Sequence[Kernel]) -> dict[str, np.ndarray]:
+    """Each attention kind's work units per kernel (0 where a kernel is not an attention kernel of it)."""
+    return {
+        kind: np.array([k.attention_units if k.attention_kind == kind else 0.0 for k in kernels], dtype=float)
+        for kind in ATTENTION_KERNEL_KINDS
+    }
 
 
 def kernel_time_s(
@@ -274,5 +311,6 @@ def kernel_time_s(
         np.array([cache_bytes]),
         params,
         params.grouped_terms(np.array([kernel.experts]), [kernel.dtype]),
+        params.attention_extra_s(attention_units_by_kind([kernel])),
     )
     return float(total[0])

@@ -25,7 +25,7 @@ import numpy as np
 import simpy
 
 from moesim.simulator.execution.cache import CacheState, footprints
-from moesim.simulator.execution.cost import CostParams, kernel_parts_s
+from moesim.simulator.execution.cost import CostParams, attention_units_by_kind, kernel_parts_s
 from moesim.simulator.execution.launch import LaunchParams
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.plan.kernels import CATEGORIES, Kernel
@@ -308,7 +308,8 @@ def run_events(
     flops = np.array([k.flops for k in kernels])
     m = np.array([k.m_tokens for k in kernels], dtype=float)
     grouped = params.grouped_terms(np.array([k.experts for k in kernels]), [k.dtype for k in kernels])
-    total, fixed, compute, memory = kernel_parts_s(flops, m, peaks, hbm, cache, params, grouped)
+    attention = params.attention_extra_s(attention_units_by_kind(kernels))
+    total, fixed, compute, memory = kernel_parts_s(flops, m, peaks, hbm, cache, params, grouped, attention)
     if external_time_s is not None:
         for i, kernel in enumerate(kernels):
             given = external_time_s(kernel)

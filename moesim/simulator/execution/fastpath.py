@@ -26,6 +26,7 @@ from moesim.simulator.execution.cache import CacheState, repeat_traffic, write_t
 from moesim.simulator.execution.cost import CostParams, kernel_times_s
 from moesim.simulator.execution.launch import LaunchParams
 from moesim.simulator.hardware.profile import HardwareProfile
+from moesim.simulator.hardware.sections import ATTENTION_KERNEL_KINDS
 from moesim.simulator.plan.kernels import CATEGORIES, Kernel
 from moesim.simulator.plan.step import LAYER_PREFIX, StepPlan
 
@@ -43,6 +44,7 @@ class KernelArrays:
     flops: np.ndarray
     m_tokens: np.ndarray
     experts: np.ndarray  # distinct experts of a grouped expert GEMM, 0 for other kernels
+    attention_units: dict[str, np.ndarray]  # kind -> work units of attention kernels of that kind, else 0
     dtype_index: np.ndarray  # index into `dtypes`
     dtypes: list[str]
     category: np.ndarray
@@ -60,24 +62,37 @@ class KernelArrays:
         return int(self.flops.size)
 
 
+_K_VALUES = 3 + len(ATTENTION_KERNEL_KINDS)
+
+
 @dataclass(frozen=True)
 class _TemplateParts:
     """One segment template's numbers (what changes with batch, draft length and design) apart from its
     structure (what kernels, streams and tensors it has: the same for every plan of one model)."""
 
-    kernel_values: np.ndarray  # (kernels, 3): flops, m_tokens, experts
+    kernel_values: np.ndarray  # (kernels, 3 + attention kinds): flops, m_tokens, experts, units per kind
     access_values: np.ndarray  # (accesses, 3): size, reads, working set (accesses: reads, then the write)
     # Per kernel (category index, stream, join, dtype); per access (kernel, tensor name, is write).
     signature: tuple[tuple[tuple[int, int, bool, str], ...], tuple[tuple[int, str, bool], ...]]
 
 
 def _template_parts(kernels: tuple[Kernel, ...]) -> _TemplateParts:
-    kvalues: list[tuple[float, float, float]] = []
+    kvalues: list[tuple[float, ...]] = []
     avalues: list[tuple[float, float, float]] = []
     kstruct: list[tuple[int, int, bool, str]] = []
     astruct: list[tuple[int, str, bool]] = []
     for index, kernel in enumerate(kernels):
-        kvalues.append((kernel.flops, kernel.m_tokens, kernel.experts))
+        kvalues.append(
+            (
+                kernel.flops,
+                kernel.m_tokens,
+                kernel.experts,
+                *(
+                    kernel.attention_units if kernel.attention_kind == k else 0.0
+                    for k in ATTENTION_KERNEL_KINDS
+                ),
+            )
+        )
         kstruct.append((CATEGORY_INDEX[kernel.category], kernel.stream, kernel.join, kernel.dtype))
         for read in kernel.reads:
             avalues.append((read.size_bytes, read.reads, read.working_set_bytes))
@@ -86,7 +101,7 @@ def _template_parts(kernels: tuple[Kernel, ...]) -> _TemplateParts:
             avalues.append((kernel.write_bytes, 1.0, 0.0))
             astruct.append((index, kernel.write_tensor, True))
     return _TemplateParts(
-        np.asarray(kvalues, dtype=float).reshape(-1, 3),
+        np.asarray(kvalues, dtype=float).reshape(-1, _K_VALUES),
         np.asarray(avalues, dtype=float).reshape(-1, 3),
         (tuple(kstruct), tuple(astruct)),
     )
@@ -204,6 +219,7 @@ def plan_arrays(plan: StepPlan) -> KernelArrays:
         flops=k[:, 0],
         m_tokens=k[:, 1],
         experts=k[:, 2],
+        attention_units={kind: k[:, 3 + i] for i, kind in enumerate(ATTENTION_KERNEL_KINDS)},
         dtype_index=structure.dtype_index,
         dtypes=structure.dtypes,
         category=structure.category,
@@ -404,7 +420,9 @@ def _cost_group(members: Sequence[KernelArrays], params: CostParams) -> KernelCo
     flops = np.array([member.flops for member in members])
     m_tokens = np.array([member.m_tokens for member in members])
     grouped = _stacked([params.grouped_terms(m.experts, m.dtypes, m.dtype_index) for m in members])
-    total, compute, memory = kernel_times_s(flops, m_tokens, peaks, hbm, cache, params, grouped)
+    attention = [params.attention_extra_s(m.attention_units) for m in members]
+    attention_s = None if attention[0] is None else np.array(attention)
+    total, compute, memory = kernel_times_s(flops, m_tokens, peaks, hbm, cache, params, grouped, attention_s)
     return KernelCosts(total, compute, memory, cache, hbm)
 
 

@@ -25,7 +25,9 @@ from moesim.profile_files import (
 )
 from moesim.simulator.hardware.defaults import MLA_QUERY_TILE_ROWS, execution_facts
 from moesim.simulator.hardware.sections import (
+    ATTENTION_KERNEL_KINDS,
     EXECUTION_FACTS,
+    AttentionTerms,
     Datasheet,
     Empirical,
     ExpertGemmTerms,
@@ -171,7 +173,7 @@ def profile_to_dict(p: HardwareProfile) -> dict[str, Any]:
     em = p.empirical
     empirical: dict[str, Any] = {}
     for f in fields(Empirical):
-        if f.name in ("gemm_efficiency", "expert_gemm"):
+        if f.name in ("gemm_efficiency", "expert_gemm", "attention"):
             continue
         value = getattr(em, f.name)
         if value is None:  # optional parameter not set: TOML has no null, so the key is left out
@@ -185,6 +187,11 @@ def profile_to_dict(p: HardwareProfile) -> dict[str, Any]:
         empirical["expert_gemm"] = {
             dtype: {f.name: float(getattr(terms, f.name)) for f in fields(ExpertGemmTerms)}
             for dtype, terms in em.expert_gemm.items()
+        }
+    if em.attention is not None:
+        empirical["attention"] = {
+            kind: {f.name: float(getattr(terms, f.name)) for f in fields(AttentionTerms)}
+            for kind, terms in em.attention.items()
         }
     node = {
         "gpus_per_node": int(p.node.gpus_per_node),
@@ -287,6 +294,30 @@ def _read_expert_gemm(r: ProfileTable) -> dict[str, ExpertGemmTerms] | None:
     return out
 
 
+# Bounds of the attention kernel terms: a floor above 1 ms or a work unit above 100 us would exceed any measured
+# table row's whole time.
+ATTENTION_MAX_FIXED_US = 1000.0
+ATTENTION_MAX_PER_UNIT_US = 100.0
+
+
+def _read_attention(r: ProfileTable) -> dict[str, AttentionTerms] | None:
+    if not r.has("attention"):
+        return None
+    by_kind = r.table("attention")
+    out: dict[str, AttentionTerms] = {}
+    for kind in by_kind.data:
+        if kind not in ATTENTION_KERNEL_KINDS:
+            raise by_kind.error(
+                str(kind), "is not an attention kernel kind", f"kinds: {', '.join(ATTENTION_KERNEL_KINDS)}"
+            )
+        g = by_kind.table(kind, tuple(f.name for f in fields(AttentionTerms)))
+        out[str(kind)] = AttentionTerms(
+            fixed_us=g.number("fixed_us", strict=False, maximum=ATTENTION_MAX_FIXED_US),
+            per_unit_us=g.number("per_unit_us", strict=False, maximum=ATTENTION_MAX_PER_UNIT_US),
+        )
+    return out
+
+
 def _read_empirical(source: str, data: Any) -> Empirical:
     r = ProfileTable(source, "empirical", data, tuple(f.name for f in fields(Empirical)))
     return Empirical(
@@ -318,6 +349,7 @@ def _read_empirical(source: str, data: Any) -> Empirical:
         if r.has("mla_query_tile_rows")
         else None,
         expert_gemm=_read_expert_gemm(r),
+        attention=_read_attention(r),
     )
 
 

@@ -63,6 +63,29 @@ class ExpertGemmTerms:
     pair_flops_fraction: float  # rate of the (token, expert) rows' arithmetic / dense peak of the dtype
 
 
+@dataclass(frozen=True)
+class AttentionTerms:
+    """What one attention kernel over the KV cache costs beyond its roofline, for one kind of kernel
+    (`gqa`: FlashAttention-style grouped-query decode and verification; `mla`: FlashMLA-style latent
+    attention; `gqa_prefill`: causal grouped-query attention of prefill chunks):
+
+        time = kernel_fixed_latency + fixed_us + work units × per_unit_us + max(compute, memory)
+
+    A work unit is one (sequence, KV head, query tile): the block of queries the kernel schedules on its own
+    and that streams its sequence's cache (`plan.attention.attention_work_units`). `fixed_us` is the kernel's
+    own floor beyond an empty launch (split-KV scheduling metadata and the combine of partial softmaxes, run
+    inside the attention op); `per_unit_us` is the device time each unit adds beyond its bytes (its
+    prologue, softmax bookkeeping and output write), spread over the SMs. None (the datasheet default):
+    neither is modelled, the roofline alone, as moesim priced attention before the term existed.
+    """
+
+    fixed_us: float
+    per_unit_us: float
+
+
+ATTENTION_KERNEL_KINDS = ("gqa", "mla", "gqa_prefill")
+
+
 EXPERT_GEMM_FALLBACK_DTYPE = "bf16"
 
 
@@ -111,6 +134,9 @@ class Empirical:
     mla_query_tile_rows: int | None = None
     # Grouped expert GEMM terms per compute dtype (see ExpertGemmTerms); None = the documented defaults.
     expert_gemm: dict[str, ExpertGemmTerms] | None = None
+    # Attention kernel terms per kind, `gqa` / `mla` (see AttentionTerms); None or a kind left out = the
+    # roofline alone (the datasheet default).
+    attention: dict[str, AttentionTerms] | None = None
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,13 @@ def query_tiles(rows_per_kv_head: int, tile_rows: int) -> int:
     return max(1, -(-rows_per_kv_head // tile_rows))
 
 
+def attention_work_units(sequences: int, kv_heads: int, tiles: int) -> int:
+    """Blocks of work an attention kernel over the KV cache schedules: one per (sequence, KV head, query
+    tile), each streaming its sequence's cache for that head (MLA: one latent head). The profile's attention
+    terms charge each a fixed device time (`hardware.sections.AttentionTerms`)."""
+    return sequences * max(1, kv_heads) * max(1, tiles)
+
+
 def attention_core_kernel(
     ctx: PlanContext, kind: AttentionLayerKind, q_tensor: str, q_elems: float, out: tuple[str, float]
 ) -> Kernel:
@@ -61,6 +68,7 @@ def attention_core_kernel(
     few tokens on. Whole tiles carry their own waste, so the kernel's GEMM dimension for the efficiency
     curve is the keys it streams per sequence, not its few query rows. Grouped-query attention keeps its
     useful FLOPs at the efficiency of its query rows (decode kernels for small groups are not tiled this way).
+    The kernel carries its work units (`attention_work_units`) and kind for the profile's attention terms.
     """
     model, b, t = ctx.model, ctx.batch, ctx.tokens_per_seq
     a = attention_for(model, kind)
@@ -81,6 +89,7 @@ def attention_core_kernel(
         flops = 2.0 * b * t * a.num_heads * (a.head_dim + a.value_head_dim) * length
         m_rows = t * max(1, a.num_heads // max(1, a.num_kv_heads))
         tiles = query_tiles(m_rows, GQA_QUERY_TILE_ROWS)
+    units = attention_work_units(b, 1 if a.is_mla else a.num_kv_heads, tiles)
     intensity = flops / max(cache, 1.0)
     category: Category = "attention" if intensity > ctx.device.ridge_flops_per_byte else "kv_cache"
     kv_read = TensorRead(LAYER_PREFIX + "kv", cache, tiles, per_sequence if tiles > 1 else 0.0)
@@ -91,6 +100,8 @@ def attention_core_kernel(
         reads=(kv_read, activation_read(q_tensor, q_elems)),
         write=(out[0], out[1] * ACT_BYTES),
         m=m_rows,
+        attention_units=units,
+        attention_kind="mla" if a.is_mla else "gqa",
     )
 
 

@@ -100,6 +100,8 @@ def make_kernel(
     stream: int = 0,
     join: bool = False,
     experts: float = 0.0,
+    attention_units: float = 0.0,
+    attention_kind: str = "",
 ) -> Kernel:
     return Kernel(
         name=name,
@@ -113,6 +115,8 @@ def make_kernel(
         stream=stream,
         join=join,
         experts=float(experts),
+        attention_units=float(attention_units),
+        attention_kind=attention_kind,
     )
 
 

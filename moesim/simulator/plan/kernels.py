@@ -78,3 +78,7 @@ class Kernel:
     join: bool = False  # waits for every kernel issued before it on the other streams (an event wait)
     # Distinct experts of a grouped expert GEMM (one fused-MoE projection over them); 0 for any other kernel.
     experts: float = 0.0
+    # An attention kernel over the KV cache: its work units (sequences × KV heads × query tiles) and its kind
+    # ("gqa" or "mla"), which the profile's attention terms price; 0 and "" for any other kernel.
+    attention_units: float = 0.0
+    attention_kind: str = ""

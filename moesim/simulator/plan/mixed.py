@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 from moesim.simulator.models.sequence_state import attended_tokens
 from moesim.simulator.models.spec import AttentionLayerKind, FfnLayerKind, ModelSpec, attention_for
+from moesim.simulator.plan.attention import GQA_QUERY_TILE_ROWS, attention_work_units
 from moesim.simulator.plan.blocks import ACT_BYTES, GENERIC_DEVICE, LAYER_PREFIX, PlanContext, PlanDevice
 from moesim.simulator.plan.kernels import Kernel, TensorRead
 from moesim.simulator.plan.shapes import kv_bytes_per_token
@@ -70,7 +71,12 @@ class MixedContext(PlanContext):
 
 
 def prefill_attention_kernel(model: ModelSpec, kind: AttentionLayerKind, chunks: PrefillChunks) -> Kernel:
-    """Causal (flash) attention of the prefill chunks' queries over their prefixes and themselves."""
+    """Causal (flash) attention of the prefill chunks' queries over their prefixes and themselves.
+
+    Grouped-query prefill carries its work units for the profile's `gqa_prefill` attention terms: per KV
+    head, the 128-row query tiles of the chunks' tokens × the query heads sharing it, at least one per chunk
+    (`plan.attention.attention_work_units`). MLA prefill carries none: no such term is fitted (see
+    `calibrate/fits/silicon/attention_fit.py`)."""
     a = attention_for(model, kind)  # full layers may have their own heads (as in the decode kernel)
     mean_keys = chunks.query_key_pairs / max(1, chunks.tokens)
     pairs = chunks.tokens * attended_tokens(model, kind, round(mean_keys))
@@ -80,11 +86,15 @@ def prefill_attention_kernel(model: ModelSpec, kind: AttentionLayerKind, chunks:
         q_elems = chunks.tokens * a.num_heads * qk
         out_elems = chunks.tokens * a.num_heads * (a.v_head_dim or 0)
         q_tensor, out_tensor = "q_latent", "attn_latent"
+        units, kind_name = 0, ""
     else:
         flops = 2.0 * pairs * a.num_heads * (a.head_dim + a.value_head_dim)
         q_elems = chunks.tokens * a.num_heads * a.head_dim
         out_elems = chunks.tokens * a.num_heads * a.value_head_dim
         q_tensor, out_tensor = "qkv", "attn_out"
+        group = max(1, a.num_heads // max(1, a.num_kv_heads))
+        tiles_per_chunk = -(-chunks.tokens * group // max(1, chunks.chunks) // GQA_QUERY_TILE_ROWS)
+        units, kind_name = attention_work_units(chunks.chunks, a.num_kv_heads, tiles_per_chunk), "gqa_prefill"
     return Kernel(
         name="prefill_attention",
         category="attention",
@@ -96,6 +106,8 @@ def prefill_attention_kernel(model: ModelSpec, kind: AttentionLayerKind, chunks:
         write_bytes=out_elems * ACT_BYTES,
         write_tensor=out_tensor,
         m_tokens=chunks.tokens,
+        attention_units=float(units),
+        attention_kind=kind_name,
     )
 
 

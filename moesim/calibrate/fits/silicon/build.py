@@ -6,6 +6,9 @@
   reported) (`gemm_fit`),
 - the grouped expert GEMM terms per dtype from `moe_perf`, fitted under the GEMM curve the profile keeps
   (`moe_fit`),
+- the attention kernel terms (fixed + per work unit) of grouped-query and latent (MLA) decode attention and
+  of grouped-query prefill from `generation_attention_perf`, `generation_mla_perf` and
+  `context_attention_perf` (`attention_fit`),
 - the node's scale-up link from `nccl_perf` and the framework's `custom_allreduce_perf` (`comm_fit`),
 
 each with its rows and its error in-sample and on held-out shapes (`holdout`), onto the datasheet profile of
@@ -20,6 +23,7 @@ import datetime
 from dataclasses import dataclass, field, replace
 
 from moesim.calibrate.fits.silicon import tables
+from moesim.calibrate.fits.silicon.attention_fit import fit_attention
 from moesim.calibrate.fits.silicon.comm_fit import fit_link
 from moesim.calibrate.fits.silicon.gemm_fit import fit_gemm
 from moesim.calibrate.fits.silicon.holdout import FitQuality
@@ -27,7 +31,7 @@ from moesim.calibrate.fits.silicon.moe_fit import fit_moe
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.defaults import DEFAULT_EXPERT_GEMM
 from moesim.simulator.hardware.profile import HardwareProfile, load_profile
-from moesim.simulator.hardware.sections import Provenance
+from moesim.simulator.hardware.sections import AttentionTerms, Provenance
 
 # The database's systems and the bundled datasheet profile of the same GPU (its facts and node).
 SYSTEM_PROFILES = {
@@ -42,7 +46,12 @@ SYSTEM_PROFILES = {
     "rtx_pro_6000_server": "rtx-pro-6000",
 }
 # The profile section each fitted term lives in (its provenance lines are named `<section>.<term>`).
-SECTION_OF_TERM = {"expert_gemm": "empirical", "gemm_efficiency": "empirical", "node": ""}
+SECTION_OF_TERM = {
+    "expert_gemm": "empirical",
+    "gemm_efficiency": "empirical",
+    "attention": "empirical",
+    "node": "",
+}
 
 
 def field_name(term: str) -> str:
@@ -114,6 +123,24 @@ def calibrate_from_silicon(text: str, root: str | None = None) -> SiliconCalibra
             empirical = replace(empirical, expert_gemm=terms)
             versions["moe_perf"] = moe.version
 
+    attention_terms: dict[str, AttentionTerms] = {}
+    for table_name, kind in (
+        ("generation_attention_perf", "gqa"),
+        ("generation_mla_perf", "mla"),
+        ("context_attention_perf", "gqa_prefill"),
+    ):
+        att = selection.get(table_name)
+        fitted_attention = (
+            None if att is None else fit_attention(tables.read_columns(att), base, att.label, kind)
+        )
+        if att is not None and fitted_attention is not None:
+            attention_terms[kind] = fitted_attention.terms
+            quality[f"attention.{kind}"] = fitted_attention.quality
+            baseline[f"attention.{kind}"] = fitted_attention.roofline_quality
+            versions[table_name] = att.version
+    if attention_terms:
+        empirical = replace(empirical, attention=attention_terms)
+
     comm = [selection.get(name) for name in ("custom_allreduce_perf", "nccl_perf")]
     comm_tables = [(c.label, tables.read_columns(c)) for c in comm if c is not None]
     if comm_tables:
@@ -162,6 +189,13 @@ def calibrate_from_silicon(text: str, root: str | None = None) -> SiliconCalibra
         empirical=empirical,
         provenance=provenance,
         node=node,
-        fit_quality={term.split(" ")[0]: q.metrics() for term, q in quality.items()},
+        fit_quality={
+            term.split(" ")[0]: {
+                **q.metrics(),
+                **baseline[term].metrics("datasheet_"),
+                "stored": 0.0 if "(reported" in term else 1.0,
+            }
+            for term, q in quality.items()
+        },
     )
     return SiliconCalibration(profile, selection, quality, baseline)

@@ -59,13 +59,14 @@ class FitQuality:
             note=note,
         )
 
-    def metrics(self) -> dict[str, float]:
-        """The numbers of the profile's [fit_quality.<term>] table."""
+    def metrics(self, prefix: str = "") -> dict[str, float]:
+        """The numbers of the profile's [fit_quality.<term>] table: rows and MAPEs of the fit, or with a
+        prefix (`datasheet_`) the MAPEs of what it replaced (the datasheet profile) on the same rows."""
+        counts = {"rows_fit": float(self.rows_fit), "rows_held_out": float(self.rows_held_out)}
         return {
-            "rows_fit": float(self.rows_fit),
-            "rows_held_out": float(self.rows_held_out),
-            "mape_fit_percent": round(self.mape_fit_percent, 3),
-            "mape_held_out_percent": round(self.mape_held_out_percent, 3),
+            **({} if prefix else counts),
+            f"{prefix}mape_fit_percent": round(self.mape_fit_percent, 3),
+            f"{prefix}mape_held_out_percent": round(self.mape_held_out_percent, 3),
         }
 
     def sentence(self, term: str) -> str:

@@ -117,8 +117,24 @@ SCHEMAS: dict[str, dict[str, str]] = {
 }
 
 
+# Columns read when a table has them (older collections lack them): a100_sxm's attention tables predate
+# sliding-window rows and carry no `window_size` (every row is full attention).
+OPTIONAL_COLUMNS: dict[str, dict[str, str]] = {
+    "generation_attention_perf": {"window_size": _INT},
+    "context_attention_perf": {"window_size": _INT},
+}
+
+
 # The tables `build` fits profile fields to (the others are listed, and the attention ones schema-checked).
-FITTED_TABLES = ("moe_perf", "gemm_perf", "nccl_perf", "custom_allreduce_perf")
+FITTED_TABLES = (
+    "moe_perf",
+    "gemm_perf",
+    "nccl_perf",
+    "custom_allreduce_perf",
+    "generation_attention_perf",
+    "generation_mla_perf",
+    "context_attention_perf",
+)
 
 
 @dataclass(frozen=True)
@@ -306,8 +322,10 @@ def read_columns(collection: Collection, columns: Iterable[str] | None = None) -
         raise MoesimError(
             collection.label, "has no schema moesim reads", f"tables read: {', '.join(SCHEMAS)}"
         )
-    wanted = list(columns) if columns is not None else list(schema)
     arrow_schema = pq.read_schema(collection.path)
+    optional = OPTIONAL_COLUMNS.get(collection.table, {})
+    schema = {**schema, **{name: kind for name, kind in optional.items() if name in arrow_schema.names}}
+    wanted = list(columns) if columns is not None else list(schema)
     for name in wanted:
         expected = schema.get(name)
         if name not in arrow_schema.names:
