@@ -202,6 +202,11 @@ def between_sample(before: ProbeSample, after: ProbeSample, label: str = "during
     )
 
 
+def typical_noise(samples: Sequence[ProbeSample]) -> dict[str, float]:
+    """The median single probe's noise (relative standard error of its median), per part."""
+    return {part: statistics.median(s.noise(part) for s in samples) for part in PARTS}
+
+
 def spread(samples: Sequence[ProbeSample]) -> dict[str, float]:
     """(max − min) / median of each part over a run's probes: how far the machine's speed moved."""
     out: dict[str, float] = {}
@@ -447,9 +452,7 @@ def record(
         "memory_rel_iqr": median.memory_rel_iqr,
         "compute_rel_iqr": median.compute_rel_iqr,
         "dispatch_rel_iqr": median.dispatch_rel_iqr,
-        "probe_memory_noise": statistics.median(s.memory_noise for s in samples),
-        "probe_compute_noise": statistics.median(s.compute_noise for s in samples),
-        "probe_dispatch_noise": statistics.median(s.dispatch_noise for s in samples),
+        **{f"probe_{part}_noise": value for part, value in typical_noise(samples).items()},
         "n_probes": float(len(samples)),
         "noise_multiple": NOISE_MULTIPLE,
         "min_drift": MIN_DRIFT,
@@ -495,4 +498,5 @@ __all__ = [
     "suite_drifts",
     "suite_parts",
     "threshold",
+    "typical_noise",
 ]
