@@ -123,6 +123,8 @@ def calibrate_from_silicon(text: str, root: str | None = None) -> SiliconCalibra
             empirical = replace(empirical, expert_gemm=terms)
             versions["moe_perf"] = moe.version
 
+    # priced under the GEMM curve the profile keeps, as the expert terms are
+    kept_curve = replace(base, empirical=empirical)
     attention_terms: dict[str, AttentionTerms] = {}
     for table_name, kind in (
         ("generation_attention_perf", "gqa"),
@@ -131,7 +133,7 @@ def calibrate_from_silicon(text: str, root: str | None = None) -> SiliconCalibra
     ):
         att = selection.get(table_name)
         fitted_attention = (
-            None if att is None else fit_attention(tables.read_columns(att), base, att.label, kind)
+            None if att is None else fit_attention(tables.read_columns(att), kept_curve, att.label, kind)
         )
         if att is not None and fitted_attention is not None:
             attention_terms[kind] = fitted_attention.terms
