@@ -73,7 +73,12 @@ class LazyGroup(MoesimGroup):
         if cmd_name not in COMMANDS:
             return None
         module, _, attribute = COMMANDS[cmd_name][0].partition(":")
-        command = getattr(importlib.import_module(module), attribute)
+        try:
+            command = getattr(importlib.import_module(module), attribute)
+        except KeyboardInterrupt:  # Ctrl-C while the command loads (numpy, scipy, ...)
+            from moesim.commands.common import interrupted
+
+            interrupted()
         assert isinstance(command, click.Command)
         return command
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from moesim.errors import MoesimError
 from moesim.reading import parse_toml, read_toml
+from moesim.simulator.bounds import MAX_COUNT
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -116,6 +117,8 @@ class ProfileTable:
             raise self.error(key, f"is {value!r}, not a whole number", fix)
         if value < minimum:
             raise self.error(key, f"is {value!r}, out of range", fix)
+        if value > MAX_COUNT:
+            raise self.error(key, f"is {value!r}, out of range", f"give a whole number ≤ {MAX_COUNT:,}")
         return int(value)
 
     def choice(self, key: str, choices: tuple[str, ...], default: Any = REQUIRED) -> Any:
@@ -162,13 +165,29 @@ class ProfileTable:
 
 
 def read_fit_quality(source: str, data: Any) -> dict[str, dict[str, float]]:
-    """The [fit_quality.<parameter>] tables of a profile file: each a table of finite metrics."""
+    """The [fit_quality.<parameter>] tables of a profile file: each a table of finite metrics, the counts,
+    error sizes and physical quantities among them ≥ 0 (`NON_NEGATIVE_FIT_METRICS`)."""
     quality = ProfileTable(source, "fit_quality", data, tuple(data) if isinstance(data, dict) else ())
     out: dict[str, dict[str, float]] = {}
     for param in quality.data:
         metrics = quality.table(param)
-        out[param] = {m: metrics.number(m, minimum=-math.inf) for m in metrics.data}
+        out[param] = {
+            m: metrics.number(m, minimum=_fit_metric_minimum(m), strict=False) for m in metrics.data
+        }
     return out
+
+
+NON_NEGATIVE_FIT_METRICS = frozenset(
+    {"n_points", "rows_fit", "rows_held_out", "rmse", "log_rmse", "max_abs_residual", "mape_fit_percent",
+     "mape_held_out_percent", "memory_plateau_rel_iqr"}
+)  # fmt: skip
+"""Fit-quality entries that are counts or error sizes, never below 0; so is every fitted bandwidth, size or
+throughput (`_gbps`, `_bytes`, `_tflops`). The rest may be signed (r², intercepts, slopes, a fit's change)."""
+
+
+def _fit_metric_minimum(metric: str) -> float:
+    physical = metric.endswith(("_gbps", "_bytes", "_tflops"))
+    return 0.0 if metric in NON_NEGATIVE_FIT_METRICS or physical else -math.inf
 
 
 def profile_sections(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import sys
 import zipfile
@@ -133,6 +134,25 @@ def check_nesting(field: str, value: Any, where: str, kind: str) -> Any:
                 if depth + 1 > MAX_NESTING:
                     raise _too_deep(field, where, kind)
                 stack.append((child, depth + 1))
+    return value
+
+
+def check_finite_numbers(where: str, value: Any) -> Any:
+    """`value` if no number in it (at any depth, walked without recursion) is NaN or infinite — JSON has
+    neither (RFC 8259), though Python's parser takes them; the first one found is refused by its key path."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise MoesimError(
+                f"{where}:{path}" if path else where,
+                f"must be a finite number, got {item!r}",
+                "JSON has no NaN or Infinity: write the number (or drop the key)",
+            )
+        if isinstance(item, dict):
+            stack.extend((f"{path}.{key}" if path else str(key), child) for key, child in item.items())
+        elif isinstance(item, list):
+            stack.extend((f"{path}[{index}]", child) for index, child in enumerate(item))
     return value
 
 
@@ -297,6 +317,7 @@ __all__ = [
     "MAX_INPUT_BYTES",
     "MAX_NESTING",
     "MAX_TABLE_BYTES",
+    "check_finite_numbers",
     "check_nesting",
     "csv_rows",
     "expect_table",

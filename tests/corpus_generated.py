@@ -49,7 +49,9 @@ KILL_RSS_MB = 2000.0
 
 INT_EXTREMES: tuple[Any, ...] = (0, -1, 2**63, 1e308, math.inf, math.nan)
 REFUSED_VALUES = {"-1", str(2**63), "inf", "nan", "fast"}
-"""Values no numeric field accepts; 0 and 1e308 are valid for some (no shared experts, an unbounded memory limit)."""
+"""Values no numeric field accepts; 0 and 1e308 are valid for some (no shared experts, an unbounded memory limit).
+2⁶³ is refused where a whole number is read (it overflows int64); where a float is read it is a large finite
+number, as 1e308 is, and may be valid (a gamma shape, a bandwidth bound) — see `_must_refuse`."""
 SEED = 20261201
 
 
@@ -77,7 +79,10 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _must_refuse(value: Any) -> bool:
+def _must_refuse(value: Any, integer: bool = True) -> bool:
+    """Whether no field of this kind (whole number or float) accepts `value`."""
+    if not integer and _text(value) == str(2**63):
+        return False
     return _text(value) in REFUSED_VALUES
 
 
@@ -92,7 +97,7 @@ def _bases(d: str) -> dict[tuple[str, ...], list[str]]:
         ("sweep",): ["sweep", "--model", "olmoe-1b-7b", "--batch", "1", "--draft-len", "1"],
         ("serve",): ["serve", "--model", "olmoe-1b-7b", "--num-prompts", "4", "--max-concurrency", "1"],
         ("screen",): ["screen", "--model", "olmoe-1b-7b", "--experts", "32,64", "--batch", "1", "--draft-len", "1"],
-        ("layer",): ["layer", "--model", "olmoe-1b-7b", "--tokens", "4"],
+        ("layer",): ["layer", "--model", "olmoe-1b-7b", "--tokens", "4", "--distinct-experts", "4"],
         ("models",): ["models", "--model-config", f"{d}/base_config.json"],
         ("validate",): ["validate", "--runs", f"{d}/base_runs.csv"],
         ("routing", "predict"): ["routing", "predict", "--experts", "64", "--top-k", "8", "--batch", "1", "--tokens", "4"],
@@ -142,7 +147,7 @@ def _numeric_options(command: Any) -> Iterator[tuple[str, bool]]:
         elif isinstance(kind, click.types.StringParamType) and re.fullmatch(
             r"[0-9.,\-]+", str(param.default or "")
         ):
-            yield param.opts[0], True
+            yield param.opts[0], "." not in str(param.default)
 
 
 def _command(cli: Any, path: tuple[str, ...]) -> Any:
@@ -161,7 +166,7 @@ def flag_cases(d: str) -> list[Case]:
     cases: list[Case] = []
     for path, base in _bases(d).items():
         command = _command(cli, path)
-        for flag, _ in _numeric_options(command):
+        for flag, integer in _numeric_options(command):
             if path == ("validate",) and flag in set().union(*VALIDATE_MODES.values()):
                 continue
             values = INT_EXTREMES if (flag not in shared or path[0] in SHARED_ONCE) else (-1, 2**63)
@@ -169,16 +174,16 @@ def flag_cases(d: str) -> list[Case]:
                 argv = [*base, flag, _text(value)]
                 cases.append(
                     Case(f"flag:{' '.join(path)}:{flag}={_text(value)}", "flag", argv,
-                         fields=(flag,), must_refuse=_must_refuse(value))
+                         fields=(flag,), must_refuse=_must_refuse(value, integer))
                 )  # fmt: skip
     for path, base in EXPENSIVE_BASES.items():
         command = _command(cli, path[:1] if path[0] == "validate" else path)
         wanted = VALIDATE_MODES.get(path[-1]) if path[0] == "validate" else None
-        for flag, _ in _numeric_options(command):
+        for flag, integer in _numeric_options(command):
             if wanted is not None and flag not in wanted:
                 continue
             for value in INT_EXTREMES:
-                if not _must_refuse(value):
+                if not _must_refuse(value, integer):
                     continue
                 argv = [part.replace("{d}", d) for part in base] + [flag, _text(value)]
                 cases.append(
@@ -277,8 +282,13 @@ SKIP_KEY = re.compile(
 def _structured_cases(
     kind: str, source: Path, parse: Callable[[Path], Any], dump: Callable[[Any], bytes], suffix: str,
     argv: Callable[[str], list[str]], budget: int, rng: random.Random,
+    read: Callable[[Any], frozenset[str]] | None = None,
 ) -> list[Case]:  # fmt: skip
+    """Mutations of `source`'s numeric leaves. `read` gives the keys its reader reads: a value in a key it does
+    not read (a vision tower, a training-only setting) cannot reach the model, so it need not be refused —
+    `moesim models` lists such keys as ignored."""
     document = parse(source)
+    keys_read = read(document) if read else None
     leaves = [
         (path, value)
         for path, value in _leaves(document)
@@ -286,7 +296,7 @@ def _structured_cases(
         and not SKIP_KEY.search(str(path[-1] if not isinstance(path[-1], int) else path[-2]))
     ]
     candidates: list[Case] = []
-    for path, _ in leaves:
+    for path, original in leaves:
         name = str(path[-1] if not isinstance(path[-1], int) else path[-2])
         for value in (*INT_EXTREMES, "fast", _DELETE):
             tag = "delete" if value is _DELETE else _text(value)
@@ -298,7 +308,12 @@ def _structured_cases(
                     argv(file),
                     files={file: dump(_set(document, path, value))},
                     fields=(name,),
-                    must_refuse=value is not _DELETE and _must_refuse(value),
+                    must_refuse=value is not _DELETE
+                    and _must_refuse(value, isinstance(original, int))
+                    and (
+                        keys_read is None
+                        or ".".join(str(p) for p in path if not isinstance(p, int)) in keys_read
+                    ),
                 )
             )
     rng.shuffle(candidates)
@@ -328,8 +343,10 @@ def _csv(rows: list[list[str]]) -> bytes:
 
 def _csv_cases(
     kind: str, rows: list[list[str]], argv: Callable[[str], list[str]], budget: int, rng: random.Random,
-    comments: str = "",
+    comments: str = "", integer_columns: frozenset[str] | None = None,
 ) -> list[Case]:  # fmt: skip
+    """Mutations of the first row's numeric cells, and structural ones. `integer_columns`: the columns the
+    reader's schema reads as whole numbers (default: those written without a point)."""
     header, body = rows[0], rows[1:]
     numeric = [
         i for i, column in enumerate(header) if re.fullmatch(r"-?[0-9.e+]+", body[0][i] or "x") is not None
@@ -347,7 +364,12 @@ def _csv_cases(
                     argv(file),
                     files={file: comments.encode() + _csv([header, *mutated])},
                     fields=(header[i],),
-                    must_refuse=_must_refuse(value),
+                    must_refuse=_must_refuse(
+                        value,
+                        header[i] in integer_columns
+                        if integer_columns is not None
+                        else re.fullmatch(r"-?[0-9]+", body[0][i]) is not None,
+                    ),
                 )
             )
     rng.shuffle(candidates)
@@ -525,6 +547,8 @@ def bound_cases(d: str) -> list[Case]:
 
 def corpus(d: str, budget_per_file: int = 14) -> list[Case]:
     """Every case, argv and files referring to the directory `d` the runner writes the files into."""
+    from moesim.simulator.models.hf import config_keys_read
+
     rng = random.Random(SEED)
     cases = bound_cases(d) + flag_cases(d)
     configs = ROOT / "tests" / "data" / "hf_configs"
@@ -532,7 +556,7 @@ def corpus(d: str, budget_per_file: int = 14) -> list[Case]:
                  "qwen3-next-80b-a3b", "gpt-oss-20b"):  # fmt: skip
         cases += _structured_cases(
             "config", configs / f"{name}.json", lambda p: json.loads(p.read_text()), _json, ".json",
-            lambda f: ["simulate", "--model-config", f], budget_per_file, rng,
+            lambda f: ["simulate", "--model-config", f], budget_per_file, rng, config_keys_read,
         )  # fmt: skip
     cases += _nesting_cases("config", lambda f: ["simulate", "--model-config", f], ".json")
     catalogue = ROOT / "moesim" / "model_catalogue"
@@ -556,8 +580,11 @@ def corpus(d: str, budget_per_file: int = 14) -> list[Case]:
             lambda f: ["simulate", "--model", "olmoe-1b-7b", "--serving-engine", f], budget_per_file, rng,
         )  # fmt: skip
     rows, comments = _read_csv(ROOT / "moesim" / "data" / "measured_runs.csv")
+    from moesim.validation.runs.schema import SCHEMA
+
+    whole = frozenset(column.name for column in SCHEMA if column.kind in ("int", "ints"))
     cases += _csv_cases(
-        "runs", rows[:2], lambda f: ["validate", "--runs", f], 2 * budget_per_file, rng, comments
+        "runs", rows[:2], lambda f: ["validate", "--runs", f], 2 * budget_per_file, rng, comments, whole
     )
     rows, comments = _read_csv(ROOT / "moesim" / "data" / "validation_example.csv")
     cases += _csv_cases(
@@ -802,8 +829,10 @@ def run_corpus(
     progress: Callable[[Result], None] | None = None,
 ) -> list[Result]:
     """Run the corpus in this process (which must be a fresh interpreter: the children share its memory)."""
-    # The library's modules are loaded once here, so each child measures its own work, not the imports.
+    # The library's modules are loaded once here, so each child measures its own work, not the imports
+    # (scikit-learn, which `routing fit` loads, takes about 2 s of CPU to import on two cores).
     import moesim.cli
+    import moesim.simulator.routing.estimator
     import moesim.simulator.simulate  # noqa: F401
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

@@ -128,3 +128,51 @@ def test_validate_bench_needs_all_three_flags() -> None:
         validate_group, ["bench", str(DATA / "vllm_bench_example_sd.json"), "--profile", "h200"]
     )
     assert result.exit_code != 0 and "--baseline" in result.output
+
+
+def _example(name: str) -> dict:
+    return json.loads((DATA / f"vllm_bench_example_{name}.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"max_concurrency": 3}, "max_concurrency is 8 .* but 3"),
+        ({"request_rate": 4.0}, "request_rate is inf .* but 4.0"),
+        ({"total_input_tokens": 2 * 65536}, "mean prompt length is 1,024 tokens .* but 2,048"),
+        ({"total_output_tokens": 16384 // 2}, "mean output length is 256 tokens .* but 128"),
+        ({"mean_e2e_latency_ms": 900.0}, "is a vllm result and .* a sglang one"),
+    ],
+)
+def test_a_pair_from_two_different_benchmarks_is_refused(change: dict, message: str) -> None:
+    sd = parse_record(_example("sd"), "sd.json")
+    baseline = parse_record(_example("baseline") | change, "base.json")
+    with pytest.raises(MoesimError, match=message):
+        pair_records([sd], [baseline])
+
+
+def test_lengths_within_the_tolerance_still_pair() -> None:
+    sd = parse_record(_example("sd"), "sd.json")
+    near = parse_record(_example("baseline") | {"total_output_tokens": int(16384 * 1.05)}, "base.json")
+    assert pair_records([sd], [near]) == [(sd, near)]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"mean_tpot_ms": math.nan}, "mean_tpot_ms"),
+        ({"p99_itl_ms": "fast"}, "p99_itl_ms"),
+        ({"mean_ttft_ms": -1.0}, "mean_ttft_ms"),
+        ({"request_rate": "fast"}, "request_rate"),
+        ({"request_rate": math.nan}, "request_rate"),
+        ({"max_concurrency": -1}, "max_concurrency"),
+        ({"num_prompts": 2**63}, "num_prompts"),
+        ({"duration": math.inf}, "duration"),
+        ({"total_output_tokens": 0}, "total_output_tokens"),
+        ({"input_lens": [0, 0], "output_lens": [0, 0]}, "input_lens"),
+    ],
+)
+def test_a_record_with_nonsense_is_refused_naming_the_field(change: dict, field: str) -> None:
+    with pytest.raises(MoesimError) as error:
+        parse_record(_example("sd") | change, "sd.json")
+    assert field in str(error.value) and "sd.json" in str(error.value)

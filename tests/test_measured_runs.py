@@ -68,6 +68,21 @@ def test_bad_cells_name_the_file_line_and_column(column: str, value: str, needle
     assert info.value.field == f"mine.csv line 2: {needle}"
 
 
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        ({"speedup": "9.5"}, "above the 2 tokens a round of draft_len 1"),  # R1-K1: K = 1
+        ({"sd_value": "500"}, "sd_value 500 and baseline_value 111 give 4.5"),
+    ],
+)
+def test_a_speedup_a_round_cannot_give_or_its_values_contradict_is_refused(
+    overrides: dict, needle: str
+) -> None:
+    with pytest.raises(MoesimError, match=needle) as info:
+        parse_runs(_csv(**overrides), "mine.csv")
+    assert info.value.field == "mine.csv line 2: speedup"
+
+
 def test_missing_column_and_duplicate_ids_are_refused() -> None:
     text = _csv()
     with pytest.raises(MoesimError, match="speedup"):

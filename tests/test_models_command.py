@@ -101,6 +101,12 @@ def test_sweep_takes_model_configs_and_override_flags() -> None:
     assert code == 0, err
     fewer = json.loads(out)["rows"][0]
     assert fewer["verify_distinct_experts"] < base["verify_distinct_experts"]
+    # --model-config alone replaces the catalogue; with --model it adds to the models named
+    code, out, err = invoke(*args)
+    assert {row["model"] for row in json.loads(out)["rows"]} == {base["model"]} == {"qwen3_moe"}
+    code, out, err = invoke(*args, "--model", "olmoe-1b-7b")
+    assert code == 0, err
+    assert {row["model"] for row in json.loads(out)["rows"]} == {"olmoe-1b-7b", "qwen3_moe"}
     # Without --model or --model-config the sweep covers the whole catalogue (issue 14: as its help says).
     code, out, err = invoke("sweep", "--batch", "1", "--draft-len", "1", "--json")
     assert code == 0, err

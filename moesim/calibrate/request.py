@@ -18,6 +18,10 @@ from typing import Literal
 
 from moesim.errors import MoesimError
 from moesim.options import option
+from moesim.simulator.bounds import check_count
+
+MAX_THREADS = 4096
+"""The most torch threads `--threads` takes (beyond the cores of any one machine built)."""
 
 Way = Literal["measure", "from_csv", "from_runs", "from_silicon"]
 
@@ -121,6 +125,8 @@ class CalibrationRequest:
             raise MoesimError("--device", "is required", "give --device cuda or --device cpu")
         if self.threads is not None and self.device != "cpu":
             raise MoesimError("--threads", "only applies to --device cpu", "drop --threads")
+        if self.threads is not None:  # before torch is imported (torch crashes on 10⁵ threads)
+            check_count(self.threads, "--threads", high=MAX_THREADS, fix="give at most the machine's cores")
         if self.from_csv is not None:
             self._refuse_with("with --from-csv (nothing is measured)", *self._measuring())
             return "from_csv"

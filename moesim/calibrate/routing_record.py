@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.reading import read_json_table
+from moesim.simulator.bounds import check_bytes, check_count
 from moesim.simulator.routing.settings import RECORD_DEFAULTS
 from moesim.simulator.routing.trace import RoutingTrace
 
@@ -103,14 +105,54 @@ def _tokenise(tokenizer: Any, prompt: str, vocab_size: int, max_tokens: int) -> 
     return ids[:max_tokens]
 
 
+FLOAT32_BYTES = 4
+"""Bytes per parameter of the model `load_model` builds (float32, the dtype it asks transformers for)."""
+
+
+def model_bytes(path_or_config: str) -> float:
+    """Estimated memory of the float32 model `load_model` would build, from its config alone (before torch is
+    imported or any weight allocated): every parameter moesim's reader counts (`weights.param_counts`, MTP
+    modules included) × 4 bytes; for a family that reader does not know, the dominant terms — per layer
+    4·hidden² of attention and experts × 3·hidden·width of gated experts, and the two vocabulary matrices."""
+    from moesim.simulator.models.hf import load_hf_config
+    from moesim.simulator.models.weights import param_counts
+
+    path = Path(path_or_config)
+    if not path.exists():
+        raise MoesimError("--hf-model", f"{path} does not exist", "give a model directory or a config.json")
+    try:
+        return float(param_counts(load_hf_config(path)).total_with_mtp * FLOAT32_BYTES)
+    except MoesimError:
+        config = read_json_table("--hf-model", path / "config.json" if path.is_dir() else path, "config.json")
+        config = config.get("text_config", config) if isinstance(config.get("text_config"), dict) else config
+
+    def count(*names: str) -> int:
+        values = [config[name] for name in names if isinstance(config.get(name), int | float)]
+        return check_count(values[0], names[0], str(path), low=0) if values else 0
+
+    hidden, layers, vocab = count("hidden_size"), count("num_hidden_layers"), count("vocab_size")
+    experts = max(1, count(*EXPERT_COUNT_FIELDS))
+    width = count("moe_intermediate_size", "intermediate_size")
+    params = layers * (4 * hidden**2 + experts * 3 * hidden * width) + 2 * vocab * hidden
+    return float(params * FLOAT32_BYTES)
+
+
 def record_trace(
     path_or_config: str,
     prompts: Sequence[str],
     max_tokens: int = RECORD_DEFAULTS.max_tokens,
     new_tokens: int = RECORD_DEFAULTS.new_tokens,
     seed: int = RECORD_DEFAULTS.seed,
+    max_memory_gb: float = RECORD_DEFAULTS.max_memory_gb,
 ) -> RoutingTrace:
-    """Run each prompt through the model (and optionally greedy-generate) and record every router's choices."""
+    """Run each prompt through the model (and optionally greedy-generate) and record every router's choices;
+    a model estimated above `max_memory_gb` is refused before it is built."""
+    check_bytes(
+        model_bytes(path_or_config),
+        max_memory_gb,
+        f"building {Path(path_or_config).name} in float32",
+        "record from a scaled-down config (fewer layers, experts or a narrower width)",
+    )
     import torch
 
     model, tokenizer = load_model(path_or_config, seed)

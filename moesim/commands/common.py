@@ -5,13 +5,15 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
 from moesim.errors import MoesimError
+from moesim.simulator.bounds import MAX_COUNT
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -24,6 +26,18 @@ def fail(message: str) -> None:
     """Print one error line and exit non-zero."""
     click.echo(f"error: {message}", err=True)
     sys.exit(USER_ERROR_EXIT_CODE)
+
+
+def interrupted() -> NoReturn:
+    """Ctrl-C, once the command has unwound: one line, the shell's status for SIGINT, no traceback (outputs
+    are written atomically). The console script then exits without tearing down the simulation's objects,
+    which takes seconds after a long run."""
+    from moesim import interrupt
+
+    if interrupt.installed():
+        interrupt.exit_now()
+    click.echo(f"\n{interrupt.MESSAGE}", err=True)
+    sys.exit(interrupt.INTERRUPTED_EXIT_CODE)
 
 
 def handle_errors(func: F) -> F:
@@ -42,7 +56,7 @@ def handle_errors(func: F) -> F:
         except PermissionError as error:
             fail(f"{error.filename}: permission denied")
         except KeyboardInterrupt:
-            fail("interrupted; nothing half-written was left behind")
+            interrupted()
 
     return wrapper  # type: ignore[return-value]
 
@@ -97,6 +111,9 @@ def parse_int_list(field: str, text: str, minimum: int = 1) -> list[int]:
     bad = [value for value in values if value < minimum]
     if bad:
         raise MoesimError(field, f"values must be ≥ {minimum}, got {bad[0]}")
+    huge = [value for value in values if value > MAX_COUNT]
+    if huge:
+        raise MoesimError(field, f"values must be ≤ {MAX_COUNT:,}, got {huge[0]:.3g}")
     return values
 
 
@@ -181,6 +198,13 @@ def check_outputs(
         raise MoesimError(
             to_stdout[1], f"{' and '.join(to_stdout)} both write to standard output", "send one to a file"
         )
+    files = [
+        (flag, name) for flag, name in (("--csv", csv), ("--parquet", parquet), ("--plot", plot)) if name
+    ]
+    for index, (first, name) in enumerate(files):  # one file each: a later writer would overwrite the first
+        for other, other_name in files[index + 1 :]:
+            if name != "-" and os.path.abspath(name) == os.path.abspath(other_name):
+                raise MoesimError(other, f"writes {name}, as {first} does", f"give {other} a path of its own")
     for flag, path in (("--csv", csv), ("--parquet", parquet)):
         if path:
             check_output_path(flag, path)

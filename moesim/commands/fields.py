@@ -17,6 +17,22 @@ from typing import Any, TypeVar
 import click
 
 from moesim.options import OptionInfo, default_of, option_fields
+from moesim.simulator.bounds import MAX_COUNT
+
+
+class _WholeNumber(click.types.IntParamType):
+    """click's integer, refused past ±(2³¹ − 1) with the flag named, before any field check or arithmetic
+    sees it (2⁶³ would otherwise overflow numpy's and torch's integers)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if abs(number) > MAX_COUNT:
+            self.fail(f"{value} is beyond ±{MAX_COUNT:,}, the largest count moesim takes", param, ctx)
+        return number
+
+
+WHOLE_NUMBER = _WholeNumber()
+"""Every integer flag's click type (see `_WholeNumber`)."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -52,6 +68,8 @@ def click_option(cls: type, name: str, **replace: Any) -> Callable[[F], F]:
         kind = str  # parsed by `fields_of`, so that a bad list ends in the command's one-line error
     elif info.path:
         kind = click.Path(dir_okay=False)
+    elif kind is int:
+        kind = WHOLE_NUMBER
     help_text = info.help
     if default is None and info.default_text:
         help_text += f" [default: {info.default_text}]"
@@ -117,4 +135,4 @@ def hardware_option(func: F) -> F:
     return click_option(Scenario, "hardware")(func)
 
 
-__all__ = ["click_option", "field_options", "fields_of", "hardware_option"]
+__all__ = ["WHOLE_NUMBER", "click_option", "field_options", "fields_of", "hardware_option"]

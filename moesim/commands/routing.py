@@ -10,11 +10,12 @@ import numpy as np
 
 from moesim.atomic import check_output_path
 from moesim.commands.common import emit_json, handle_errors
-from moesim.commands.fields import field_options, fields_of
+from moesim.commands.fields import WHOLE_NUMBER, field_options, fields_of
 from moesim.commands.progress import progress
 from moesim.errors import MoesimError
 from moesim.figures import check_plot_path
 from moesim.options import option_fields
+from moesim.reading import read_text
 from moesim.simulator.routing.predict import DistinctQuery
 from moesim.simulator.routing.settings import FitSettings, GenerateSettings, RecordSettings
 
@@ -32,7 +33,11 @@ def routing_group() -> None:
 
 def _trace_options(func: Any) -> Any:
     func = click.option(
-        "--experts", "n_experts", type=int, default=None, help="Expert count, if the trace does not store it."
+        "--experts",
+        "n_experts",
+        type=WHOLE_NUMBER,
+        default=None,
+        help="Expert count, if the trace does not store it.",
     )(func)
     return click.argument("trace", type=click.Path(dir_okay=False))(func)
 
@@ -96,8 +101,7 @@ def inspect_command(
     from moesim.simulator.routing.independent import expected_distinct_uniform
     from moesim.simulator.routing.trace import load_trace
 
-    if max_distance < 1:
-        raise MoesimError("--max-distance", f"must be ≥ 1, got {max_distance}")
+    FitSettings(max_distance=max_distance)  # bounded as the fit's
     if plot:
         check_plot_path("--plot", plot)
     routing_trace = load_trace(trace, n_experts)
@@ -203,8 +207,8 @@ def predict_command(as_json: bool, **flags: Any) -> None:
 @click.option(
     "--stats", required=True, type=click.Path(dir_okay=False), help="Statistics file from `routing fit`."
 )
-@click.option("--sequences", type=int, required=True, help="Sequences to generate.")
-@click.option("--tokens", type=int, required=True, help="Tokens per sequence.")
+@click.option("--sequences", type=WHOLE_NUMBER, required=True, help="Sequences to generate.")
+@click.option("--tokens", type=WHOLE_NUMBER, required=True, help="Tokens per sequence.")
 @click.option(
     "--output", "-o", required=True, type=click.Path(dir_okay=False), help="Trace (.npz or .jsonl)."
 )
@@ -218,9 +222,10 @@ def generate_command(
     from moesim.simulator.routing.synthetic import generate_trace
     from moesim.simulator.routing.trace import save_trace
 
+    settings = GenerateSettings(seed=seed, max_memory_gb=max_memory_gb)
     check_output_path("--output", output)
     model = load_routing_stats(stats, field="--stats")
-    trace = generate_trace(model, sequences, tokens, seed, max_memory_gb=max_memory_gb)
+    trace = generate_trace(model, sequences, tokens, settings.seed, max_memory_gb=settings.max_memory_gb)
     save_trace(trace, output)
     click.echo(f"wrote {trace.n_tokens} tokens ({sequences} × {tokens}, {trace.n_layers} layers) to {output}")
 
@@ -237,18 +242,25 @@ def generate_command(
 )
 @field_options(RecordSettings, *option_fields(RecordSettings))
 @handle_errors
-def record_command(
-    hf_model: str, prompts: str, output: str, max_tokens: int, new_tokens: int, seed: int
-) -> None:
+def record_command(hf_model: str, prompts: str, output: str, **flags: Any) -> None:
     """Record a routing trace from a transformers MoE model with forward hooks on its routers (needs torch)."""
     from moesim.calibrate.routing_record import record_trace
     from moesim.simulator.routing.trace import save_trace
 
+    settings = RecordSettings(**fields_of(RecordSettings, flags))
     check_output_path("--output", output)
-    lines = [line.strip() for line in Path(prompts).read_text(encoding="utf-8").splitlines() if line.strip()]
+    text = read_text("--prompts", prompts, "prompts file")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         raise MoesimError("--prompts", f"{prompts} has no prompts", "one prompt per line")
-    trace = record_trace(hf_model, lines, max_tokens=max_tokens, new_tokens=new_tokens, seed=seed)
+    trace = record_trace(
+        hf_model,
+        lines,
+        max_tokens=settings.max_tokens,
+        new_tokens=settings.new_tokens,
+        seed=settings.seed,
+        max_memory_gb=settings.max_memory_gb,
+    )
     save_trace(trace, output)
     click.echo(
         f"recorded {trace.n_tokens} tokens of {len(lines)} prompts, {trace.n_layers} MoE layers, "

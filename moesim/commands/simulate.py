@@ -19,7 +19,7 @@ from moesim.commands.common import (
     resolve_model,
     with_override_flags,
 )
-from moesim.commands.fields import field_options, fields_of, hardware_option
+from moesim.commands.fields import WHOLE_NUMBER, field_options, fields_of, hardware_option
 from moesim.commands.parallel_options import layout_from_kwargs, parallel_options
 from moesim.errors import MoesimError
 from moesim.simulator.scenario import Scenario, SweepGrid
@@ -269,7 +269,7 @@ def sweep_command(
     request = layout_from_kwargs(flags)
     grid = SweepGrid(**fields_of(SweepGrid, flags))
     batch_list, k_list, max_configs = list(grid.batches), list(grid.draft_lens), grid.max_configs
-    names = model_list(grid.models) + model_list(grid.model_configs)
+    names = model_list(grid.chosen_models) + model_list(grid.model_configs)
     if not names:
         raise MoesimError("--model", "needs at least one model name (or all), or --model-config PATH")
     specs = [with_override_flags(load_model(str(name)), flags) for name in names]
@@ -318,6 +318,12 @@ def _print_sweep(
         + f"; kernel style {kernel_style}, {a['launch']} launch, context {context_len}"
         + f"; serving engine {a['serving_engine']} ({a['serving_engine_provenance']})"
     )
+    capped = a.get("acceptance_length_capped_at")
+    if capped:
+        console.print(
+            f"acceptance length {a['acceptance_length']:g} is above K + 1 at K = {', '.join(map(str, capped))}: "
+            "a round there yields K + 1 tokens (every draft accepted)"
+        )
     for spec in specs:
         rows = [r for r in result.rows if r.model == spec.name]
         if not rows:
@@ -362,9 +368,9 @@ def _print_sweep(
 @click.command("layer")
 @model_options
 @hardware_option
-@click.option("--tokens", type=int, required=True, help="Tokens M entering the MoE layer.")
+@click.option("--tokens", type=WHOLE_NUMBER, required=True, help="Tokens M entering the MoE layer.")
 @click.option(
-    "--distinct-experts", type=int, required=True, help="Distinct experts U the forced routing hits."
+    "--distinct-experts", type=WHOLE_NUMBER, required=True, help="Distinct experts U the forced routing hits."
 )
 @field_options(Scenario, "launch", "kernel_style")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON {time_s, ...}.")

@@ -55,6 +55,10 @@ MAX_LAYOUT_GPUS = 1 << 16
 MAX_MEMORY_GB_LIMIT = 1e6
 """The highest `--max-memory-gb` taken (a petabyte): a limit above any machine's memory turns the bound off."""
 
+MAX_LAYERS = 1 << 16
+"""Layers one model may have (65,536; the deepest released MoE has 94): the per-layer kinds are tuples, so a
+count past this would be built layer by layer before any other check."""
+
 MAX_EXPERTS = 1 << 20
 """Routed experts per layer the routing models can describe (1,048,576; the largest released model has 384)."""
 
@@ -126,7 +130,12 @@ def check_finite(
 
 def check_max_memory_gb(max_memory_gb: Any) -> float:
     return check_finite(
-        max_memory_gb, "max_memory_gb", low=0.0, low_open=True, fix="give --max-memory-gb in GB"
+        max_memory_gb,
+        "max_memory_gb",
+        low=0.0,
+        low_open=True,
+        high=MAX_MEMORY_GB_LIMIT,
+        fix="give --max-memory-gb in GB",
     )
 
 
@@ -237,6 +246,7 @@ __all__ = [
     "GPU_MAX_MEMORY_GB",
     "MAX_COUNT",
     "MAX_EXPERTS",
+    "MAX_LAYERS",
     "MAX_LAYOUT_GPUS",
     "MAX_MEMORY_GB_LIMIT",
     "SEED_LIMIT",

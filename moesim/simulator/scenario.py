@@ -26,6 +26,7 @@ from moesim.options import option
 from moesim.simulator.bounds import (
     DEFAULT_MAX_CONFIGS,
     DEFAULT_MAX_MEMORY_GB,
+    check_finite,
     check_max_memory_gb,
     check_memory,
     check_routing_bytes,
@@ -150,6 +151,13 @@ class Scenario:
             acceptance = DEFAULT_ACCEPTANCE
         if acceptance is not None:
             check_acceptance(acceptance)
+        if self.acceptance_length is not None:
+            check_finite(
+                self.acceptance_length,
+                "acceptance_length",
+                low=1.0,
+                fix="give tokens per verification round ≥ 1",
+            )
         return self.replace(hardware=hardware, launch=launch, acceptance=acceptance)
 
     def resolve(
@@ -291,10 +299,16 @@ class ResolvedScenario:
 class SweepGrid:
     """What a sweep covers: models × batch sizes × draft lengths, and how it runs."""
 
-    models: str = option("all", "Comma-separated catalogue names or model files, or 'all'.", flag="--model")
+    models: str = option(
+        "",
+        "Comma-separated catalogue names or model files, or 'all'.",
+        flag="--model",
+        default_text="all, or none when --model-config is given",
+    )
     model_configs: str = option(
         "",
-        "Comma-separated Hugging Face config.json files (or catalogue-style .toml) to sweep as well.",
+        "Comma-separated Hugging Face config.json files (or catalogue-style .toml) to sweep (alone: instead of "
+        "the catalogue; with --model: as well).",
         flag="--model-config",
     )
     batches: tuple[int, ...] = option(DEFAULT_SWEEP_BATCHES, "Batch sizes.", flag="--batch", list_of=int)
@@ -306,6 +320,11 @@ class SweepGrid:
         "Refuse a sweep of more configurations (models × batches × draft lengths) than this.",
     )
     workers: int = option(1, "Processes sweeping the models side by side.")
+
+    @property
+    def chosen_models(self) -> str:
+        """The --model list swept: as given, else the whole catalogue unless --model-config names models."""
+        return self.models or ("" if self.model_configs.strip() else "all")
 
 
 def _launch_modes() -> tuple[str, ...]:

@@ -9,7 +9,6 @@ GPU, with a note, or stops with one message naming the suite.
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -139,17 +138,16 @@ def _normalised(meas: Measurements, notes: list[str]) -> tuple[Measurements, dic
         "(max - min) / median: "
         + ", ".join(f"{part} {value:.1%}" for part, value in moved.items())
         + "; one probe's noise (standard error of its median): "
-        + ", ".join(f"{part} {median_noise:.1%}" for part, median_noise in _probe_noise(meas.probes).items())
+        + ", ".join(f"{part} {noise:.1%}" for part, noise in drift.typical_noise(meas.probes).items())
         + "; "
         + how
     )
-    off = {d.suite: part for d in drifts.values() for part in d.parts if d.factor.as_dict()[part] != 1.0}
+    off = [(d, part) for d in drifts.values() for part in d.parts if d.factor.as_dict()[part] != 1.0]
     if off:
         notes.append(
             "warning: the machine's speed during "
             + ", ".join(
-                f"the {suite} suite ({part} x{1 / drifts[suite].factor.as_dict()[part]:.3f})"
-                for suite, part in off.items()
+                f"the {d.suite} suite ({part} x{1 / d.factor.as_dict()[part]:.3f})" for d, part in off
             )
             + " differed from the run's median beyond the probe's noise: "
             + (
@@ -163,13 +161,8 @@ def _normalised(meas: Measurements, notes: list[str]) -> tuple[Measurements, dic
         notes.append(
             "warning: the machine drifted beyond the probe's noise during "
             + ", ".join(f"the {d.suite} suite ({d.drift:.1%} > {d.threshold:.1%})" for d in drifted)
-            + ": "
-            + (
-                "those figures are at the run's median speed"
-                if meas.normalise_drift
-                else "those figures carry that drift"
-            )
-            + ", and a later run on this machine may see another speed"
+            + " (repeated once, the calmer attempt kept): those figures carry that drift, and a later run on this "
+            "machine may see another speed"
         )
     if not meas.normalise_drift:
         return meas, {suite: replace(d, factor=drift.SAME_SPEED) for suite, d in drifts.items()}
@@ -180,11 +173,6 @@ def _normalised(meas: Measurements, notes: list[str]) -> tuple[Measurements, dic
         d = drifts["gemm"]
         gemm = drift.normalise_gemm_rows(gemm, d.factor, drift.between_sample(d.before, d.after))
     return replace(meas, launch=launch, gemm=gemm), drifts
-
-
-def _probe_noise(samples: list[drift.ProbeSample]) -> dict[str, float]:
-    """The median single probe's noise per part."""
-    return {part: statistics.median(s.noise(part) for s in samples) for part in drift.PARTS}
 
 
 def _memory_part(asm: _Assembly, drifts: dict[str, drift.SuiteDrift]) -> tuple[MemoryParams | None, bool]:

@@ -62,101 +62,175 @@ class KernelArrays:
         return int(self.flops.size)
 
 
-# flops, m_tokens, category, stream, join, dtype index, experts, then attention units per kind
-_K_COLUMNS = 7 + len(ATTENTION_KERNEL_KINDS)
-_A_COLUMNS = 7  # kernel, tensor id, size, reads, working set, is write, per-layer tensor
+_K_VALUES = 3 + len(ATTENTION_KERNEL_KINDS)
 
 
-def _template_arrays(
-    kernels: tuple[Kernel, ...], names: dict[str, int], dtypes: dict[str, int]
-) -> tuple[np.ndarray, np.ndarray]:
-    krows: list[list[float]] = []
-    arows: list[list[float]] = []
+@dataclass(frozen=True)
+class _TemplateParts:
+    """One segment template's numbers (what changes with batch, draft length and design) apart from its
+    structure (what kernels, streams and tensors it has: the same for every plan of one model)."""
+
+    kernel_values: np.ndarray  # (kernels, 3 + attention kinds): flops, m_tokens, experts, units per kind
+    access_values: np.ndarray  # (accesses, 3): size, reads, working set (accesses: reads, then the write)
+    # Per kernel (category index, stream, join, dtype); per access (kernel, tensor name, is write).
+    signature: tuple[tuple[tuple[int, int, bool, str], ...], tuple[tuple[int, str, bool], ...]]
+
+
+def _template_parts(kernels: tuple[Kernel, ...]) -> _TemplateParts:
+    kvalues: list[tuple[float, ...]] = []
+    avalues: list[tuple[float, float, float]] = []
+    kstruct: list[tuple[int, int, bool, str]] = []
+    astruct: list[tuple[int, str, bool]] = []
     for index, kernel in enumerate(kernels):
-        dtype = dtypes.setdefault(kernel.dtype, len(dtypes))
-        krows.append(
-            [
+        kvalues.append(
+            (
                 kernel.flops,
                 kernel.m_tokens,
-                CATEGORY_INDEX[kernel.category],
-                kernel.stream,
-                float(kernel.join),
-                dtype,
                 kernel.experts,
                 *(
                     kernel.attention_units if kernel.attention_kind == k else 0.0
                     for k in ATTENTION_KERNEL_KINDS
                 ),
-            ]
+            )
         )
+        kstruct.append((CATEGORY_INDEX[kernel.category], kernel.stream, kernel.join, kernel.dtype))
         for read in kernel.reads:
-            tid = names.setdefault(read.tensor, len(names))
-            arows.append(
-                [
-                    index,
-                    tid,
-                    read.size_bytes,
-                    read.reads,
-                    read.working_set_bytes,
-                    0.0,
-                    read.tensor.startswith(LAYER_PREFIX),
-                ]
-            )
+            avalues.append((read.size_bytes, read.reads, read.working_set_bytes))
+            astruct.append((index, read.tensor, False))
         if kernel.write_bytes > 0 or kernel.write_tensor:
-            tid = names.setdefault(kernel.write_tensor, len(names)) if kernel.write_tensor else -1
-            arows.append(
-                [index, tid, kernel.write_bytes, 1.0, 0.0, 1.0, kernel.write_tensor.startswith(LAYER_PREFIX)]
-            )
-    return (
-        np.asarray(krows, dtype=float).reshape(-1, _K_COLUMNS),
-        np.asarray(arows, dtype=float).reshape(-1, _A_COLUMNS),
+            avalues.append((kernel.write_bytes, 1.0, 0.0))
+            astruct.append((index, kernel.write_tensor, True))
+    return _TemplateParts(
+        np.asarray(kvalues, dtype=float).reshape(-1, _K_VALUES),
+        np.asarray(avalues, dtype=float).reshape(-1, 3),
+        (tuple(kstruct), tuple(astruct)),
     )
 
 
-def plan_arrays(plan: StepPlan) -> KernelArrays:
-    """Flatten a plan (sharing the work of identical layer templates) into arrays."""
+@dataclass(frozen=True)
+class _PlanStructure:
+    """What `plan_arrays` derives from a plan's structure alone: where each kernel's and access's numbers
+    come from among the distinct templates' rows, and the tensor ids, streams and categories."""
+
+    kernel_rows: np.ndarray  # row of each kernel in the distinct templates' stacked kernel values
+    access_rows: np.ndarray
+    dtypes: list[str]
+    dtype_index: np.ndarray
+    category: np.ndarray
+    stream: np.ndarray
+    join: np.ndarray
+    acc_kernel: np.ndarray
+    acc_tensor: np.ndarray
+    acc_write: np.ndarray
+
+
+_PLAN_STRUCTURES: dict[tuple[object, ...], _PlanStructure] = {}
+_MAX_PLAN_STRUCTURES = 256
+
+
+def _plan_structure(
+    parts: Sequence[_TemplateParts], order: Sequence[int], layers: Sequence[int]
+) -> _PlanStructure:
+    """Tensor ids in order of first use over the distinct templates (a layer template's "L*." tensors are
+    one tensor per layer; an anonymous write is its own tensor, never hit), dense from 0."""
     names: dict[str, int] = {}
     dtypes: dict[str, int] = {}
-    cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    kparts: list[np.ndarray] = []
-    aparts: list[np.ndarray] = []
-    for segment in plan.segments:
-        key = id(segment.kernels)
-        if key not in cache:
-            cache[key] = _template_arrays(segment.kernels, names, dtypes)
-        kparts.append(cache[key][0])
-        aparts.append(cache[key][1])
-    k = np.concatenate(kparts) if kparts else np.zeros((0, _K_COLUMNS))
-    acc = np.concatenate(aparts) if aparts else np.zeros((0, _A_COLUMNS))
-    k_sizes = np.array([part.shape[0] for part in kparts])
-    a_sizes = np.array([part.shape[0] for part in aparts])
+    kernel_cols: list[np.ndarray] = []  # per distinct template: (kernels, 4) category, stream, join, dtype
+    access_cols: list[
+        np.ndarray
+    ] = []  # per distinct template: (accesses, 4) kernel, tensor id, write, per layer
+    for part in parts:
+        kstruct, astruct = part.signature
+        kernel_cols.append(
+            np.array(
+                [(c, s, float(j), dtypes.setdefault(d, len(dtypes))) for c, s, j, d in kstruct], dtype=float
+            ).reshape(-1, 4)
+        )
+        rows = []
+        for kernel, tensor, is_write in astruct:
+            tid = -1 if is_write and not tensor else names.setdefault(tensor, len(names))
+            rows.append((kernel, tid, float(is_write), tensor.startswith(LAYER_PREFIX)))
+        access_cols.append(np.array(rows, dtype=float).reshape(-1, 4))
+    k_offsets = np.concatenate([[0], np.cumsum([c.shape[0] for c in kernel_cols])])
+    a_offsets = np.concatenate([[0], np.cumsum([c.shape[0] for c in access_cols])])
+    kernel_rows = np.concatenate(
+        [np.arange(k_offsets[i], k_offsets[i + 1]) for i in order] or [np.zeros(0)]
+    ).astype(np.int64)
+    access_rows = np.concatenate(
+        [np.arange(a_offsets[i], a_offsets[i + 1]) for i in order] or [np.zeros(0)]
+    ).astype(np.int64)
+    k = np.concatenate(kernel_cols)[kernel_rows] if kernel_cols else np.zeros((0, 4))
+    acc = np.concatenate(access_cols)[access_rows] if access_cols else np.zeros((0, 4))
+    k_sizes = np.array([kernel_cols[i].shape[0] for i in order])
+    a_sizes = np.array([access_cols[i].shape[0] for i in order])
     kernel_offsets = np.concatenate([[0], np.cumsum(k_sizes)[:-1]]) if k_sizes.size else k_sizes
-    layers = np.array([segment.layer for segment in plan.segments])
     acc_kernel = acc[:, 0].astype(np.int64) + np.repeat(kernel_offsets, a_sizes).astype(np.int64)
     raw_ids = acc[:, 1].astype(np.int64)
-    per_layer = acc[:, 6] > 0
-    raw_ids = np.where(per_layer, raw_ids + (np.repeat(layers, a_sizes) + 1) * (len(names) + 1), raw_ids)
+    per_layer = acc[:, 3] > 0
+    layer_of = np.repeat(np.array(layers), a_sizes)
+    raw_ids = np.where(per_layer, raw_ids + (layer_of + 1) * (len(names) + 1), raw_ids)
     anonymous = raw_ids < 0
     _, dense_ids = np.unique(raw_ids, return_inverse=True)
     dense_ids = dense_ids.reshape(-1).astype(np.int64)
     if anonymous.any():  # anonymous writes each get their own id, so they never hit
         dense_ids[anonymous] = int(dense_ids.max()) + 1 + np.arange(int(anonymous.sum()))
+    structure = _PlanStructure(
+        kernel_rows=kernel_rows,
+        access_rows=access_rows,
+        dtypes=list(dtypes),
+        dtype_index=k[:, 3].astype(np.int64),
+        category=k[:, 0].astype(np.int64),
+        stream=k[:, 1].astype(np.int64),
+        join=k[:, 2] > 0,
+        acc_kernel=acc_kernel,
+        acc_tensor=dense_ids,
+        acc_write=acc[:, 2] > 0,
+    )
+    for array in dataclasses.astuple(structure):  # shared by every plan of the structure: read-only
+        if isinstance(array, np.ndarray):
+            array.setflags(write=False)
+    return structure
+
+
+def plan_arrays(plan: StepPlan) -> KernelArrays:
+    """Flatten a plan into arrays: each distinct layer template's numbers are read once, and the structure
+    (tensor ids, streams, categories: equal for one model's plans at every batch and draft length) is
+    worked out once per distinct structure and remembered."""
+    by_id: dict[int, int] = {}
+    parts: list[_TemplateParts] = []
+    order: list[int] = []
+    for segment in plan.segments:
+        index = by_id.get(id(segment.kernels))
+        if index is None:
+            index = by_id[id(segment.kernels)] = len(parts)
+            parts.append(_template_parts(segment.kernels))
+        order.append(index)
+    layers = tuple(segment.layer for segment in plan.segments)
+    key = (tuple(part.signature for part in parts), tuple(order), layers)
+    structure = _PLAN_STRUCTURES.get(key)
+    if structure is None:
+        structure = _plan_structure(parts, order, layers)
+        if len(_PLAN_STRUCTURES) >= _MAX_PLAN_STRUCTURES:
+            _PLAN_STRUCTURES.pop(next(iter(_PLAN_STRUCTURES)))
+        _PLAN_STRUCTURES[key] = structure
+    k = np.concatenate([part.kernel_values for part in parts])[structure.kernel_rows]
+    acc = np.concatenate([part.access_values for part in parts])[structure.access_rows]
     return KernelArrays(
         flops=k[:, 0],
         m_tokens=k[:, 1],
-        experts=k[:, 6],
-        attention_units={kind: k[:, 7 + i] for i, kind in enumerate(ATTENTION_KERNEL_KINDS)},
-        dtype_index=k[:, 5].astype(np.int64),
-        dtypes=list(dtypes),
-        category=k[:, 2].astype(np.int64),
-        stream=k[:, 3].astype(np.int64),
-        join=k[:, 4] > 0,
-        acc_kernel=acc_kernel,
-        acc_tensor=dense_ids,
-        acc_size=acc[:, 2],
-        acc_reads=acc[:, 3],
-        acc_working=acc[:, 4],
-        acc_write=acc[:, 5] > 0,
+        experts=k[:, 2],
+        attention_units={kind: k[:, 3 + i] for i, kind in enumerate(ATTENTION_KERNEL_KINDS)},
+        dtype_index=structure.dtype_index,
+        dtypes=structure.dtypes,
+        category=structure.category,
+        stream=structure.stream,
+        join=structure.join,
+        acc_kernel=structure.acc_kernel,
+        acc_tensor=structure.acc_tensor,
+        acc_size=acc[:, 0],
+        acc_reads=acc[:, 1],
+        acc_working=acc[:, 2],
+        acc_write=structure.acc_write,
     )
 
 

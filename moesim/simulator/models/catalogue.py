@@ -16,6 +16,7 @@ from typing import Any
 
 from moesim.errors import MoesimError
 from moesim.reading import parse_toml, read_table
+from moesim.simulator.bounds import MAX_LAYERS, check_count
 from moesim.simulator.models.layers import LayerPattern, layer_pattern
 from moesim.simulator.models.overrides import OVERRIDE_OPTIONS, apply_overrides, scalar_type
 from moesim.simulator.models.spec import (
@@ -104,6 +105,7 @@ def _layers_from_table(table: object, origin: str) -> tuple[tuple[Any, ...], tup
             values[key] = _check_value(origin, f"layers.{key}", table[key], "int")
     if "count" not in values:
         raise MoesimError(f"{origin}:layers.count", "is missing", "give the layer count")
+    check_count(values["count"], f"{origin}:layers.count", high=MAX_LAYERS, fix="give the layer count")
     cycle = table.get("attention_cycle", ["full"])
     if not isinstance(cycle, list) or not cycle or not all(kind in ATTENTION_KINDS for kind in cycle):
         raise MoesimError(

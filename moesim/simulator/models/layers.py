@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, replace
 
 from moesim.errors import MoesimError
+from moesim.simulator.bounds import MAX_LAYERS, check_count
 from moesim.simulator.models.spec import AttentionLayerKind, FfnLayerKind, ModelSpec
 
 
@@ -28,8 +29,7 @@ class LayerPattern:
 
     def build(self) -> tuple[tuple[AttentionLayerKind, ...], tuple[FfnLayerKind, ...]]:
         """The per-layer (attention kinds, FFN kinds) of this pattern."""
-        if self.n_layers <= 0:
-            raise MoesimError("layers", f"must be a positive integer, got {self.n_layers}")
+        check_count(self.n_layers, "layers", high=MAX_LAYERS, fix="give the model's layer count")
         if not self.attention_cycle:
             raise MoesimError("layers.attention_cycle", "is empty", "give at least one attention kind")
         if self.moe_every < 0 or self.dense_prefix < 0 or not 0 <= self.moe_offset < max(self.moe_every, 1):

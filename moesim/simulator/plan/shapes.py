@@ -7,6 +7,7 @@ Pure functions of the model spec; the kernel builders (`plan.attention`, `plan.f
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from moesim.simulator.models.sequence_state import kv_cache_bytes_per_token
@@ -59,12 +60,32 @@ def combined_matrix(fmt: WeightFormat, mats: list[tuple[str, int, int]], names: 
     return Matrix(sum(r for r, _ in chosen), chosen[0][1], fmt, exact)
 
 
+_MATRICES: dict[tuple[int, str], tuple[ModelSpec, dict[str, Matrix]]] = {}
+_MAX_MATRICES = 512
+
+
+def _per_model(model: ModelSpec, what: str, compute: Callable[[], dict[str, Matrix]]) -> dict[str, Matrix]:
+    """`compute()`, remembered per model object (every plan of a model asks for its matrices, once per
+    layer template): the entry keeps the model alive, so its id cannot be reused while remembered."""
+    key = (id(model), what)
+    entry = _MATRICES.get(key)
+    if entry is None or entry[0] is not model:
+        while len(_MATRICES) >= _MAX_MATRICES:
+            _MATRICES.pop(next(iter(_MATRICES)))
+        entry = _MATRICES[key] = (model, compute())
+    return dict(entry[1])
+
+
 def attention_matrices(model: ModelSpec, kind: AttentionLayerKind) -> dict[str, Matrix]:
     """The weight matrices of one attention layer of `kind`, grouped as the fused kernels read them.
 
     Low-rank query (q_b), grouped low-rank output (o_b) and a sparse-attention indexer ("index": its key
     and weight projections from the hidden state; "index_q" from the query latent) get their own GEMMs.
     """
+    return _per_model(model, kind, lambda: _attention_matrices(model, kind))
+
+
+def _attention_matrices(model: ModelSpec, kind: AttentionLayerKind) -> dict[str, Matrix]:
     fmt = model.dense_format
     mats = attention_projections(model, kind)
     if kind == "linear":
@@ -111,6 +132,10 @@ def shared_width(model: ModelSpec) -> int:
 
 def ffn_matrices(model: ModelSpec) -> dict[str, Matrix]:
     """Dense-FFN, routed-expert (one expert) and shared-expert (all of them) matrices, plus the router."""
+    return _per_model(model, "ffn", lambda: _ffn_matrices(model))
+
+
+def _ffn_matrices(model: ModelSpec) -> dict[str, Matrix]:
     dense, experts = model.dense_format, model.expert_format
     h = model.hidden
     ws = shared_width(model)

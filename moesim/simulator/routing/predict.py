@@ -15,7 +15,7 @@ import numpy as np
 
 from moesim.errors import MoesimError
 from moesim.options import option
-from moesim.simulator.bounds import DEFAULT_MAX_MEMORY_GB, check_max_memory_gb
+from moesim.simulator.bounds import DEFAULT_MAX_MEMORY_GB, check_count, check_max_memory_gb
 from moesim.simulator.routing.placement import PLACEMENT_SPELLINGS
 
 QUANTILE_SAMPLE_ENTRIES = 2e7
@@ -57,6 +57,13 @@ class DistinctQuery:
             )
         if self.layer is not None and self.layer < 0:
             raise MoesimError("--layer", f"must be ≥ 0, got {self.layer}")
+        check_count(self.n_groups, "--groups", high=self.n_experts)
+        check_count(
+            self.topk_groups,
+            "--topk-groups",
+            high=self.n_groups,
+            fix="give at most --groups groups (--topk-groups does nothing without --groups)",
+        )
         if self.ranks is not None and (self.ranks < 1 or self.n_experts % self.ranks):
             raise MoesimError("--ranks", f"must divide --experts {self.n_experts}, got {self.ranks}")
         check_max_memory_gb(self.max_memory_gb)  # finite, > 0 and bounded

@@ -105,10 +105,14 @@ def _parse_overlap(overlap: str | Sequence[float] | None) -> tuple[float, ...] |
         return None
     if isinstance(overlap, str):
         try:
-            return tuple(float(part) for part in overlap.split(",") if part.strip())
+            curve = tuple(float(part) for part in overlap.split(",") if part.strip())
         except ValueError:
             raise MoesimError("--overlap", f"expected numbers like 0.4,0.3,0.25, got {overlap!r}") from None
-    return tuple(float(o) for o in overlap)
+    else:
+        curve = tuple(float(o) for o in overlap)
+    if not curve:  # an empty curve would silently mean independent routing
+        raise MoesimError("--overlap", "needs at least one value", "give the overlap at distance 1, e.g. 0.4")
+    return curve
 
 
 def routing_from_cli(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from moesim.errors import MoesimError
 from moesim.options import option
-from moesim.simulator.bounds import DEFAULT_MAX_MINUTES
+from moesim.simulator.bounds import DEFAULT_MAX_MINUTES, check_count, check_finite, check_seed
 from moesim.simulator.screening.backends import BACKENDS
 from moesim.simulator.screening.constraints import DEFAULT_TOLERANCE, Constraint
 from moesim.simulator.screening.evaluate import DEFAULT_BATCHES, DEFAULT_DRAFT_LENS
@@ -68,6 +68,11 @@ class ScreenRequest:
     def __post_init__(self) -> None:
         if self.top < 1:
             raise MoesimError("--top", f"must be ≥ 1, got {self.top}")
+        check_seed(self.seed, "--seed")
+        check_count(self.free_multiple, "--free-multiple")
+        check_finite(self.tolerance, "--tolerance", low=0.0, low_open=True, high=1.0)
+        if self.sample is not None:
+            check_count(self.sample, "--sample")
         if self.address and self.backend != "ray":
             raise MoesimError("--address", "is for --backend ray")
 

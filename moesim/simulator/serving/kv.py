@@ -108,13 +108,18 @@ class KvBlocks:
         return self.blocks_for(tokens) <= self.total_blocks
 
     def reserve(self, owner: int, tokens: int) -> bool:
-        missing = self.blocks_for(tokens) - self._held.get(owner, 0)
+        # Called for every running request on every step: `blocks_for` inlined, in integer arithmetic
+        # (equal to it for any count below 2**52).
+        held = self._held.get(owner, 0)
+        missing = -(-tokens // self.block_tokens) + self.state_blocks - held
         if missing > self.free_blocks:
             return False
         if missing > 0:
-            self._held[owner] = self._held.get(owner, 0) + missing
+            self._held[owner] = held + missing
             self.free_blocks -= missing
-            self.peak_used_blocks = max(self.peak_used_blocks, self.total_blocks - self.free_blocks)
+            used = self.total_blocks - self.free_blocks
+            if used > self.peak_used_blocks:
+                self.peak_used_blocks = used
         return True
 
     def release(self, owner: int) -> None:

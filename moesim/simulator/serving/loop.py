@@ -41,12 +41,13 @@ from moesim.simulator.serving.workload import RequestSpec
 STEP_LIMIT_FACTOR = 20
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestState:
     """One request in flight: what the engine has computed for it and when its tokens came out."""
 
     index: int
     spec: RequestSpec
+    output_len: int = field(init=False, default=0)  # the spec's, read on every step
     sent_s: float = math.nan
     first_token_s: float = math.nan
     last_token_s: float = math.nan
@@ -56,6 +57,9 @@ class RequestState:
     generated: int = 0
     preemptions: int = 0
     itls_s: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.output_len = self.spec.output_len
 
     @property
     def prefilling(self) -> bool:
@@ -133,38 +137,41 @@ def schedule_step(state: ServingState) -> tuple[list[RequestState], list[tuple[R
     """The requests one step decodes and the (request, chunk tokens) it prefills (vLLM V1's policy)."""
     budget = state.limits.max_num_batched_tokens
     t = state.tokens_per_seq
+    running, reserve = state.running, state.kv.reserve  # the hot loop: one lookup each per step
     decode: list[RequestState] = []
     prefill: list[tuple[RequestState, int]] = []
     preempted = False
     i = 0
-    while i < len(state.running) and budget > 0:
-        request = state.running[i]
-        n = min(request.prefill_target - request.computed, budget) if request.prefilling else t
+    while i < len(running) and budget > 0:
+        request = running[i]
+        remaining = request.prefill_target - request.computed  # > 0 while the request is prefilling
+        n = min(remaining, budget) if remaining > 0 else t
         if n > budget:
             break
-        while not state.kv.reserve(request.index, request.computed + n):
-            victim = state.running.pop()
+        while not reserve(request.index, request.computed + n):
+            victim = running.pop()
             _preempt(state, victim)
             preempted = True
             if victim is request:
                 break
         else:
-            (prefill.append((request, n)) if request.prefilling else decode.append(request))
+            (prefill.append((request, n)) if remaining > 0 else decode.append(request))
             budget -= n
             i += 1
-    while not preempted and state.waiting and budget > 0 and len(state.running) < state.limits.max_num_seqs:
+    while not preempted and state.waiting and budget > 0 and len(running) < state.limits.max_num_seqs:
         request = state.waiting[0]
         n = min(request.prefill_target - request.computed, budget)
-        if not state.kv.reserve(request.index, request.computed + n):
+        if not reserve(request.index, request.computed + n):
             break
         state.waiting.popleft()
-        state.running.append(request)
+        running.append(request)
         prefill.append((request, n))
         budget -= n
     return decode, prefill
 
 
 def _emit(state: ServingState, request: RequestState, tokens: int) -> None:
+    """`request` streams `tokens` tokens now; it finishes (frees its blocks) once it has all its output."""
     now = state.env.now
     if request.generated == 0:
         request.first_token_s = now
@@ -172,13 +179,35 @@ def _emit(state: ServingState, request: RequestState, tokens: int) -> None:
         request.itls_s.append(now - request.last_token_s)
     request.last_token_s = now
     request.generated += tokens
-    if request.generated >= request.spec.output_len:
-        request.finish_s = now
-        state.kv.release(request.index)
-        state.running.remove(request)
-        state.finished += 1
-        state.count(-1)
-        state.done[request.index].succeed()
+    if request.generated >= request.output_len:
+        _finish(state, request, now)
+
+
+def _finish(state: ServingState, request: RequestState, now: float) -> None:
+    request.finish_s = now
+    state.kv.release(request.index)
+    state.running.remove(request)
+    state.finished += 1
+    state.count(-1)
+    state.done[request.index].succeed()
+
+
+def _emit_decoded(state: ServingState, decode: list[RequestState], gained: list[int]) -> None:
+    """`_emit` of every decoded request and its accepted tokens (never past its output length), with the
+    step's clock read once: the per-request work of every step."""
+    now = state.env.now
+    for request, tokens in zip(decode, gained, strict=True):
+        generated = request.generated
+        tokens = min(tokens, request.output_len - generated)
+        request.computed += tokens
+        if generated == 0:
+            request.first_token_s = now
+        else:
+            request.itls_s.append(now - request.last_token_s)
+        request.last_token_s = now
+        request.generated = generated = generated + tokens
+        if generated >= request.output_len:
+            _finish(state, request, now)
 
 
 def scheduler(state: ServingState, n_requests: int, step_limit: int) -> simpy.events.ProcessGenerator:
@@ -208,13 +237,10 @@ def scheduler(state: ServingState, n_requests: int, step_limit: int) -> simpy.ev
             raise MoesimError("workload", f"the run needed more than {step_limit} steps", "report this")
         if decode:
             if state.acceptance is None:
-                gained = np.ones(len(decode), dtype=int)
+                gained = [1] * len(decode)
             else:
-                gained = state.acceptance.draw(len(decode))
-            for request, tokens in zip(decode, gained.tolist(), strict=True):
-                tokens = min(tokens, request.spec.output_len - request.generated)
-                request.computed += tokens
-                _emit(state, request, tokens)
+                gained = state.acceptance.draw(len(decode)).tolist()
+            _emit_decoded(state, decode, gained)
         for request, n in prefill:
             request.computed += n
             if not request.prefilling:

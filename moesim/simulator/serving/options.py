@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from moesim.errors import MoesimError
 from moesim.options import option
-from moesim.simulator.bounds import DEFAULT_MAX_MINUTES
+from moesim.simulator.bounds import DEFAULT_MAX_MINUTES, check_finite, check_seed
 
 DEFAULT_BLOCK_TOKENS = 16  # vLLM's default block_size on CUDA
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of device memory for weights + KV cache
@@ -100,6 +100,13 @@ class BenchmarkClient:
     max_minutes: float = option(
         DEFAULT_MAX_MINUTES, "Refuse a run estimated to take longer (minutes on two cores)."
     )
+
+    def __post_init__(self) -> None:
+        # before the run-time estimate reads them (the workload checks them again where it draws)
+        check_finite(
+            self.random_range_ratio, "random_range_ratio", low=0.0, high=1.0, fix="as vLLM requires [0, 1)"
+        )
+        check_seed(self.seed, "seed")
 
 
 __all__ = [

@@ -58,7 +58,7 @@ from moesim.simulator.speculative.point import (
     LaunchCosts,
     StepTimes,
     draft_cost_s,
-    engine_point,
+    engine_round,
     engine_step,
     scenario_timers,
 )
@@ -159,10 +159,11 @@ class ScenarioStepCost:
         """One SD round (drafter passes, verification, acceptance sync), as the speculative point has it."""
         steps, drafts, launch_costs = self._timers_at(context_len)
         r = self.resolved
-        point = engine_point(
+        # The round alone: a serving run never compares it with a decode step at this batch.
+        sd = engine_round(
             r.serving_engine, r.drafter, decode_seqs, draft_len, 1.0, r.launch, steps, drafts, launch_costs
         )
-        return point.round_s
+        return sd.round_s
 
     def _round_extras_s(
         self, decode_seqs: int, draft_len: int, context_len: int, launch: str, device_s: float

@@ -11,7 +11,7 @@ The speedup itself is `speculative.point.SpeculativePoint.speedup` (with the ser
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Protocol, TypeVar
 
 import numpy as np
@@ -45,6 +45,14 @@ def expected_tokens(
     alpha = DEFAULT_ACCEPTANCE if acceptance is None else acceptance
     check_acceptance(alpha)
     return float(tokens_per_step(alpha, draft_len))
+
+
+def capped_draft_lens(acceptance_length: float | None, draft_lens: Sequence[int]) -> list[int]:
+    """The draft lengths K at which a mean acceptance length is above the K + 1 tokens a round can yield,
+    so that the round is taken to yield K + 1 (`expected_tokens`): a sweep says so beside its figures."""
+    if acceptance_length is None:
+        return []
+    return sorted({k for k in draft_lens if acceptance_length > k + 1})
 
 
 def all_accepted_share(tokens: float, draft_len: int) -> float:

@@ -27,7 +27,8 @@ run on, because verification needs the drafts and the next draft needs the verif
   target's own layout (expert-parallel, with its all-to-alls); a dense one (an EAGLE head, a dense draft
   model) tensor-parallel over an attention group, each data-parallel group drafting its own sequences. Its
   passes are the slowest rank's, collectives included. (The memory check counts the drafter whole on every
-  rank, which is conservative.)
+  rank, which is conservative.) A serving engine may instead run it unsplit on one of the target's GPUs
+  (`[drafter] draft_tp` / `head_tp = "one"`: vLLM 0.6.3 runs EAGLE so; `drafter_tp` says which).
 - `draft_on="separate"`: the drafter runs unsplit on one more GPU, for all B sequences. Per SD step two
   messages cross the link between it and the target (scale-up when the extra GPU is in the target's node,
   else scale-out): the target's hidden states of the K+1 verified positions (EAGLE / MTP drafters condition
@@ -59,6 +60,9 @@ from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.routing.base import RoutingModel
 
 DRAFTER_KINDS = ("eagle", "mtp", "ngram", "model:NAME", "fraction:F")
+MAX_DECODE_FRACTION = 1.0
+"""The largest `fraction:F`: at F = 1 each draft token costs a target decode step, so K drafts and a verify
+cost at least K + 1 steps for at most K + 1 tokens — no speedup is possible past it."""
 TOKEN_ID_BYTES = 8  # int64 token ids, as the engines pass them
 HIDDEN_BYTES = 2  # bf16 hidden states
 
@@ -221,6 +225,13 @@ def parse_drafter(text: str) -> Drafter:
         if not (fraction >= 0.0 and math.isfinite(fraction)):
             raise MoesimError(
                 "draft", f"fraction must be a non-negative number, got {value!r}", "e.g. --draft fraction:0.1"
+            )
+        if fraction > MAX_DECODE_FRACTION:
+            raise MoesimError(
+                "draft",
+                f"fraction must be ≤ {MAX_DECODE_FRACTION:g}, got {value!r}: a draft token costing a whole "
+                "decode step or more can never speed decoding up (K drafts then cost more than K + 1 tokens)",
+                "e.g. --draft fraction:0.1",
             )
         return FractionOfDecode(fraction=fraction)
     raise MoesimError("draft", f"unknown drafter {text!r}", f"choose one of {', '.join(DRAFTER_KINDS)}")

@@ -433,7 +433,27 @@ def draft_cost_s(
     return drafting.seconds, drafting.host_s
 
 
-def engine_point(
+@dataclass(frozen=True)
+class EngineRound:
+    """An SD round under a serving engine without the decode step it is compared with (what a serving
+    run's verification step costs): the verification, the drafter's time and the acceptance sync."""
+
+    verify: EngineStep
+    draft_s: float
+    draft_host_s: float
+    draft_first_pass_s: float
+    draft_rows: int
+    draft_tp: int
+    host_prepared_passes: int
+    accept_sync_s: float
+
+    @property
+    def round_s(self) -> float:
+        """Draft, verify, learn how many tokens were accepted (as `SpeculativePoint.round_s`)."""
+        return self.draft_s + self.verify.step_s + self.accept_sync_s
+
+
+def engine_round(
     profile: ServingEngineProfile,
     drafter: Drafter,
     batch: int,
@@ -443,9 +463,8 @@ def engine_point(
     steps: StepTimes,
     drafts: DraftTimes,
     launch_costs: LaunchCosts,
-) -> SpeculativePoint:
-    """The SD point of (batch, K) under `profile` from step and drafter times (module docstring)."""
-    decode = engine_step(profile, batch, 1, requested_launch, steps, launch_costs)
+) -> EngineRound:
+    """The SD round of (batch, K) under `profile` from step and drafter times (module docstring)."""
     rows, tokens_per_row = ov.verify_shape(profile.drafter, batch, draft_len)
     acceptance = ov.acceptance_bytes(profile, batch, draft_len, launch_costs.vocab)
     verify = engine_step(
@@ -465,9 +484,7 @@ def engine_point(
     share = all_accepted_share(tokens_per_step, draft_len) if profile.drafter.bonus_rows else 0.0
     drafting = round_drafting(profile, drafter, batch, draft_len, verify.launch, drafts, share, launch_costs)
     first_pass_s = drafting.device.first_pass_s if profile.drafter.first_pass == "verified" else 0.0
-    return SpeculativePoint(
-        draft_len=draft_len,
-        decode=decode,
+    return EngineRound(
         verify=verify,
         draft_s=drafting.seconds,
         draft_host_s=drafting.host_s,
@@ -476,6 +493,36 @@ def engine_point(
         draft_tp=drafting.device.tp,
         host_prepared_passes=drafting.host_prepared_passes,
         accept_sync_s=ov.accept_sync_s(profile, verify.device_s),
+    )
+
+
+def engine_point(
+    profile: ServingEngineProfile,
+    drafter: Drafter,
+    batch: int,
+    draft_len: int,
+    tokens_per_step: float,
+    requested_launch: str,
+    steps: StepTimes,
+    drafts: DraftTimes,
+    launch_costs: LaunchCosts,
+) -> SpeculativePoint:
+    """The SD point of (batch, K) under `profile` from step and drafter times (module docstring)."""
+    decode = engine_step(profile, batch, 1, requested_launch, steps, launch_costs)
+    sd = engine_round(
+        profile, drafter, batch, draft_len, tokens_per_step, requested_launch, steps, drafts, launch_costs
+    )
+    return SpeculativePoint(
+        draft_len=draft_len,
+        decode=decode,
+        verify=sd.verify,
+        draft_s=sd.draft_s,
+        draft_host_s=sd.draft_host_s,
+        draft_first_pass_s=sd.draft_first_pass_s,
+        draft_rows=sd.draft_rows,
+        draft_tp=sd.draft_tp,
+        host_prepared_passes=sd.host_prepared_passes,
+        accept_sync_s=sd.accept_sync_s,
         tokens_per_step=tokens_per_step,
     )
 

@@ -22,7 +22,7 @@ from moesim.simulator.execution.timer import FastTimer, StepTimer
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.scenario import ResolvedScenario, Scenario, check_draft_len, resolve_hardware
-from moesim.simulator.speculative.acceptance import best_draft_len, peak_batch
+from moesim.simulator.speculative.acceptance import best_draft_len, capped_draft_lens, peak_batch
 from moesim.simulator.speculative.drafters import parse_drafter
 from moesim.simulator.speculative.point import (
     TimedPlan,
@@ -216,6 +216,7 @@ def run_sweep(
             "routing_by_model": dict(descriptions),
             "acceptance": None if base.acceptance_length is not None else base.acceptance,
             "acceptance_length": base.acceptance_length,
+            "acceptance_length_capped_at": capped_draft_lens(base.acceptance_length, draft_lens),
             "drafter": parse_drafter(base.drafter).label,
             "kernel_style": base.kernel_style,
             "launch": base.launch,

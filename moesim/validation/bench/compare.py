@@ -1,6 +1,8 @@
 """Measured serving benchmarks (SD and its no-SD baseline) against `moesim serve` on the same workload.
 
-Runs of the two files are paired by (max concurrency, request rate); a single run each is paired as is.
+Runs of the two files are paired by (max concurrency, request rate); a single run each is paired as is. A pair
+must be one benchmark run twice: the same tool's format, max concurrency, request rate and lengths
+(`check_pair`), or it is refused.
 Each pair is simulated on the workload the SD run describes (`bench_results.workload_of`), with the SD run's
 acceptance length when the file records one (SGLang's accept_length) and no other is given. Every metric
 both the file and the simulator have is compared: measured, predicted, signed error; and SD speedups.
@@ -20,21 +22,60 @@ from moesim.simulator.scenario import Scenario
 from moesim.simulator.serving.metrics import speedups
 from moesim.simulator.serving.options import ServeOptions
 from moesim.simulator.serving.run import serve
-from moesim.validation.bench.results import BenchRecord, read_bench_results, workload_of
+from moesim.validation.bench.results import BenchRecord, mean_lengths, read_bench_results, workload_of
+
+LENGTH_TOLERANCE = 0.1
+"""How far (relative) the SD and baseline runs' mean prompt and output lengths may differ and still be one
+workload: two draws of vLLM's random dataset with `--random-range-ratio` 0.5 and 64 prompts differ by about
+3–4 % in mean; a run of other lengths is another experiment."""
+
+
+def check_pair(sd: BenchRecord, baseline: BenchRecord) -> None:
+    """Refuse an SD run and a baseline that did not run the same benchmark: another tool's format, another
+    max concurrency or request rate, or other prompt / output lengths."""
+    fix = "compare an SD run with the baseline of the same benchmark command (only the speculative flags differ)"
+    if sd.tool != baseline.tool:
+        raise MoesimError(
+            "baseline",
+            f"{sd.source} is a {sd.tool} result and {baseline.source} a {baseline.tool} one",
+            fix,
+        )
+    for name, mine, theirs in (
+        ("max_concurrency", sd.max_concurrency, baseline.max_concurrency),
+        ("request_rate", sd.request_rate, baseline.request_rate),
+    ):
+        if mine != theirs:
+            raise MoesimError(
+                "baseline", f"{name} is {mine} in {sd.source} but {theirs} in {baseline.source}", fix
+            )
+    lengths = mean_lengths(sd), mean_lengths(baseline)
+    if lengths[0] is None or lengths[1] is None:
+        return
+    for what, mine_len, theirs_len in zip(("prompt", "output"), lengths[0], lengths[1], strict=True):
+        if abs(mine_len - theirs_len) > LENGTH_TOLERANCE * max(mine_len, theirs_len):
+            raise MoesimError(
+                "baseline",
+                f"the mean {what} length is {mine_len:,.0f} tokens in {sd.source} but {theirs_len:,.0f} in "
+                f"{baseline.source} (more than {LENGTH_TOLERANCE:.0%} apart)",
+                fix,
+            )
 
 
 def pair_records(sd: list[BenchRecord], baseline: list[BenchRecord]) -> list[tuple[BenchRecord, BenchRecord]]:
-    """SD and baseline runs at the same (max concurrency, request rate)."""
+    """SD and baseline runs at the same (max concurrency, request rate), each pair checked (`check_pair`)."""
     if len(sd) == 1 and len(baseline) == 1:
-        return [(sd[0], baseline[0])]
-    by_key = {record.key: record for record in baseline}
-    pairs = [(record, by_key[record.key]) for record in sd if record.key in by_key]
+        pairs = [(sd[0], baseline[0])]
+    else:
+        by_key = {record.key: record for record in baseline}
+        pairs = [(record, by_key[record.key]) for record in sd if record.key in by_key]
     if not pairs:
         raise MoesimError(
             "baseline",
             "no baseline run has the max concurrency and request rate of an SD run",
             "save both benchmarks with the same --max-concurrency / --request-rate",
         )
+    for pair in pairs:
+        check_pair(*pair)
     return pairs
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from moesim.errors import MoesimError
 from moesim.reading import read_text
+from moesim.simulator.bounds import MAX_COUNT, check_count, check_finite
 from moesim.simulator.serving.metrics import METRIC_NAMES
 from moesim.simulator.serving.workload import RequestSpec, Workload, sglang_random_workload
 
@@ -65,6 +66,8 @@ class BenchRecord:
 
 
 def _number(value: Any) -> float | None:
+    """A number as the tools write it (a float, an int, or "inf"), else None. Checked afterwards: see
+    `_checked`."""
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, str):
@@ -77,6 +80,67 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+def _checked(
+    record: dict[str, Any], name: str, source: str, *, low: float, low_open: bool = False
+) -> float | None:
+    """Field `name` of `record` as a finite number ≥ `low` (> with `low_open`), None when absent or null; a
+    word, NaN or infinity is refused with the file and field named."""
+    value = record.get(name)
+    if value is None:
+        return None
+    return check_finite(
+        _number(value) if _number(value) is not None else value,
+        name,
+        source,
+        low=low,
+        low_open=low_open,
+        fix="pass the tool's own result file",
+    )
+
+
+def _count(record: dict[str, Any], name: str, source: str, low: int = 1) -> int | None:
+    value = record.get(name)
+    if value is None:
+        return None
+    return check_count(value, name, source, low=low, fix="pass the tool's own result file")
+
+
+def _request_rate(record: dict[str, Any], source: str) -> float:
+    """Requests per second: a positive number, or "inf" (both tools' spelling of all at once; absent: inf)."""
+    value = record.get("request_rate")
+    if value == "trace":
+        raise MoesimError(
+            "bench_result", f"{source}: a trace-timestamped run", "replay it with --request-rate"
+        )
+    rate = _number(value) if value is not None else math.inf
+    if rate is None or math.isnan(rate) or rate <= 0:
+        raise MoesimError(
+            f"{source}: request_rate",
+            f'must be a positive number of requests per second or "inf", got {value!r}',
+            "pass the tool's own result file",
+        )
+    return rate
+
+
+def _lengths(record: dict[str, Any], source: str) -> None:
+    """Per-request and total token counts whole and non-negative, and a run that generated something."""
+    for name in ("input_lens", "output_lens"):
+        lens = record.get(name)
+        if lens is None:
+            continue
+        if not isinstance(lens, list) or len(lens) > MAX_COUNT:
+            raise MoesimError(
+                f"{source}: {name}", "must be a list of token counts", "pass the tool's own result file"
+            )
+        for length in lens:
+            check_count(length, name, source, low=0, fix="pass the tool's own result file")
+        if lens and not any(lens):
+            raise MoesimError(f"{source}: {name}", "are all 0", "pass the result of a run that sent tokens")
+    for name in ("total_input_tokens", "total_output_tokens", "random_input_len", "random_output_len"):
+        _count(record, name, source)
+    _checked(record, "random_range_ratio", source, low=0.0)
+
+
 def _tool_of(record: dict[str, Any]) -> str:
     if "mean_e2e_latency_ms" in record or "dataset_name" in record or "accept_length" in record:
         return "sglang"
@@ -84,16 +148,22 @@ def _tool_of(record: dict[str, Any]) -> str:
 
 
 def parse_record(record: dict[str, Any], source: str) -> BenchRecord:
-    """One saved result object as a `BenchRecord`; unknown fields are kept in `raw`, absent metrics omitted."""
+    """One saved result object as a `BenchRecord`; unknown fields are kept in `raw`, absent metrics omitted.
+    Every field read is checked where it enters: metrics finite and ≥ 0, counts whole and positive, the
+    request rate a positive number or "inf"."""
     tool = _tool_of(record)
     metrics: dict[str, float] = {}
-    for name, value in record.items():
+    for name in record:
         target = SGLANG_NAMES.get(name, name) if tool == "sglang" else name
-        number = _number(value)
-        if target in METRIC_NAMES and number is not None:
-            metrics[target] = number
+        if target in METRIC_NAMES:
+            number = _checked(record, name, source, low=0.0)
+            if number is not None:
+                metrics[target] = number
     if tool == "sglang" and "total_token_throughput" not in metrics:
-        inputs, outputs = _number(record.get("input_throughput")), metrics.get("output_throughput")
+        inputs, outputs = (
+            _checked(record, "input_throughput", source, low=0.0),
+            metrics.get("output_throughput"),
+        )
         if inputs is not None and outputs is not None:
             metrics["total_token_throughput"] = inputs + outputs
     if not metrics:
@@ -102,26 +172,42 @@ def parse_record(record: dict[str, Any], source: str) -> BenchRecord:
             f"{source}: no benchmark metrics found",
             "pass a `vllm bench serve --save-result` JSON or an SGLang bench_serving JSONL",
         )
-    completed = _number(record.get("completed")) or _number(record.get("num_prompts"))
-    if completed is not None and completed < 1:
-        raise MoesimError("bench_result", f"{source}: 'completed' must be ≥ 1, got {completed:g}")
-    concurrency = _number(record.get("max_concurrency"))
-    if record.get("request_rate") == "trace":
-        raise MoesimError(
-            "bench_result", f"{source}: a trace-timestamped run", "replay it with --request-rate"
-        )
-    rate = _number(record.get("request_rate"))
+    num_prompts = _count(record, "num_prompts", source)
+    completed = _count(record, "completed", source)
+    completed = completed if completed is not None else num_prompts
+    concurrency = _count(record, "max_concurrency", source)
+    _checked(record, "duration", source, low=0.0, low_open=True)
+    _lengths(record, source)
+    accept_length = _checked(record, "accept_length", source, low=1.0)
+    if accept_length is None:
+        accept_length = _checked(record, "spec_decode_acceptance_length", source, low=1.0)
+    burstiness = _checked(record, "burstiness", source, low=0.0, low_open=True)
     return BenchRecord(
         tool=tool,
         source=source,
         metrics=metrics,
-        completed=int(completed) if completed else None,
-        max_concurrency=int(concurrency) if concurrency else None,
-        request_rate=math.inf if rate is None else rate,
-        burstiness=_number(record.get("burstiness")) or 1.0,
-        accept_length=_number(record.get("accept_length", record.get("spec_decode_acceptance_length"))),
+        completed=completed,
+        max_concurrency=concurrency,
+        request_rate=_request_rate(record, source),
+        burstiness=1.0 if burstiness is None else burstiness,
+        accept_length=accept_length,
         raw=record,
     )
+
+
+def mean_lengths(record: BenchRecord) -> tuple[float, float] | None:
+    """(input, output) tokens per request the run describes — its per-request lengths, SGLang's random
+    dataset lengths, or its totals ÷ completed — or None when it records none."""
+    raw = record.raw
+    inputs, outputs = raw.get("input_lens"), raw.get("output_lens")
+    if isinstance(inputs, list) and isinstance(outputs, list) and inputs and outputs:
+        return sum(inputs) / len(inputs), sum(outputs) / len(outputs)
+    if record.tool == "sglang" and raw.get("random_input_len") and raw.get("random_output_len"):
+        return float(raw["random_input_len"]), float(raw["random_output_len"])
+    total_in, total_out = raw.get("total_input_tokens"), raw.get("total_output_tokens")
+    if record.completed and total_in and total_out:
+        return total_in / record.completed, total_out / record.completed
+    return None
 
 
 def read_bench_results(path: str | Path) -> list[BenchRecord]:

@@ -162,6 +162,7 @@ def parse_runs(text: str, source: str) -> list[MeasuredRun]:
         where = f"{source} line {line}"
         values = {c.name: _parse_cell(c, row.get(c.name) or "", where) for c in SCHEMA}
         _check_acceptance_length(values, where)
+        _check_speedup(values, where)
         if values["run_id"] in seen:
             raise MoesimError(
                 f"{where}: run_id", f"{values['run_id']!r} appears twice", "give each row its own id"
@@ -191,6 +192,39 @@ def _check_acceptance_length(values: dict[str, Any], where: str) -> None:
             f"{'draft_tokens' if tree else 'draft_len'} {drafted} can yield",
             "check acceptance_length (accepted + 1 per round) against the draft length",
         )
+
+
+SPEEDUP_ROUNDING = 0.05
+"""How far a row's speedup may differ from the ratio of its two values: published figures are rounded (the
+bundled rows agree within 1 %)."""
+
+
+def _check_speedup(values: dict[str, Any], where: str) -> None:
+    """A speedup is at most the tokens a round verifies (every draft accepted, a round costing no more than one
+    decode step), and the ratio of the row's SD and baseline values when it gives both (either way round: a
+    rate's ratio or a latency's)."""
+    speedup = values.get("speedup")
+    if speedup is None:
+        return
+    tree = values.get("draft_shape") == "tree"
+    drafted = values.get("draft_tokens") if tree else values.get("draft_len")
+    if drafted is not None and speedup > drafted + 1:
+        raise MoesimError(
+            f"{where}: speedup",
+            f"is {speedup:g}, above the {drafted + 1} tokens a round of "
+            f"{'draft_tokens' if tree else 'draft_len'} {drafted} can yield",
+            "check the speedup against the draft length",
+        )
+    baseline, sd = values.get("baseline_value"), values.get("sd_value")
+    if baseline and sd and speedup > 0:
+        off = min(abs(sd / baseline - speedup), abs(baseline / sd - speedup)) / speedup
+        if off > SPEEDUP_ROUNDING:
+            raise MoesimError(
+                f"{where}: speedup",
+                f"is {speedup:g}, but sd_value {sd:g} and baseline_value {baseline:g} give "
+                f"{sd / baseline:.3g} (or {baseline / sd:.3g} for a latency)",
+                "check the speedup, sd_value and baseline_value columns",
+            )
 
 
 def read_runs(path: str | None = None) -> list[MeasuredRun]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from moesim.errors import MoesimError
-from moesim.reading import read_json_table
+from moesim.reading import check_finite_numbers, read_json_table
 from moesim.simulator.models.hf import deepseek, general, gqa_moe, hybrid, qwen
 from moesim.simulator.models.hf.reader import HfConfig
 from moesim.simulator.models.spec import ModelSpec
@@ -112,6 +112,7 @@ def _text_model(cfg: HfConfig, model_type: str, path: tuple[str, ...]) -> tuple[
     if towers:
         cfg.assume(f"{', '.join(sorted(towers))}: not modelled (a text decode step does not run them)")
         cfg.used.update(towers)
+        cfg.not_modelled.update(towers)
     nested = text.data.get("model_type") or _NESTED_TYPES.get(model_type, f"{model_type}_text")
     text.used.add(text.prefix + "model_type")
     return text, nested
@@ -123,6 +124,24 @@ def spec_from_hf_config(config: dict[str, Any], name: str, origin: str = "config
     Known families use their reader; any other `model_type` goes through the general reader, whose
     assumptions are recorded on the spec with the keys nobody read. Errors name `origin` and the key.
     """
+    return _read_config(config, name, origin)[0]
+
+
+def config_keys_read(config: dict[str, Any], origin: str = "config.json") -> frozenset[str]:
+    """The keys of a Hugging Face config (dotted within nested configs) whose values reach the model; every
+    other key is listed by `moesim models` as ignored, or changes neither weights nor step time."""
+    return _read_config(config, "config", origin)[1].keys_read()
+
+
+def _dotted(config: dict[str, Any], key: str) -> Any:
+    """The value at dotted `key` (keys of nested configs joined by dots), None where there is none."""
+    value: Any = config
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _read_config(config: dict[str, Any], name: str, origin: str) -> tuple[ModelSpec, HfConfig]:
     if not isinstance(config, dict):
         raise MoesimError(origin, "is not a JSON object", "point at a model's config.json")
     cfg = HfConfig(copy.deepcopy(config), origin)
@@ -144,9 +163,17 @@ def spec_from_hf_config(config: dict[str, Any], name: str, origin: str = "config
         ) from None
     if path:
         fields["family"] = model_type
+    for key in sorted(
+        cfg.keys_read()
+    ):  # NaN / Infinity in a key that reaches the model (a reader of its own may
+        value = _dotted(
+            config, key
+        )  # take a float as is); other keys may hold them (Mamba's time_step_limit)
+        if not isinstance(value, dict):
+            check_finite_numbers(f"{origin}:{key}", value)
     spec = ModelSpec(name=name, **fields, assumptions=tuple(cfg.assumptions), ignored_keys=cfg.ignored_keys())
     try:
-        return validate_spec(spec)
+        return validate_spec(spec), cfg
     except MoesimError as err:
         raise MoesimError(f"{origin}:{err.field}", err.problem, err.fix) from None
 
@@ -174,6 +201,7 @@ __all__ = [
     "FAMILIES",
     "SUPPORTED_MODEL_TYPES",
     "WRAPPERS",
+    "config_keys_read",
     "config_model_name",
     "load_hf_config",
     "spec_from_hf_config",

@@ -37,9 +37,26 @@ def _read(
     return r.base(cfg, family, layer_attention=tuple(kinds), attention=att, **moe)
 
 
+EXPERT_DEFAULTS = {"mixtral": (8, 2), "phimoe": (16, 2), "minimax_m2": (256, 8)}
+"""(num_local_experts, num_experts_per_tok) each family's transformers configuration class defaults to
+(transformers 5.23: MixtralConfig, PhimoeConfig, MiniMaxM2Config): a config that omits them is still that
+MoE model, as transformers would build it."""
+
+
+def _expert_defaults(cfg: HfConfig, family: str) -> None:
+    experts, top_k = EXPERT_DEFAULTS[family]
+    for key, default in (("num_local_experts", experts), ("num_experts_per_tok", top_k)):
+        if not any(
+            cfg.has(alias) for alias in (r.EXPERT_KEYS if key == "num_local_experts" else r.TOP_K_KEYS)
+        ):
+            cfg.data[key] = default
+            cfg.assume(f"{key} absent: {default}, the {family} configuration's default in transformers 5.23")
+
+
 def mixtral(cfg: HfConfig, family: str) -> dict[str, Any]:
     """Mixtral; MiniMax-M2 (QK-norm over the whole projection, score-correction bias); PhiMoE (LayerNorm
-    with biases, so four norm vectors per block)."""
+    with biases, so four norm vectors per block). Expert counts absent: the family's defaults."""
+    _expert_defaults(cfg, family)
     if family == "minimax_m2":
         return _read(cfg, family, attention={"qk_norm": True, "qk_norm_per_head": False}, router_bias=True)
     if family == "phimoe":

@@ -214,11 +214,13 @@ class HfConfig:
         used: set[str] | None = None,
         assumptions: list[str] | None = None,
         entered: set[str] | None = None,
+        not_modelled: set[str] | None = None,
     ) -> None:
         self.data, self.origin, self.prefix = data, origin, prefix
         self.used: set[str] = set() if used is None else used
         self.entered: set[str] = set() if entered is None else entered  # sub-configs read key by key
         self.assumptions: list[str] = [] if assumptions is None else assumptions
+        self.not_modelled: set[str] = set() if not_modelled is None else not_modelled  # towers, stated
 
     def field(self, key: str) -> str:
         return f"{self.origin}:{self.prefix}{key}"
@@ -266,12 +268,17 @@ class HfConfig:
         return bool(value)
 
     def first_integer(self, keys: Iterable[str], default: Any = _MISSING) -> Any:
-        """The first present of several alias keys; a missing value is reported under the first name."""
+        """The first present of several alias keys; a missing value is reported under the first name. Every
+        alias present is checked as a count (a later one is not read, but it must not be nonsense either)."""
         keys = tuple(keys)
         self.used.update(self.prefix + key for key in keys[1:])
-        for key in keys:
-            if self.has(key):
-                return self.integer(key)
+        present = [key for key in keys if self.has(key)]
+        for key in present[1:]:
+            value = self.data[key]
+            if not isinstance(value, list):
+                check_count(value, self.field(key), low=0, fix="write a whole number ≥ 0 a model can have")
+        if present:
+            return self.integer(present[0])
         if default is _MISSING:
             raise MoesimError(
                 self.field(keys[0]), "is missing", f"the config must give one of {', '.join(keys)}"
@@ -304,11 +311,23 @@ class HfConfig:
         if not isinstance(value, dict):
             raise MoesimError(self.field(key), f"must be an object, got {value!r}", "write a JSON object")
         self.entered.add(self.prefix + key)
-        return HfConfig(value, self.origin, f"{self.prefix}{key}.", self.used, self.assumptions, self.entered)
+        return HfConfig(
+            value,
+            self.origin,
+            f"{self.prefix}{key}.",
+            self.used,
+            self.assumptions,
+            self.entered,
+            self.not_modelled,
+        )
 
     def assume(self, text: str) -> None:
         if text not in self.assumptions:
             self.assumptions.append(text)
+
+    def keys_read(self) -> frozenset[str]:
+        """Every key (dotted within sub-configs) a reader looked at: the keys whose values reach the model."""
+        return frozenset(self.used - self.not_modelled)
 
     def ignored_keys(self) -> tuple[str, ...]:
         """Keys present (top level and inside the sub-configs read) that no reader looked at; keys set
