@@ -143,14 +143,9 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
-def score(measured: dict[str, Any], profile: Any) -> dict[str, Any]:
-    """A validation's measured rows scored against `profile`: MAPE raw and drift-corrected, the probe's
-    spread beside the rows and the machine's speed there relative to the calibration's probe median."""
-    from moesim.validation.reference.predict import predict_rows
-    from moesim.validation.reference.report import score_rows
-
-    rows = predict_rows(measured["meta"], measured["rows"], profile)
-    s = score_rows(rows)
+def score(s: dict[str, Any]) -> dict[str, Any]:
+    """A validation's summary (`score_rows`) reduced to MAPE raw and drift-corrected, the probe's spread
+    beside the rows and the machine's speed there relative to the calibration's probe median."""
     drift = s.get("drift") or {}
     corrected = drift.get("corrected") or {}
     return {
@@ -181,11 +176,14 @@ def validation_loop(profiles: dict[str, Any], args: argparse.Namespace, folder: 
     measured = measure_validation(first, options)
     seconds = round(time.perf_counter() - start, 1)
     load.append(os.getloadavg()[0])
-    rows = predict_rows(measured["meta"], measured["rows"], first)
-    write_report(folder / "validate", measured | {"rows": rows, "summary": score_rows(rows)})
-    return {"seconds": seconds, "load_1min": load} | {
-        name: score(measured, p) for name, p in profiles.items()
-    }
+    scored = {}
+    for i, (name, profile) in enumerate(profiles.items()):
+        rows = predict_rows(measured["meta"], measured["rows"], profile)
+        summary = score_rows(rows)
+        if i == 0:
+            write_report(folder / "validate", measured | {"rows": rows, "summary": summary})
+        scored[name] = score(summary)
+    return {"seconds": seconds, "load_1min": load} | scored
 
 
 def calibration_loop(i: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -215,6 +213,11 @@ def calibration_loop(i: int, root: Path, args: argparse.Namespace) -> dict[str, 
         "profiles": built,
         "speeds": suite_speeds(folder / "profile.probe.csv"),
     }
+
+
+def progress(started: float, text: str) -> None:
+    """One line on stderr as each stage ends, with the time since the start (the figures come at the end)."""
+    print(f"[{time.perf_counter() - started:5.0f} s] {text}", file=sys.stderr, flush=True)
 
 
 def streaming_neighbour() -> subprocess.Popen[bytes]:
@@ -260,8 +263,10 @@ def main() -> int:
         root = Path(args.out or tempfile.mkdtemp(prefix="moesim-repeat-"))
         for i in range(1, args.runs + 1):
             loop = calibration_loop(i, root, args)
+            progress(started, f"run {i} calibration: {loop['seconds']:.0f} s")
             if args.validate or args.under_load:
                 loop["validation"] = validation_loop(loop["profiles"], args, root / f"run{i}")
+                progress(started, f"run {i} validation: {loop['validation']['seconds']:.0f} s")
             loops.append(loop)
         if args.under_load:
             neighbour = streaming_neighbour()
@@ -270,6 +275,7 @@ def main() -> int:
             finally:
                 neighbour.terminate()
                 neighbour.wait()
+            progress(started, f"validation under load: {loaded['seconds']:.0f} s")
         profiles = [loop["profiles"]["as_measured"] for loop in loops]
         speeds = [loop["speeds"] for loop in loops]
     raw = [figures(p) for p in profiles]

@@ -201,7 +201,7 @@ def _expect(d: dict, field: str, words: str = "") -> MoesimError:
 def test_negative_bandwidth_names_file_and_field():
     d = _h200_dict()
     d["empirical"]["cache_bandwidth_gbps"] = -1.0
-    err = _expect(d, "empirical.cache_bandwidth_gbps", "give a number > 0")
+    err = _expect(d, "empirical.cache_bandwidth_gbps", "give a number in (0, 1e+06]")
     assert err.field == "h200.toml: empirical.cache_bandwidth_gbps"
 
 
@@ -235,16 +235,16 @@ def test_missing_field(section, key):
     [
         (("datasheet", "memory_bandwidth_gbps"), "fast", "not a number"),
         (("datasheet", "memory_bandwidth_gbps"), True, "not a number"),
-        (("datasheet", "memory_bandwidth_gbps"), 0, "give a number > 0"),
+        (("datasheet", "memory_bandwidth_gbps"), 0, "give a number in (0, 1e+06]"),
         (("datasheet", "memory_capacity_bytes"), float("nan"), "finite"),
         (("datasheet", "compute_units"), 13.5, "whole number"),
         (("datasheet", "device_kind"), "tpu", "use one of gpu, cpu"),
         (("datasheet", "peak_dense_tflops"), {}, "empty table"),
         (("empirical", "memory_bandwidth_fraction"), 1.5, "give a number in (0, 1]"),
-        (("empirical", "sync_us"), -0.1, "give a number >= 0"),
+        (("empirical", "sync_us"), -0.1, "give a number in [0, 1e+06]"),
         (("empirical", "kernel_fixed_latency_us"), "3us", "not a number"),
         (("node", "gpus_per_node"), 0, "give a whole number >= 1"),
-        (("node", "scale_up_bandwidth_gbps"), -5, "give a number >= 0"),
+        (("node", "scale_up_bandwidth_gbps"), -5, "give a number in [0, 1e+06]"),
         (("provenance", "kind"), "guessed", "use one of datasheet"),
         (("provenance", "assumptions"), "one", "array of strings"),
         (("provenance", "software"), {"torch": 2.5}, "strings"),
@@ -256,10 +256,34 @@ def test_bad_values(path, value, words):
     _expect(d, ".".join(path), words)
 
 
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("datasheet", "memory_bandwidth_gbps"), 9.2e18),
+        (("datasheet", "memory_capacity_bytes"), 2.0**63),
+        (("datasheet", "scale_up_link_gbps"), 1e300),
+        (("empirical", "cache_bandwidth_gbps"), 2.0**63),
+        (("empirical", "launch_eager_us"), 1e12),
+        (("node", "scale_out_latency_us"), 1e308),
+    ],
+)
+def test_finite_but_impossible_values_are_refused(path, value):
+    """A value a hundred times past any device is a unit slip, not hardware: refused, with the range."""
+    d = _h200_dict()
+    d[path[0]][path[1]] = value
+    _expect(d, ".".join(path), "out of range")
+
+
+def test_a_peak_beyond_any_device_names_the_dtype():
+    d = _h200_dict()
+    d["datasheet"]["peak_dense_tflops"]["bf16"] = 1e9
+    _expect(d, "datasheet.peak_dense_tflops.bf16", "give a number in (0, 1e+06]")
+
+
 def test_bad_peak_names_the_dtype():
     d = _h200_dict()
     d["datasheet"]["peak_dense_tflops"]["fp8"] = -1
-    _expect(d, "datasheet.peak_dense_tflops.fp8", "give a number > 0")
+    _expect(d, "datasheet.peak_dense_tflops.fp8", "give a number in (0, 1e+06]")
 
 
 @pytest.mark.parametrize(

@@ -90,7 +90,7 @@ def test_both_profile_readers_word_an_error_alike() -> None:
         errors.append(info.value)
     assert [e.field for e in errors] == ["mine.toml: host.step_us", "mine.toml: node.scale_up_latency_us"]
     assert {e.problem for e in errors} == {"is -1.0, out of range"}
-    assert errors[0].fix == "give a number in [0, 100000]" and errors[1].fix == "give a number >= 0"
+    assert errors[0].fix == "give a number in [0, 100000]" and errors[1].fix == "give a number in [0, 1e+06]"
 
 
 def test_unknown_name_suggests_and_lists() -> None:

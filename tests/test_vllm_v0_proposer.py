@@ -218,13 +218,13 @@ def test_sampler_passes_are_a_breakdown_row_that_grows_with_the_vocabulary() -> 
     assert ideal.verify.sampler_s == 0.0 == ideal.decode.sampler_s
 
 
-def test_the_v0_round_runs_its_acceptance_ops_eagerly_and_syncs_four_times() -> None:
+def test_the_v0_round_runs_its_acceptance_ops_eagerly_and_syncs_three_times_beside_the_readback() -> None:
     """vLLM 0.6.3's rejection sampler, _verify_tokens and the proposer's merges run as eager torch ops after
-    the captured forward (73 counted), with 4 `.tolist()` syncs; V0 keeps no overlap under SD, so the round
-    pays every launch: 73 × launch_eager_us + 4 × sync_us on the A800 profile."""
+    the captured forward (73 counted), with 3 `.tolist()` syncs beside the acceptance readback (which host.accept_sync_us prices); V0 keeps no overlap under SD, so the round
+    pays every launch: 73 × launch_eager_us + 3 × sync_us on the A800 profile."""
     style = load_serving_engine("vllm-v0").drafter
-    assert (style.round_eager_ops, style.round_syncs, style.draft_step_ops) == (73, 4, 0)
+    assert (style.round_eager_ops, style.round_syncs, style.draft_step_ops) == (73, 3, 0)
     em = load_profile("a800").empirical
     point = _point(_v0(), DRAFT, 2, 24, 3.0)
-    assert point.verify.round_ops_s == pytest.approx((73 * em.launch_eager_us + 4 * em.sync_us) * 1e-6)
+    assert point.verify.round_ops_s == pytest.approx((73 * em.launch_eager_us + 3 * em.sync_us) * 1e-6)
     assert point.verify.breakdown_s()["sd_round_ops"] == point.verify.round_ops_s

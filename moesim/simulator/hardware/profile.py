@@ -220,6 +220,16 @@ def profile_to_dict(p: HardwareProfile) -> dict[str, Any]:
     return out
 
 
+# Physical ceilings: a profile value above one is a typo or a unit slip, not a device, so it is refused where it
+# enters. Each sits 100x or more above the largest part bundled in 2026 (HBM 8 TB/s on B300 / MI355X, dense fp4
+# 15 PFLOP/s on B300, 288 GB of HBM, NVLink 5 at 1.8 TB/s; on-chip cache bandwidths of tens of TB/s; CPU
+# profiles with a few TB of RAM) and far below where the arithmetic would overflow.
+MAX_BANDWIDTH_GBPS = 1e6  # 1 PB/s: memory, cache and link bandwidths
+MAX_PEAK_TFLOPS = 1e6  # 1 EFLOP/s dense, any dtype
+MAX_PROFILE_BYTES = 1e15  # 1 PB: capacities, cache sizes, transfer sizes
+MAX_LATENCY_US = 1e6  # one second per kernel, launch, gap or sync
+
+
 def _read_datasheet(source: str, data: Any) -> Datasheet:
     r = ProfileTable(source, "datasheet", data, tuple(f.name for f in fields(Datasheet)))
     peaks = r.table("peak_dense_tflops")
@@ -227,12 +237,12 @@ def _read_datasheet(source: str, data: Any) -> Datasheet:
         raise r.error("peak_dense_tflops", "is an empty table", "add the dense peaks, e.g. bf16 = 989.0")
     return Datasheet(
         device_name=r.string("device_name", nonempty=True),
-        memory_bandwidth_gbps=r.number("memory_bandwidth_gbps"),
-        memory_capacity_bytes=r.number("memory_capacity_bytes"),
-        last_level_cache_bytes=r.number("last_level_cache_bytes"),
-        peak_dense_tflops={str(dtype): peaks.number(dtype) for dtype in peaks.data},
+        memory_bandwidth_gbps=r.number("memory_bandwidth_gbps", maximum=MAX_BANDWIDTH_GBPS),
+        memory_capacity_bytes=r.number("memory_capacity_bytes", maximum=MAX_PROFILE_BYTES),
+        last_level_cache_bytes=r.number("last_level_cache_bytes", maximum=MAX_PROFILE_BYTES),
+        peak_dense_tflops={str(dtype): peaks.number(dtype, maximum=MAX_PEAK_TFLOPS) for dtype in peaks.data},
         compute_units=r.integer("compute_units", 0, minimum=0),
-        scale_up_link_gbps=r.number("scale_up_link_gbps", 0.0, strict=False),
+        scale_up_link_gbps=r.number("scale_up_link_gbps", 0.0, strict=False, maximum=MAX_BANDWIDTH_GBPS),
         vendor=r.string("vendor", ""),
         device_kind=r.choice("device_kind", _DEVICE_KINDS, "gpu"),
         cache_partitions=r.integer("cache_partitions", 1, minimum=1),
@@ -322,23 +332,25 @@ def _read_empirical(source: str, data: Any) -> Empirical:
     r = ProfileTable(source, "empirical", data, tuple(f.name for f in fields(Empirical)))
     return Empirical(
         memory_bandwidth_fraction=r.number("memory_bandwidth_fraction", maximum=1.0),
-        cache_bandwidth_gbps=r.number("cache_bandwidth_gbps"),
-        cache_effective_bytes=r.number("cache_effective_bytes", strict=False),
-        half_bandwidth_transfer_bytes=r.number("half_bandwidth_transfer_bytes", strict=False),
-        kernel_fixed_latency_us=r.number("kernel_fixed_latency_us", strict=False),
-        launch_eager_us=r.number("launch_eager_us", strict=False),
-        launch_graph_gap_us=r.number("launch_graph_gap_us", strict=False),
-        graph_launch_us=r.number("graph_launch_us", strict=False),
-        sync_us=r.number("sync_us", strict=False),
+        cache_bandwidth_gbps=r.number("cache_bandwidth_gbps", maximum=MAX_BANDWIDTH_GBPS),
+        cache_effective_bytes=r.number("cache_effective_bytes", strict=False, maximum=MAX_PROFILE_BYTES),
+        half_bandwidth_transfer_bytes=r.number(
+            "half_bandwidth_transfer_bytes", strict=False, maximum=MAX_PROFILE_BYTES
+        ),
+        kernel_fixed_latency_us=r.number("kernel_fixed_latency_us", strict=False, maximum=MAX_LATENCY_US),
+        launch_eager_us=r.number("launch_eager_us", strict=False, maximum=MAX_LATENCY_US),
+        launch_graph_gap_us=r.number("launch_graph_gap_us", strict=False, maximum=MAX_LATENCY_US),
+        graph_launch_us=r.number("graph_launch_us", strict=False, maximum=MAX_LATENCY_US),
+        sync_us=r.number("sync_us", strict=False, maximum=MAX_LATENCY_US),
         gemm_efficiency=_read_gemm_efficiency(r),
         elementwise_bandwidth_fraction=r.number("elementwise_bandwidth_fraction", 1.0),
-        launch_eager_gemm_us=r.number("launch_eager_gemm_us", strict=False)
+        launch_eager_gemm_us=r.number("launch_eager_gemm_us", strict=False, maximum=MAX_LATENCY_US)
         if r.has("launch_eager_gemm_us")
         else None,
         vector_flops_fraction=r.number("vector_flops_fraction", maximum=1.0)
         if r.has("vector_flops_fraction")
         else None,
-        launch_eager_gap_us=r.number("launch_eager_gap_us", strict=False)
+        launch_eager_gap_us=r.number("launch_eager_gap_us", strict=False, maximum=MAX_LATENCY_US)
         if r.has("launch_eager_gap_us")
         else None,
         **{
@@ -357,10 +369,12 @@ def _read_node(source: str, data: Any) -> NodeSpec:
     r = ProfileTable(source, "node", data, tuple(f.name for f in fields(NodeSpec)))
     return NodeSpec(
         gpus_per_node=r.integer("gpus_per_node", minimum=1),
-        scale_up_bandwidth_gbps=r.number("scale_up_bandwidth_gbps", strict=False),
-        scale_up_latency_us=r.number("scale_up_latency_us", strict=False),
-        scale_out_bandwidth_gbps=r.number("scale_out_bandwidth_gbps", strict=False),
-        scale_out_latency_us=r.number("scale_out_latency_us", strict=False),
+        scale_up_bandwidth_gbps=r.number("scale_up_bandwidth_gbps", strict=False, maximum=MAX_BANDWIDTH_GBPS),
+        scale_up_latency_us=r.number("scale_up_latency_us", strict=False, maximum=MAX_LATENCY_US),
+        scale_out_bandwidth_gbps=r.number(
+            "scale_out_bandwidth_gbps", strict=False, maximum=MAX_BANDWIDTH_GBPS
+        ),
+        scale_out_latency_us=r.number("scale_out_latency_us", strict=False, maximum=MAX_LATENCY_US),
     )
 
 

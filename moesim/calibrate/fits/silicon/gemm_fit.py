@@ -50,7 +50,7 @@ class GemmFit:
     @property
     def better(self) -> bool:
         """The fitted curve predicts the held-out shapes better than the datasheet profile's."""
-        return self.quality.mape_held_out_percent < self.datasheet_quality.mape_held_out_percent
+        return self.quality.beats(self.datasheet_quality)
 
 
 def _gemm_arrays(

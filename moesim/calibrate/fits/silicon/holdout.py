@@ -59,6 +59,10 @@ class FitQuality:
             note=note,
         )
 
+    def beats(self, other: FitQuality) -> bool:
+        """This fit predicts the held-out shapes better than `other` (what it would replace) on the same rows."""
+        return self.mape_held_out_percent < other.mape_held_out_percent
+
     def metrics(self, prefix: str = "") -> dict[str, float]:
         """The numbers of the profile's [fit_quality.<term>] table: rows and MAPEs of the fit, or with a
         prefix (`datasheet_`) the MAPEs of what it replaced (the datasheet profile) on the same rows."""
