@@ -12,4 +12,4 @@
 
 from __future__ import annotations
 
-SUITES = ("memory", "launch", "gemm", "moe")
+SUITES = ("memory", "launch", "gemm", "moe")  # the calibration suites, in the order they run

@@ -21,6 +21,7 @@ from typing import Any
 
 from moesim import __version__
 from moesim.atomic import atomic_write_text
+from moesim.calibrate import SUITES
 from moesim.calibrate.fits.build import Measurements, build_profile, bundled_match, default_name, fit_rows
 from moesim.calibrate.fits.drift import (
     DRIFT_NORMALISATION,
@@ -45,7 +46,6 @@ from moesim.errors import MoesimError
 from moesim.reading import csv_rows, expect_table, parse_json, read_text
 from moesim.simulator.hardware.profile import HardwareProfile, save_profile
 
-SUITES = ("memory", "launch", "gemm", "moe")
 PROBE_TABLE = "probe"  # `<stem>.probe.csv`: the drift probes taken before and after each suite
 HEADER_PREFIX = "# moesim-calibrate "
 # One thread by default on CPUs: on small VMs an OpenMP worker that went to sleep between ops takes up to a

@@ -135,10 +135,10 @@ def _plan_structure(
     one tensor per layer; an anonymous write is its own tensor, never hit), dense from 0."""
     names: dict[str, int] = {}
     dtypes: dict[str, int] = {}
-    kernel_cols: list[np.ndarray] = []  # per distinct template: (kernels, 4) category, stream, join, dtype
-    access_cols: list[
-        np.ndarray
-    ] = []  # per distinct template: (accesses, 4) kernel, tensor id, write, per layer
+    # Per distinct template: kernels × (category, stream, join, dtype); accesses × (kernel, tensor id,
+    # is write, per layer).
+    kernel_cols: list[np.ndarray] = []
+    access_cols: list[np.ndarray] = []
     for part in parts:
         kstruct, astruct = part.signature
         kernel_cols.append(

@@ -80,11 +80,22 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+# No serving benchmark reports a metric above this: a latency of 1e12 ms is 31 years, a throughput of 1e12
+# tokens/s a million of today's fastest nodes. A value past it is a corrupted or hand-edited file.
+MAX_BENCH_METRIC = 1e12
+
+
 def _checked(
-    record: dict[str, Any], name: str, source: str, *, low: float, low_open: bool = False
+    record: dict[str, Any],
+    name: str,
+    source: str,
+    *,
+    low: float,
+    low_open: bool = False,
+    high: float = MAX_BENCH_METRIC,
 ) -> float | None:
-    """Field `name` of `record` as a finite number ≥ `low` (> with `low_open`), None when absent or null; a
-    word, NaN or infinity is refused with the file and field named."""
+    """Field `name` of `record` as a finite number ≥ `low` (> with `low_open`) and ≤ `high`, None when absent
+    or null; a word, NaN, infinity or an impossible size is refused with the file and field named."""
     value = record.get(name)
     if value is None:
         return None
@@ -93,6 +104,7 @@ def _checked(
         name,
         source,
         low=low,
+        high=high,
         low_open=low_open,
         fix="pass the tool's own result file",
     )
