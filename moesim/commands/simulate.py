@@ -149,7 +149,9 @@ def _print_point(
     table = Table(title="where the time goes (ms)")
     table.add_column("category")
     table.add_column(f"decode (M={batch})", justify="right")
-    table.add_column(f"verify (M={batch * (draft_len + 1)})", justify="right")
+    table.add_column(
+        f"verify (M={data['serving_engine']['sd_sequences'] * (draft_len + 1)})", justify="right"
+    )
     decode, verify = data["decode"], data["verify"]
     for key, label in CATEGORY_LABELS.items():
         d, v = decode["breakdown_s"].get(key, 0.0), verify["breakdown_s"].get(key, 0.0)
@@ -179,22 +181,28 @@ def _print_point(
                 f"{serving['name']} {name}: {step['rows']} rows run as {step['rows_run']} ({step['launch']} launch), "
                 f"host {step['host_s'] * 1e6:.1f} µs of which {step['engine_host_s'] * 1e6:.1f} µs not hidden"
             )
-    drafter = serving["drafter"]
-    if drafter["host_prepared_passes"] or (drafter["rows"] and drafter["rows"] != batch):
+    drafter, served = serving["drafter"], serving["sd_sequences"]
+    if drafter["host_prepared_passes"] or (drafter["rows"] and drafter["rows"] != served):
         console.print(
             f"{serving['name']} drafter: {data['draft_len']} passes of {drafter['rows']} rows "
-            f"({batch} sequences + {drafter['rows'] - batch} re-run before their bonus tokens) at TP {drafter['tp']}, "
+            f"({served} sequences + {drafter['rows'] - served} re-run before their bonus tokens) at TP {drafter['tp']}, "
             f"{drafter['host_prepared_passes']} prepared on the host: host {serving['draft_host_s'] * 1e6:.1f} µs"
         )
     if serving["overlap_fraction"] != serving["sd_overlap_fraction"] or serving["verify"]["sd_host_s"]:
         console.print(
             f"{serving['name']} scheduler under SD: hides {serving['sd_overlap_fraction']:.0%} of host work "
             f"(decode steps: {serving['overlap_fraction']:.0%}); SD bookkeeping "
-            f"{serving['verify']['sd_host_s'] * 1e6:.1f} µs for {batch} sequences"
+            f"{serving['verify']['sd_host_s'] * 1e6:.1f} µs for {served} sequences"
+        )
+    share = f" × {served} / {batch}" if served != batch else ""
+    if share:
+        console.print(
+            f"{serving['name']} scheduler under SD: at most {serving['sd_max_running_requests']} running "
+            f"requests, so the SD round runs {served} of the {batch} sequences a decode step runs"
         )
     console.print(
         f"[bold]speedup = {data['speedup']:.3f}×[/bold]  "
-        f"(= {data['tokens_per_step']:.3f} × {_ms(decode['step_s'])} ms ÷ ({_ms(data['draft_s'])} + {_ms(verify['step_s'])}{sync}) ms)"
+        f"(= {data['tokens_per_step']:.3f} × {_ms(decode['step_s'])} ms ÷ ({_ms(data['draft_s'])} + {_ms(verify['step_s'])}{sync}) ms{share})"
     )
     console.print(nearby.text)
 

@@ -210,6 +210,8 @@ def _result(resolved: ResolvedScenario, point: SpeculativePoint) -> SpeculativeR
             "overlap_fraction": overlap_fraction(resolved.serving_engine),
             "sd_overlap_fraction": overlap_fraction(resolved.serving_engine, speculative=True),
             "step_ratio": point.step_ratio,
+            "sd_sequences": point.sd_sequences,
+            "sd_max_running_requests": resolved.serving_engine.scheduler.sd_max_running_requests,
         },
     )
 

@@ -239,6 +239,25 @@ class SamplerPasses:
 
 
 @dataclass(frozen=True)
+class SpeculativeAdmission:
+    """How many sequences the engine's scheduler runs at once when SD is on (`[scheduler]`).
+
+    `sd_max_running_requests`: the cap an SD server starts with when its max-running-requests is not
+    given; 0 = no cap beyond the run's own batch. SGLang sets 48 for EAGLE / EAGLE-3 / NEXTN (0.5.23
+    `srt/arg_groups/speculative_hook.py` `_handle_eagle_family`). Under the cap an SD run of batch B
+    serves min(B, cap) sequences while the run without SD serves B: the speculative point's round runs
+    min(B, cap) sequences, and `moesim serve`'s SD run admits at most the cap. A measured run that sets
+    the limit itself overrides it (`max_running_requests` in `moesim/data/measured_runs.csv`)."""
+
+    sd_max_running_requests: int = 0
+
+    def sd_sequences(self, batch: int) -> int:
+        """Sequences an SD round runs when `batch` are asked for."""
+        cap = self.sd_max_running_requests
+        return min(batch, cap) if cap else batch
+
+
+@dataclass(frozen=True)
 class EngineProvenance:
     """Where the profile's values came from: sources read (file and version), software, assumptions."""
 
@@ -262,6 +281,7 @@ class ServingEngineProfile:
     fitted: dict[str, float] = field(default_factory=dict)
     fit_quality: dict[str, dict[str, float]] = field(default_factory=dict)
     sampler: SamplerPasses = SamplerPasses()
+    scheduler: SpeculativeAdmission = SpeculativeAdmission()
 
     @functools.cached_property
     def effective_host(self) -> HostCosts:
@@ -274,7 +294,11 @@ class ServingEngineProfile:
         host = self.effective_host
         no_host = all(getattr(host, n) == 0.0 for n in HOST_PARAMETERS if n not in SCALING_PARAMETERS)
         graphs_as_given = self.graphs.enabled and not self.graphs.sizes and not self.graphs.max_tokens
-        drafter_as_given = self.drafter == DrafterStyle() and self.sampler == SamplerPasses()
+        drafter_as_given = (
+            self.drafter == DrafterStyle()
+            and self.sampler == SamplerPasses()
+            and self.scheduler == SpeculativeAdmission()
+        )
         defaults_as_given = all(getattr(host, n) == getattr(HostCosts, n) for n in SCALING_PARAMETERS)
         return no_host and graphs_as_given and drafter_as_given and defaults_as_given
 
@@ -297,6 +321,7 @@ _SECTIONS = (
     "graphs",
     "drafter",
     "sampler",
+    "scheduler",
     "provenance",
     "fitted",
     "fit_quality",
@@ -312,6 +337,7 @@ def profile_to_dict(p: ServingEngineProfile) -> dict[str, Any]:
         "graphs": {**asdict(p.graphs), "sizes": list(p.graphs.sizes)},
         "drafter": asdict(p.drafter),
         "sampler": {k: float(v) for k, v in asdict(p.sampler).items()},
+        "scheduler": asdict(p.scheduler),
         "provenance": {
             "kind": p.provenance.kind,
             "engine": p.provenance.engine,
@@ -404,6 +430,11 @@ def _read_sampler(source: str, data: Any) -> SamplerPasses:
     )
 
 
+def _read_scheduler(source: str, data: Any) -> SpeculativeAdmission:
+    t = ProfileTable(source, "scheduler", data, tuple(f.name for f in fields(SpeculativeAdmission)))
+    return SpeculativeAdmission(sd_max_running_requests=t.integer("sd_max_running_requests", 0))
+
+
 def _engine_name(t: ProfileTable) -> str:
     engine = t.string("engine", "")
     if not engine.strip():
@@ -441,6 +472,7 @@ def profile_from_dict(d: Any, source: str) -> ServingEngineProfile:
         graphs=_read_graphs(source, d.get("graphs", {})),
         drafter=_read_drafter(source, d.get("drafter", {})),
         sampler=_read_sampler(source, d.get("sampler", {})),
+        scheduler=_read_scheduler(source, d.get("scheduler", {})),
         provenance=_read_provenance(source, d["provenance"]),
         fitted=fitted,
         fit_quality=read_fit_quality(source, d.get("fit_quality", {})),

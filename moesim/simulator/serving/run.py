@@ -15,7 +15,7 @@ import csv
 import io
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from moesim.atomic import atomic_write_text
@@ -144,6 +144,16 @@ def draws_for(resolved: ResolvedScenario, seed: int) -> AcceptanceDraws:
     return AcceptanceDraws(s.draft_len, s.acceptance or 0.0, s.acceptance_length, seed)
 
 
+def sd_serve_options(resolved: ResolvedScenario, options: ServeOptions) -> ServeOptions:
+    """The SD run's knobs: at most the serving engine's SD cap on running requests (SGLang's 48 when
+    --max-running-requests is not given, `engines.profile.SpeculativeAdmission`), the run without SD
+    keeping `max_num_seqs`."""
+    seqs = resolved.serving_engine.scheduler.sd_sequences(options.limits.max_num_seqs)
+    if seqs == options.limits.max_num_seqs:
+        return options
+    return replace(options, limits=replace(options.limits, max_num_seqs=seqs))
+
+
 def resolve_serving(scenario: Scenario) -> ResolvedScenario:
     """The scenario resolved for serving: one GPU unless it names a layout (a tensor-parallel group, or
     expert parallelism with data-parallel attention); the memory check is the KV capacity's (weights must
@@ -180,6 +190,7 @@ def serve(
     cost = step_cost or ScenarioStepCost(resolved)
     with_drafter = capacity_for(resolved, options, True)
     without = capacity_for(resolved, options, False)
+    sd_options = sd_serve_options(resolved, options)
     points = []
     for concurrency in concurrencies:
         for rate in request_rates:
@@ -193,10 +204,13 @@ def serve(
                     request_rate=rate,
                     burstiness=burstiness,
                     seed=seed,
-                    options=options,
+                    options=run_options,
                     progress=progress,
                 )
-                for draws, capacity in ((draws_for(resolved, seed), with_drafter), (None, without))
+                for draws, capacity, run_options in (
+                    (draws_for(resolved, seed), with_drafter, sd_options),
+                    (None, without, options),
+                )
             ]
             points.append(ServePoint(concurrency, rate, runs[0], runs[1]))
     s = resolved.scenario

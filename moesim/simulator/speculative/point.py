@@ -11,7 +11,9 @@ under the scenario's serving engine (`simulator/engines`).
               pass may run over the q verified positions per sequence (`speculative.drafters`); the
               drafter at the target's TP or at TP 1 (`draft_tp`, `head_tp`); with `bonus_rows` every pass
               also runs the position before each bonus token of the last round (B·α^K more rows)
-    point.speedup == tokens_per_step × decode ÷ (draft + verify + acceptance sync)
+    point.speedup == tokens_per_step × decode ÷ (draft + verify + acceptance sync) × S ÷ B
+                                                    S = min(B, the engine's SD cap on running requests):
+                                                    the round runs S sequences, the decode step B
 
 Each step's launch is the engine's for its size: a graph when captured, else eager or piecewise. The
 exposed host time is host − f·min(host, device) (`engines.overheads`). With the `ideal` serving engine
@@ -155,15 +157,23 @@ class SpeculativePoint:
     )
     draft_tp: int = 1  # tensor parallelism the drafter ran at
     host_prepared_passes: int = 0  # of the K drafter passes, those the host prepared and read back
+    batch: int = 0  # sequences of the decode step (0: as many as the round runs)
+    sd_sequences: int = 0  # sequences the round runs: the batch, or the engine's SD cap below it
 
     @property
     def round_s(self) -> float:
-        """One SD round: draft, verify, learn how many tokens were accepted."""
+        """One SD round (of `sd_sequences`): draft, verify, learn how many tokens were accepted."""
         return self.draft_s + self.verify.step_s + self.accept_sync_s
 
     @property
+    def served_share(self) -> float:
+        """Sequences the SD run serves per sequence the run without SD serves (1 below the engine's cap)."""
+        return self.sd_sequences / self.batch if self.batch else 1.0
+
+    @property
     def speedup(self) -> float:
-        return self.tokens_per_step * self.decode.step_s / self.round_s
+        """Tokens per second with SD over tokens per second without, at the same asked-for batch."""
+        return self.tokens_per_step * self.decode.step_s / self.round_s * self.served_share
 
     @property
     def verify_over_decode(self) -> float:
@@ -171,8 +181,9 @@ class SpeculativePoint:
 
     @property
     def step_ratio(self) -> float:
-        """Cost of one SD round in decode steps (what measured runs call the step ratio)."""
-        return self.round_s / self.decode.step_s
+        """Cost of one SD round in decode steps per sequence served (what measured runs call the step
+        ratio, tokens per step ÷ speedup)."""
+        return self.round_s / self.decode.step_s / self.served_share
 
 
 def time_step(
@@ -507,10 +518,12 @@ def engine_point(
     drafts: DraftTimes,
     launch_costs: LaunchCosts,
 ) -> SpeculativePoint:
-    """The SD point of (batch, K) under `profile` from step and drafter times (module docstring)."""
+    """The SD point of (batch, K) under `profile` from step and drafter times (module docstring): the
+    round runs `profile.scheduler.sd_sequences(batch)` sequences, the decode step `batch`."""
     decode = engine_step(profile, batch, 1, requested_launch, steps, launch_costs)
+    sd_batch = profile.scheduler.sd_sequences(batch)
     sd = engine_round(
-        profile, drafter, batch, draft_len, tokens_per_step, requested_launch, steps, drafts, launch_costs
+        profile, drafter, sd_batch, draft_len, tokens_per_step, requested_launch, steps, drafts, launch_costs
     )
     return SpeculativePoint(
         draft_len=draft_len,
@@ -524,6 +537,8 @@ def engine_point(
         host_prepared_passes=sd.host_prepared_passes,
         accept_sync_s=sd.accept_sync_s,
         tokens_per_step=tokens_per_step,
+        batch=batch,
+        sd_sequences=sd_batch,
     )
 
 
@@ -532,7 +547,8 @@ def step_shapes(
 ) -> set[tuple[int, int]]:
     """The (rows, tokens per row) of every kernel-stream step `engine_point` times at `batch` over
     `draft_lens`: the steps asked for and the padded ones the engine runs."""
-    asked = {(batch, 1)} | {ov.verify_shape(profile.drafter, batch, k) for k in draft_lens}
+    sd_batch = profile.scheduler.sd_sequences(batch)
+    asked = {(batch, 1)} | {ov.verify_shape(profile.drafter, sd_batch, k) for k in draft_lens}
     return asked | {
         (ov.padded_sequences(profile, rows, tokens, requested_launch), tokens) for rows, tokens in asked
     }

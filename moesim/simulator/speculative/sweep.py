@@ -72,8 +72,9 @@ class SweepRow:
 
     @property
     def tokens_per_s(self) -> float:
-        """Tokens per second with SD, from the same round time as the speedup."""
-        return self.batch * self.tokens_per_step / self.round_s
+        """Tokens per second with SD: the speedup over the run without SD at this batch (its round may
+        serve fewer sequences, under an engine's SD cap)."""
+        return self.speedup * self.batch / self.decode_step_s
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ CURVE_KEY = (
     "draft_tokens",
     "tree_topk",
     "drafter_launch",
+    "max_running_requests",
 )
 
 

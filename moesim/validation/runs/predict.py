@@ -18,7 +18,11 @@ from typing import Any
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.simulator.engines.profile import ServingEngineProfile, load_serving_engine
+from moesim.simulator.engines.profile import (
+    ServingEngineProfile,
+    SpeculativeAdmission,
+    load_serving_engine,
+)
 from moesim.simulator.models.overrides import with_overrides
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.layout import ParallelLayout
@@ -38,7 +42,8 @@ def row_context_len(run: MeasuredRun) -> int:
 
 
 def profile_for_run(run: MeasuredRun, serving_engine: str | ServingEngineProfile) -> ServingEngineProfile:
-    """The profile a row is predicted under, with the row's own drafter shape (a tree's tokens and top-k)."""
+    """The profile a row is predicted under, with the row's own drafter shape (a tree's tokens and top-k)
+    and, when the row gives it, its own cap on running requests."""
     if isinstance(serving_engine, str) and serving_engine == PER_RUN:
         name = run.engine_preset or (run.serving_engine if run.serving_engine != "other" else "ideal")
         profile = load_serving_engine(name)
@@ -51,6 +56,8 @@ def profile_for_run(run: MeasuredRun, serving_engine: str | ServingEngineProfile
         style = replace(style, tree_draft_tokens=0, tree_topk=1)
     if run.drafter_launch:
         style = replace(style, launch=run.drafter_launch)
+    if run.max_running_requests:  # the run set the cap itself: the preset's SD default does not apply
+        profile = replace(profile, scheduler=SpeculativeAdmission(run.max_running_requests))
     return replace(profile, drafter=style)
 
 

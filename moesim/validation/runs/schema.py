@@ -67,6 +67,12 @@ SCHEMA: tuple[Column, ...] = (
         "batch", "ints", True, "batch size; for peak_speedup the batch sizes the peak is taken over (1;2;4)"
     ),
     Column("concurrency", "int", False, "concurrent requests of the benchmark"),
+    Column(
+        "max_running_requests",
+        "int",
+        False,
+        "the server's cap on running requests when the run set it (blank: the engine preset's SD default)",
+    ),
     Column("input_len", "int", False, "prompt tokens"),
     Column("output_len", "int", False, "generated tokens"),
     Column("dataset", "text", False, "dataset and sampling"),
