@@ -58,7 +58,6 @@ def fit_command(
     **flags: Any,
 ) -> None:
     """Fit per-layer correlated routing to TRACE and write the statistics file."""
-    from moesim.simulator.routing.estimator import RoutingEstimator
     from moesim.simulator.routing.stats_file import save_routing_stats, stats_document
     from moesim.simulator.routing.trace import load_trace
 
@@ -66,6 +65,9 @@ def fit_command(
     settings = FitSettings(**fields_of(FitSettings, flags))
     topk_groups = 1 if settings.n_groups == 1 else settings.topk_groups
     routing_trace = load_trace(trace, n_experts)
+    # scikit-learn loads only once the trace has been read (a bad trace is refused without it)
+    from moesim.simulator.routing.estimator import RoutingEstimator
+
     with progress(f"fitting {routing_trace.n_layers} layers of {Path(trace).name}"):
         estimator = RoutingEstimator(
             settings.max_distance, settings.n_groups, topk_groups, seed=settings.seed
