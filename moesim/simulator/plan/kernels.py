@@ -36,13 +36,15 @@ class Collective:
     """A collective a parallel step runs: what moves, never how long it takes (execution times it).
 
     all_reduce: `send_bytes` is the buffer each rank holds; all_gather: the gathered output's bytes;
-    all_to_all: the bytes the busiest rank sends and (`recv_bytes`) receives, its share to itself excluded.
+    all_to_all: the bytes the busiest rank sends and (`recv_bytes`) receives, its share to itself excluded;
+    `phase` says which of a MoE layer's two it is ('dispatch' or 'combine'; '' for any other).
     """
 
     op: CollectiveOp
     ranks: int
     send_bytes: float
     recv_bytes: float | None = None
+    phase: Literal["", "dispatch", "combine"] = ""
 
 
 @dataclass(frozen=True)

@@ -234,12 +234,14 @@ def step_collectives(
                 layout.gpus,
                 float(traffic.dispatch_send_bytes),
                 float(traffic.dispatch_recv_bytes),
+                "dispatch",
             )
             out["combine"] = Collective(
                 "all_to_all",
                 layout.gpus,
                 float(traffic.combine_send_bytes),
                 float(traffic.combine_recv_bytes),
+                "combine",
             )
         else:
             out["moe_all_reduce"] = Collective("all_reduce", layout.gpus, step_tokens * h * ACT_BYTES)
