@@ -195,7 +195,7 @@ def profile_to_dict(p: HardwareProfile) -> dict[str, Any]:
             kind: {f.name: float(getattr(terms, f.name)) for f in fields(AttentionTerms)}
             for kind, terms in em.attention.items()
         }
-    node = {
+    node: dict[str, Any] = {
         "gpus_per_node": int(p.node.gpus_per_node),
         "scale_up_bandwidth_gbps": float(p.node.scale_up_bandwidth_gbps),
         "scale_up_latency_us": float(p.node.scale_up_latency_us),
