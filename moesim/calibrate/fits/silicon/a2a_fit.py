@@ -192,8 +192,11 @@ def _fit_phase(rows: AllToAllRows) -> tuple[float, float]:
     return round(float(solution.x[0]), 3), round(float(solution.x[1]), 2)
 
 
-def fit_all_to_all(rows: AllToAllRows, datasheet: HardwareProfile, label: str) -> list[AllToAllFit]:
-    """The terms of each mode with rows of both phases, fitted on the training shapes (module docstring)."""
+def fit_all_to_all(
+    rows: AllToAllRows, datasheet: HardwareProfile, labels: dict[str, str]
+) -> list[AllToAllFit]:
+    """The terms of each mode with rows of both phases, fitted on the training shapes (module docstring);
+    `labels` names each mode's table(s) for its provenance."""
     out = []
     for mode in ("low_latency", "normal"):
         of_mode = rows.where(rows.mode == mode)
@@ -211,9 +214,13 @@ def fit_all_to_all(rows: AllToAllRows, datasheet: HardwareProfile, label: str) -
             AllToAllFit(
                 mode,  # type: ignore[arg-type]
                 terms,
-                FitQuality.of(label, price(of_mode, terms), of_mode.measured_s, held, note),
+                FitQuality.of(labels[mode], price(of_mode, terms), of_mode.measured_s, held, note),
                 FitQuality.of(
-                    label, link_price(of_mode, datasheet), of_mode.measured_s, held, "datasheet node link"
+                    labels[mode],
+                    link_price(of_mode, datasheet),
+                    of_mode.measured_s,
+                    held,
+                    "datasheet node link",
                 ),
             )
         )

@@ -42,7 +42,7 @@ from moesim.calibrate.fits.silicon.moe_fit import fit_moe
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.defaults import DEFAULT_EXPERT_GEMM
 from moesim.simulator.hardware.profile import HardwareProfile, load_profile
-from moesim.simulator.hardware.sections import AttentionTerms, Provenance
+from moesim.simulator.hardware.sections import ALL_TO_ALL_MODES, AttentionTerms, Provenance
 
 # The database's systems and the bundled datasheet profile of the same GPU (its facts and node).
 SYSTEM_PROFILES = {
@@ -177,16 +177,18 @@ def calibrate_from_silicon(text: str, root: str | None = None) -> SiliconCalibra
                     versions[c.table] = f"{c.framework} {c.version}"
     a2a = [c for c in (selection.get(name) for name in A2A_TABLES) if c is not None]
     if a2a:
-        rows = AllToAllRows.concat(
-            [
-                moe_a2a_rows(tables.read_columns(c))
-                if c.table == "moe_a2a_perf"
-                else sglang_rows(c.table, tables.read_columns(c), selection.system)
-                for c in a2a
-            ]
-        )
+        parts = [
+            moe_a2a_rows(tables.read_columns(c))
+            if c.table == "moe_a2a_perf"
+            else sglang_rows(c.table, tables.read_columns(c), selection.system)
+            for c in a2a
+        ]
+        labels = {
+            mode: " + ".join(c.label for c, rows in zip(a2a, parts, strict=True) if mode in rows.mode)
+            for mode in ALL_TO_ALL_MODES
+        }
         kept_modes = []
-        for a in fit_all_to_all(rows, base, " + ".join(c.label for c in a2a)):
+        for a in fit_all_to_all(AllToAllRows.concat(parts), base, labels):
             key = f"node.all_to_all.{a.mode}"
             if a.quality.beats(a.datasheet_quality):
                 kept_modes.append((a.mode, a.terms))
