@@ -48,7 +48,7 @@ from moesim.simulator.execution.timer import FastTimer, StepTimer
 from moesim.simulator.hardware.sections import AllToAllMode
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.blocks import ACT_BYTES
-from moesim.simulator.plan.kernels import Collective
+from moesim.simulator.plan.kernels import AllToAllPhase, Collective
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.plan.mixed import MIXED_APPROXIMATIONS, PrefillChunks, build_mixed_plan
 from moesim.simulator.plan.parallel import rank_model
@@ -231,9 +231,12 @@ class ScenarioStepCost:
         copies = ranks_hit * (layout.ep - 1) / layout.ep  # copies that leave the rank
         send = math.ceil(group_tokens / layout.tp) * copies * model.hidden * ACT_BYTES
         mode: AllToAllMode = "normal" if chunk_tokens else "low_latency"
+        phases: tuple[AllToAllPhase, AllToAllPhase] = (
+            ("dispatch", "combine") if layout.expert_tp == 1 else ("", "")  # see Collective.phase
+        )
         dispatch, combine = (
             collective_time_s(Collective("all_to_all", layout.gpus, send, phase=phase), node, mode)
-            for phase in ("dispatch", "combine")
+            for phase in phases
         )
         return attention + moe_layers * (dispatch + combine)
 
