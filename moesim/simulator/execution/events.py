@@ -148,7 +148,7 @@ def cache_pass(
     state = CacheState(capacity_bytes, footprints(kernels))
     if warm:
         for kernel in kernels:
-            state.kernel_traffic(kernel)
+            state.replay(kernel)
     cache = np.zeros(len(kernels))
     memory = np.zeros(len(kernels))
     for i, kernel in enumerate(kernels):
