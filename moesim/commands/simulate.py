@@ -41,6 +41,7 @@ CATEGORY_LABELS = {
     "sd_bookkeeping": "SD host bookkeeping (not hidden)",
     "sampler": "engine sampler and acceptance passes",
     "sd_round_ops": "SD round ops outside graphs, syncs (not hidden)",
+    "attention_metadata": "tree attention metadata: plans, syncs (not hidden)",
 }
 
 

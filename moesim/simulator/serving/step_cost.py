@@ -168,8 +168,8 @@ class ScenarioStepCost:
     def _round_extras_s(
         self, decode_seqs: int, draft_len: int, context_len: int, launch: str, device_s: float
     ) -> float:
-        """What an SD round adds beside its verification: drafter passes and host, the round's own ops
-        and acceptance sync (less what the SD overlap hides behind the step's `device_s`)."""
+        """What an SD round adds beside its verification: drafter passes and host, the round's own ops,
+        a tree's attention metadata and the acceptance sync (less what the SD overlap hides behind the step's `device_s`)."""
         _, drafts, launch_costs = self._timers_at(context_len)
         r = self.resolved
         profile = r.serving_engine
@@ -177,6 +177,7 @@ class ScenarioStepCost:
         if not r.drafter.drafts_on_host:
             drafter_launch = ov.drafter_launch(profile.drafter, launch)
             draft_s += ov.round_ops_s(profile, draft_len, drafter_launch, launch_costs, device_s)
+            draft_s += ov.attention_metadata_s(profile, draft_len, launch_costs, device_s)
         return draft_s + ov.accept_sync_s(profile, device_s)
 
     def _verify_tokens(self, shape: StepShape) -> int:
