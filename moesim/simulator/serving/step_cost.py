@@ -45,9 +45,10 @@ from typing import Protocol
 from moesim.simulator.engines import overheads as ov
 from moesim.simulator.execution.collectives import collective_time_s
 from moesim.simulator.execution.timer import FastTimer, StepTimer
+from moesim.simulator.hardware.sections import AllToAllMode
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.blocks import ACT_BYTES
-from moesim.simulator.plan.kernels import Collective
+from moesim.simulator.plan.kernels import AllToAllPhase, Collective
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.plan.mixed import MIXED_APPROXIMATIONS, PrefillChunks, build_mixed_plan
 from moesim.simulator.plan.parallel import rank_model
@@ -211,7 +212,8 @@ class ScenarioStepCost:
         """The collectives of a step's layers over `decode_tokens` decode tokens (spread over the attention
         groups) and `chunk_tokens` prompt tokens (on one group): a TP group's two all-reduces per layer;
         with expert parallelism, the group's attention all-reduce per layer and every MoE layer's dispatch
-        and combine of the busiest group's tokens (each rank sends its 1/tp share)."""
+        and combine of the busiest group's tokens (each rank sends its 1/tp share), in the all-to-all mode of
+        a step with prefill (`normal`) or without (`low_latency`)."""
         layout, model = self.resolved.layout, self.resolved.model
         tokens = decode_tokens + chunk_tokens
         if tokens == 0 or layout.is_single:
@@ -229,8 +231,15 @@ class ScenarioStepCost:
         ranks_hit = layout.ep * (1.0 - (1.0 - 1.0 / layout.ep) ** model.top_k)  # E[ranks of k experts]
         copies = ranks_hit * (layout.ep - 1) / layout.ep  # copies that leave the rank
         send = math.ceil(group_tokens / layout.tp) * copies * model.hidden * ACT_BYTES
-        all_to_all = collective_time_s(Collective("all_to_all", layout.gpus, send), node)
-        return attention + 2 * moe_layers * all_to_all
+        mode: AllToAllMode = "normal" if chunk_tokens else "low_latency"
+        phases: tuple[AllToAllPhase, AllToAllPhase] = (
+            ("dispatch", "combine") if layout.expert_tp == 1 else ("", "")  # see Collective.phase
+        )
+        dispatch, combine = (
+            collective_time_s(Collective("all_to_all", layout.gpus, send, phase=phase), node, mode)
+            for phase in phases
+        )
+        return attention + moe_layers * (dispatch + combine)
 
     def _mixed_device_s(self, shape: StepShape, launch: str) -> float:
         """The kernel stream of a step with prefill chunks (see the module docstring for a TP group)."""
