@@ -181,10 +181,13 @@ def host_prepared_passes(style: DrafterStyle, draft_len: int, drafter_tp: int) -
 
 def first_draft_pass(style: DrafterStyle, sequences: int, draft_len: int) -> tuple[int, int]:
     """(rows, tokens per row) of a round's first drafter pass: the K + 1 (chain) or tree positions just
-    verified per sequence when the engine's proposer runs over them (`first_pass = "verified"`), else one
-    token per drafted row like every later pass."""
+    verified per sequence when the engine's proposer runs over them (`first_pass = "verified"`), the
+    accepted tokens padded to K + 1 positions per sequence, tree or chain (`"accepted"`), else one token
+    per drafted row like every later pass."""
     if style.first_pass == "verified":
         return sequences, verify_tokens(style, draft_len)
+    if style.first_pass == "accepted":
+        return sequences, draft_len + 1
     return draft_sequences(style, sequences), 1
 
 

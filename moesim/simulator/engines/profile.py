@@ -37,7 +37,7 @@ UNCAPTURED_MODES = ("eager", "piecewise")
 DRAFT_SHAPES = ("chain", "tree")
 DRAFTER_LAUNCHES = ("target", "graph", "eager", "piecewise")
 VERIFY_MODES = ("multi_token", "batch_expansion")
-FIRST_PASSES = ("one_token", "verified")
+FIRST_PASSES = ("one_token", "verified", "accepted")
 DRAFTER_TPS = ("target", "one")
 PASS_PREPARATIONS = ("device", "host_unless_tp1")
 PROFILE_KINDS = ("ideal", "documented", "fitted")
@@ -185,7 +185,10 @@ class DrafterStyle:
     the ideal engine), or over the positions the round just verified (`verified`: K + 1 per sequence for a
     chain, the tree's draft tokens), which puts the accepted tokens into the drafter's KV cache before it
     proposes — vLLM 0.33.0 `v1/spec_decode/llm_base_proposer.py` `propose` and SGLang 0.5.23
-    `speculative/eagle_worker_v2.py` `_draft_extend_for_decode` both do so (`speculative.drafters`).
+    `speculative/eagle_worker_v2.py` `_draft_extend_for_decode` both do so (`speculative.drafters`);
+    `accepted`: over each sequence's accepted tokens padded to K + 1 positions, for a tree as for a chain
+    (SGLang 0.5.2 spec v1's draft extend, captured at speculative_num_steps + 1 tokens per request:
+    `speculative/eagle_draft_extend_cuda_graph_runner.py`).
 
     `draft_tp` / `head_tp`: the tensor parallelism a separate draft model / a hidden-state head (EAGLE,
     MTP) runs at on a multi-GPU layout: the target's (`target`, split like the target's attention), or
@@ -224,7 +227,7 @@ class DrafterStyle:
     launch: Literal["target", "graph", "eager", "piecewise"] = "target"
     draft_vocab_size: int = 0
     verify_mode: Literal["multi_token", "batch_expansion"] = "multi_token"
-    first_pass: Literal["one_token", "verified"] = "one_token"
+    first_pass: Literal["one_token", "verified", "accepted"] = "one_token"
     draft_tp: Literal["target", "one"] = "target"
     head_tp: Literal["target", "one"] = "target"
     pass_preparation: Literal["device", "host_unless_tp1"] = "device"

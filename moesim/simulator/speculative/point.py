@@ -499,7 +499,7 @@ def engine_round(
         verify = replace(verify, round_ops_s=ops_s, metadata_s=metadata_s)
     share = all_accepted_share(tokens_per_step, draft_len) if profile.drafter.bonus_rows else 0.0
     drafting = round_drafting(profile, drafter, batch, draft_len, verify.launch, drafts, share, launch_costs)
-    first_pass_s = drafting.device.first_pass_s if profile.drafter.first_pass == "verified" else 0.0
+    first_pass_s = drafting.device.first_pass_s if profile.drafter.first_pass != "one_token" else 0.0
     return EngineRound(
         verify=verify,
         draft_s=drafting.seconds,
