@@ -297,3 +297,22 @@ def test_the_silicon_profile_predicts_200_random_attention_rows_of_the_real_tabl
         assert float(np.mean(np.abs(predicted - measured) / measured) * 100) < ATTENTION_ROW_TOLERANCE_MAPE, (
             kind
         )
+
+
+def test_each_gemm_dtype_gets_its_own_curve_stored_only_where_it_beats_the_datasheet_held_out() -> None:
+    """bf16's fitted curve becomes the shared one and fp8's fp8's own, each kept only when it predicts its
+    dtype's held-out shapes better than the datasheet curve; either way its quality is reported."""
+    result = calibrate_from_silicon("h200_sxm/sglang", str(FIXTURE))
+    em = result.profile.empirical
+    own = em.gemm_efficiency_by_dtype or {}
+    for dtype, key in (("bf16", "gemm_efficiency"), ("fp8", "gemm_efficiency_by_dtype.fp8")):
+        (term,) = [t for t in result.quality if t.split(" ")[0] == key]
+        stored = "(reported" not in term
+        fitted, datasheet = result.quality[term], result.baseline[term]
+        assert stored == (fitted.mape_held_out_percent < datasheet.mape_held_out_percent), term
+        assert result.profile.fit_quality[key]["stored"] == float(stored)
+        if dtype == "fp8":
+            assert (dtype in own) == stored
+        else:
+            assert (em.gemm_efficiency != load_profile("h200").empirical.gemm_efficiency) == stored
+    assert set(own) <= {"fp8"}

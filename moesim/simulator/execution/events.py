@@ -309,7 +309,10 @@ def run_events(
     m = np.array([k.m_tokens for k in kernels], dtype=float)
     grouped = params.grouped_terms(np.array([k.experts for k in kernels]), [k.dtype for k in kernels])
     attention = params.attention_extra_s(attention_units_by_kind(kernels))
-    total, fixed, compute, memory = kernel_parts_s(flops, m, peaks, hbm, cache, params, grouped, attention)
+    curve = params.gemm_curve_index([k.dtype for k in kernels])
+    total, fixed, compute, memory = kernel_parts_s(
+        flops, m, peaks, hbm, cache, params, grouped, attention, curve
+    )
     if external_time_s is not None:
         for i, kernel in enumerate(kernels):
             given = external_time_s(kernel)

@@ -137,6 +137,13 @@ class Empirical:
     # Attention kernel terms per kind, `gqa` / `mla` (see AttentionTerms); None or a kind left out = the
     # roofline alone (the datasheet default).
     attention: dict[str, AttentionTerms] | None = None
+    # GEMM efficiency curves of their own per compute dtype (e.g. fp8, whose kernels reach a different share
+    # of their peak than bf16's); a dtype left out, or None (the datasheet default), uses `gemm_efficiency`.
+    gemm_efficiency_by_dtype: dict[str, GemmEfficiency] | None = None
+
+    def gemm_curve(self, dtype: str) -> GemmEfficiency:
+        """The efficiency curve GEMMs computing in `dtype` run at: their own, else the shared one."""
+        return (self.gemm_efficiency_by_dtype or {}).get(dtype, self.gemm_efficiency)
 
 
 @dataclass(frozen=True)
