@@ -253,8 +253,8 @@ def test_memory_bound_gemm_rows_do_not_move_the_fitted_efficiency() -> None:
 def test_the_fixture_fits_attention_terms_that_beat_the_roofline_held_out() -> None:
     result = calibrate_from_silicon("h200_sxm/sglang", str(FIXTURE))
     attention = result.profile.empirical.attention
-    assert attention is not None and set(attention) == {"gqa", "mla", "gqa_prefill"}
-    for kind in ("gqa", "mla", "gqa_prefill"):
+    assert attention is not None and set(attention) == {"gqa", "mla", "gqa_prefill", "mla_prefill"}
+    for kind in ("gqa", "mla", "gqa_prefill", "mla_prefill"):
         fitted, roofline = result.quality[f"attention.{kind}"], result.baseline[f"attention.{kind}"]
         assert fitted.rows_fit > 0 and fitted.rows_held_out > 0
         assert fitted.mape_held_out_percent < roofline.mape_held_out_percent / 2

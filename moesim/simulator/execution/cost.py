@@ -70,6 +70,8 @@ class CostParams:
     expert_gemm: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     # attention kind -> (fixed s, per-unit s) of attention kernels; empty: the roofline alone
     attention: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # attention kind -> share of the dense peak its arithmetic reaches; a kind left out: the GEMM curve
+    attention_flops_fraction: dict[str, float] = field(default_factory=dict)
     # dtype -> (log M grid, efficiency) of GEMMs with a curve of their own; empty: the shared curve for all
     gemm_curves: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
@@ -95,6 +97,11 @@ class CostParams:
             attention={
                 kind: (terms.fixed_us * 1e-6, terms.per_unit_us * 1e-6)
                 for kind, terms in (em.attention or {}).items()
+            },
+            attention_flops_fraction={
+                kind: terms.flops_fraction
+                for kind, terms in (em.attention or {}).items()
+                if terms.flops_fraction > 0
             },
             gemm_curves={
                 dtype: (
@@ -166,6 +173,17 @@ class CostParams:
             part = np.where(u > 0, fixed_s + u * per_unit_s, 0.0)
             extra = part if extra is None else extra + part
         return extra
+
+    def attention_fractions(self, units: dict[str, np.ndarray]) -> np.ndarray | None:
+        """Each kernel's attention arithmetic rate as a share of its peak (0: the GEMM efficiency curve),
+        given each kind's work units per kernel; None when no kind here has a rate of its own."""
+        if not self.attention_flops_fraction:
+            return None
+        fraction: np.ndarray | None = None
+        for kind, kernel_units in units.items():
+            share = np.where(np.asarray(kernel_units) > 0, self.attention_flops_fraction.get(kind, 0.0), 0.0)
+            fraction = share if fraction is None else fraction + share
+        return fraction
 
     def gemm_curve_index(
         self, dtypes: Sequence[str], dtype_index: np.ndarray | None = None
@@ -249,17 +267,20 @@ def compute_time_s(
     peak_flops: np.ndarray | float,
     params: CostParams,
     gemm_curve: np.ndarray | None = None,
+    attention_fraction: np.ndarray | None = None,
 ) -> np.ndarray:
     """Seconds of arithmetic: GEMMs at peak × efficiency(M) on their dtype's curve (`gemm_curve`, from
-    `CostParams.gemm_curve_index`; None: the shared curve), other kernels at the vector-unit rate."""
+    `CostParams.gemm_curve_index`; None: the shared curve) — attention kernels with a rate of their own
+    (`attention_fraction` > 0, `CostParams.attention_fractions`) at peak × that share — other kernels at
+    the vector-unit rate."""
     flops_a = np.asarray(flops, dtype=float)
     m = np.asarray(m_tokens, dtype=float)
     is_gemm = m > 0
-    rate = np.where(
-        is_gemm,
-        np.asarray(peak_flops, dtype=float) * params.gemm_efficiency(m, gemm_curve),
-        params.non_gemm_flops_per_s,
-    )
+    peak = np.asarray(peak_flops, dtype=float)
+    efficiency = params.gemm_efficiency(m, gemm_curve)
+    if attention_fraction is not None:
+        efficiency = np.where(attention_fraction > 0, attention_fraction, efficiency)
+    rate = np.where(is_gemm, peak * efficiency, params.non_gemm_flops_per_s)
     return flops_a / np.maximum(rate, 1.0)
 
 
@@ -288,6 +309,7 @@ def kernel_parts_s(
     grouped: GroupedTerms | None = None,
     attention_s: np.ndarray | None = None,
     gemm_curve: np.ndarray | None = None,
+    attention_fraction: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(total, fixed, compute, memory-side) seconds of many kernels: total = fixed + max(compute,
     memory-side).
@@ -298,8 +320,9 @@ def kernel_parts_s(
     of the cache-served re-reads and the (token, expert) rows' work: both run on the SMs' load path per
     output tile, beside each other, but in series with the weights streaming from memory
     (`hardware.profile.ExpertGemmTerms`). `gemm_curve` names each GEMM's efficiency curve
-    (`CostParams.gemm_curve_index`; None: the shared curve)."""
-    compute = compute_time_s(flops, m_tokens, peak_flops, params, gemm_curve)
+    (`CostParams.gemm_curve_index`; None: the shared curve), `attention_fraction` the attention kernels'
+    own arithmetic rates (`CostParams.attention_fractions`)."""
+    compute = compute_time_s(flops, m_tokens, peak_flops, params, gemm_curve, attention_fraction)
     is_gemm = np.asarray(m_tokens) > 0
     memory = memory_time_s(hbm_bytes, cache_bytes, is_gemm, params)
     fixed = np.full(compute.shape, params.fixed_s)
@@ -323,12 +346,22 @@ def kernel_times_s(
     grouped: GroupedTerms | None = None,
     attention_s: np.ndarray | None = None,
     gemm_curve: np.ndarray | None = None,
+    attention_fraction: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(total, compute, memory-side) seconds of many kernels at once: total = serial + max(compute,
     memory-side), which is fixed + max(compute, memory) for every kernel but a grouped expert GEMM
     (`kernel_parts_s`)."""
     total, _, compute, memory = kernel_parts_s(
-        flops, m_tokens, peak_flops, hbm_bytes, cache_bytes, params, grouped, attention_s, gemm_curve
+        flops,
+        m_tokens,
+        peak_flops,
+        hbm_bytes,
+        cache_bytes,
+        params,
+        grouped,
+        attention_s,
+        gemm_curve,
+        attention_fraction,
     )
     return total, compute, memory
 
@@ -356,5 +389,6 @@ def kernel_time_s(
         params.grouped_terms(np.array([kernel.experts]), [kernel.dtype]),
         params.attention_extra_s(attention_units_by_kind([kernel])),
         params.gemm_curve_index([kernel.dtype]),
+        params.attention_fractions(attention_units_by_kind([kernel])),
     )
     return float(total[0])

@@ -344,6 +344,7 @@ def _read_attention(r: ProfileTable) -> dict[str, AttentionTerms] | None:
         out[str(kind)] = AttentionTerms(
             fixed_us=g.number("fixed_us", strict=False, maximum=ATTENTION_MAX_FIXED_US),
             per_unit_us=g.number("per_unit_us", strict=False, maximum=ATTENTION_MAX_PER_UNIT_US),
+            flops_fraction=g.number("flops_fraction", 0.0, strict=False, maximum=1.0),
         )
     return out
 

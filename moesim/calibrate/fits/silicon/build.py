@@ -8,8 +8,8 @@
 - the grouped expert GEMM terms per dtype from `moe_perf`, fitted under the GEMM curve the profile keeps
   (`moe_fit`),
 - the attention kernel terms (fixed + per work unit) of grouped-query and latent (MLA) decode attention and
-  of grouped-query prefill from `generation_attention_perf`, `generation_mla_perf` and
-  `context_attention_perf` (`attention_fit`),
+  of grouped-query and MLA prefill from `generation_attention_perf`, `generation_mla_perf`,
+  `context_attention_perf` and `context_mla_perf` (`attention_fit`),
 - the node's scale-up link from `nccl_perf` and the framework's `custom_allreduce_perf`, kept when it beats
   the datasheet link held out (`comm_fit`),
 
@@ -139,6 +139,7 @@ def calibrate_from_silicon(text: str, root: str | None = None) -> SiliconCalibra
         ("generation_attention_perf", "gqa"),
         ("generation_mla_perf", "mla"),
         ("context_attention_perf", "gqa_prefill"),
+        ("context_mla_perf", "mla_prefill"),
     ):
         att = selection.get(table_name)
         fitted_attention = (

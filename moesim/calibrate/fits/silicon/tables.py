@@ -134,6 +134,7 @@ FITTED_TABLES = (
     "generation_attention_perf",
     "generation_mla_perf",
     "context_attention_perf",
+    "context_mla_perf",
 )
 
 
