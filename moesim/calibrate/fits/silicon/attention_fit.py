@@ -41,7 +41,7 @@ from scipy.optimize import least_squares
 
 from moesim.calibrate.fits.silicon.holdout import FitQuality, held_out_mask
 from moesim.simulator.execution import fastpath
-from moesim.simulator.execution.cost import CostParams
+from moesim.simulator.execution.cost import CostParams, kernel_times_s
 from moesim.simulator.hardware.profile import (
     ATTENTION_MAX_FIXED_US,
     ATTENTION_MAX_PER_UNIT_US,
@@ -53,7 +53,6 @@ from moesim.simulator.models.layers import with_layer_count
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.attention import attention_core_kernel
 from moesim.simulator.plan.blocks import PlanContext
-from moesim.simulator.plan.kernels import Kernel
 from moesim.simulator.plan.mixed import PrefillChunks, prefill_attention_kernel
 from moesim.simulator.plan.step import Segment, StepPlan
 
@@ -85,26 +84,40 @@ def row_spec(kind: str, heads: int, kv_heads: int, head_dim: int) -> ModelSpec:
 
 @dataclass(frozen=True)
 class Rows:
-    """Every row's attention kernel as moesim prices it without attention terms: its roofline, the parts of
-    it (fixed latency, compute on the GEMM curve, memory), its FLOPs at the dense peak, its work units."""
+    """Every row's attention kernel as moesim plans it (one kernel per row, its cache traffic warm as in a
+    repeated microbenchmark), priced through `execution.cost.kernel_times_s` for each candidate set of
+    attention terms: the floor and units in the fixed part, the arithmetic at peak × `flops_fraction`
+    where the terms give one (else on the GEMM curve)."""
 
-    roofline_s: np.ndarray
+    params: CostParams  # the profile's, without attention terms
+    flops: np.ndarray
+    m_tokens: np.ndarray
+    peaks: np.ndarray
+    hbm_bytes: np.ndarray
+    cache_bytes: np.ndarray
     units: np.ndarray
-    compute_s: np.ndarray
-    memory_s: np.ndarray
-    peak_compute_s: np.ndarray  # FLOPs / dense peak: compute at flops_fraction 1
 
     def predict_s(self, terms: AttentionTerms) -> np.ndarray:
-        """`cost.kernel_parts_s` with the terms: the floor and units in the fixed part, and the arithmetic at
-        peak × flops_fraction where the terms give one."""
-        roofline = self.roofline_s
-        if terms.flops_fraction > 0:
-            fixed = self.roofline_s - np.maximum(self.compute_s, self.memory_s)
-            roofline = fixed + np.maximum(self.peak_compute_s / terms.flops_fraction, self.memory_s)
-        return roofline + (terms.fixed_us + self.units * terms.per_unit_us) * 1e-6
+        rate = None if terms.flops_fraction <= 0 else np.full(self.flops.shape, terms.flops_fraction)
+        total, _, _ = kernel_times_s(
+            self.flops,
+            self.m_tokens,
+            self.peaks,
+            self.hbm_bytes,
+            self.cache_bytes,
+            self.params,
+            attention_s=(terms.fixed_us + self.units * terms.per_unit_us) * 1e-6,
+            attention_fraction=rate,
+        )
+        return total
+
+    @property
+    def without_terms_s(self) -> np.ndarray:
+        return self.predict_s(AttentionTerms(0.0, 0.0))
 
     def subset(self, rows: np.ndarray) -> Rows:
-        return Rows(*(getattr(self, f.name)[rows] for f in fields(self)))
+        arrays = {f.name: getattr(self, f.name)[rows] for f in fields(self) if f.name != "params"}
+        return Rows(self.params, **arrays)
 
 
 def row_kernels(
@@ -116,11 +129,11 @@ def row_kernels(
     batch: np.ndarray,
     cached: np.ndarray,
 ) -> Rows:
-    """Each row's attention kernel through the cost model without attention terms, and its work units:
-    decode (one new token per sequence over `cached` tokens) or, for `gqa_prefill` and `mla_prefill`, the
-    causal prefill of `cached` prompt tokens per sequence."""
+    """Each row's attention kernel without attention terms, and its work units: decode (one new token per
+    sequence over `cached` tokens) or, for `gqa_prefill` and `mla_prefill`, the causal prefill of `cached`
+    prompt tokens per sequence."""
     params = replace(CostParams.from_hardware(hw), attention={}, attention_flops_fraction={})
-    parts = np.zeros((5, batch.size))
+    parts = np.zeros((6, batch.size))
     for i in range(batch.size):
         spec = row_spec(kind, int(heads[i]), int(kv_heads[i]), int(head_dim[i]))
         if kind.endswith("_prefill"):
@@ -134,16 +147,19 @@ def row_kernels(
             q_elems = ctx.m_tokens * a.num_heads * width
             out_elems = ctx.m_tokens * a.num_heads * ((a.kv_lora_rank or 0) if kind == "mla" else a.head_dim)
             kernel = attention_core_kernel(ctx, "full", "q", q_elems, ("attn_out", float(out_elems)))
-        cost = _kernel_alone(kernel, spec.name, params)
-        peak_s = kernel.flops / params.peak(kernel.dtype)
-        parts[:, i] = (cost.total_s[0], kernel.attention_units, cost.compute_s[0], cost.memory_s[0], peak_s)
-    return Rows(*parts)
-
-
-def _kernel_alone(kernel: Kernel, model_name: str, params: CostParams) -> fastpath.KernelCosts:
-    """One kernel through the fast path, cache warm as in a repeated microbenchmark."""
-    plan = StepPlan(model_name, "fused", 1, 1, 0, (Segment((kernel,), 0),), (), "")
-    return fastpath.cost_plan(fastpath.plan_arrays(plan), params)
+        plan = StepPlan(spec.name, "fused", 1, 1, 0, (Segment((kernel,), 0),), (), "")
+        cache_bytes, hbm_bytes = fastpath.kernel_traffic(
+            fastpath.plan_arrays(plan), params.cache_capacity_bytes
+        )
+        parts[:, i] = (
+            kernel.flops,
+            kernel.m_tokens,
+            params.peak(kernel.dtype),
+            hbm_bytes[0],
+            cache_bytes[0],
+            kernel.attention_units,
+        )
+    return Rows(params, *parts)
 
 
 @dataclass(frozen=True)
@@ -215,5 +231,5 @@ def fit_attention(
         kind,
         terms,
         FitQuality.of(table, priced.predict_s(terms), measured, held, note),
-        FitQuality.of(table, priced.roofline_s, measured, held, "roofline alone"),
+        FitQuality.of(table, priced.without_terms_s, measured, held, "roofline alone"),
     )
