@@ -16,8 +16,9 @@ and vLLM's `moe_a2a_perf`; one node, EP 8 or 4), read and priced as `calibrate/f
 each row's busiest-rank bytes in moesim's count, timed by `execution.collectives.collective_time_s` on the
 datasheet profile's node (the direct all-to-all on its link) and on the framework's silicon profile's node
 (its fitted `[node.all_to_all.<mode>]` terms where stored). Printed: MAPE per table, mode and phase (the
-silicon terms were fitted to three shapes in four of these rows: the fit's own held-out error is in
-`[fit_quality.node.all_to_all.<mode>]`).
+silicon terms were fitted to three shapes in four of the newest tables' rows: the fit's own held-out error
+is in `[fit_quality.node.all_to_all.<mode>]`). Older collections add only their rows across nodes (SGLang
+0.5.6.post2 on H100 / H200: EP 16-64 on 2-8 nodes), which no fit saw: they check the across-node rule.
 """
 
 from __future__ import annotations
@@ -58,64 +59,65 @@ def rows(framework: str) -> list[dict[str, object]]:
 
 
 def all_to_all_rows(system: str) -> list[dict[str, object]]:
-    """Per framework, DeepEP mode and phase: MAPE of the datasheet and the silicon profile on the rows."""
+    """Per table, DeepEP mode, phase and EP size: MAPE of the datasheet and the silicon profile on the rows."""
     from moesim.calibrate.fits.silicon import tables
-    from moesim.calibrate.fits.silicon.a2a_fit import A2A_TABLES, moe_a2a_rows, sglang_rows
+    from moesim.calibrate.fits.silicon.a2a_fit import A2A_TABLES, read_rows
     from moesim.calibrate.fits.silicon.build import SYSTEM_PROFILES
     from moesim.simulator.execution.collectives import collective_time_s
     from moesim.simulator.plan.kernels import Collective
 
     collections = tables.scan(tables.database_root())
+    gpus_per_node = load_profile(SYSTEM_PROFILES[system]).node.gpus_per_node
     out = []
     for framework in sorted(
         {c.framework for c in collections if c.system == system and c.table in A2A_TABLES}
     ):
         selection = tables.select(collections, f"{system}/{framework}")
         chosen = [c for c in (selection.get(t) for t in A2A_TABLES) if c is not None]
-        for collection in chosen:
-            columns = tables.read_columns(collection)
-            a2a = (
-                moe_a2a_rows(columns)
-                if collection.table == "moe_a2a_perf"
-                else sglang_rows(collection.table, columns, system)
-            )
+        older = [  # older collections, read only for their rows across nodes (never fitted)
+            c
+            for c in collections
+            if c.system == system and c.framework == framework and c.table in A2A_TABLES and c not in chosen
+        ]
+        for collection in chosen + older:
+            a2a = read_rows(collection, system)
+            if collection in older:
+                a2a = a2a.where(a2a.ranks > gpus_per_node)
             for kind, name in (
                 ("datasheet", SYSTEM_PROFILES[system]),
                 ("silicon", f"silicon/{system}-{framework}"),
             ):
                 node = load_profile(name).node
-                for mode in sorted(set(a2a.mode)):
-                    for phase in ("dispatch", "combine"):
-                        at = np.nonzero((a2a.mode == mode) & (a2a.phase == phase))[0]
-                        predicted = np.array(
-                            [
-                                collective_time_s(
-                                    Collective(
-                                        "all_to_all", int(a2a.ranks[i]), float(a2a.bytes[i]), phase=phase
-                                    ),
-                                    node,
-                                    mode,  # type: ignore[arg-type]
-                                )
-                                for i in at
-                            ]
-                        )
-                        measured = a2a.measured_s[at]
-                        out.append(
-                            {
-                                "table": collection.label,
-                                "profile": name,
-                                "kind": kind,
-                                "mode": str(mode),
-                                "phase": phase,
-                                "rows": int(at.size),
-                                "mape_percent": round(
-                                    float(np.mean(np.abs(predicted - measured) / measured) * 100), 1
-                                ),
-                                "median_predicted_over_measured": round(
-                                    float(np.median(predicted / measured)), 2
-                                ),
-                            }
-                        )
+                for mode, phase, ranks in sorted(set(zip(a2a.mode, a2a.phase, a2a.ranks, strict=True))):
+                    at = np.nonzero((a2a.mode == mode) & (a2a.phase == phase) & (a2a.ranks == ranks))[0]
+                    predicted = np.array(
+                        [
+                            collective_time_s(
+                                Collective("all_to_all", int(ranks), float(a2a.bytes[i]), phase=phase),
+                                node,
+                                mode,
+                            )
+                            for i in at
+                        ]
+                    )
+                    measured = a2a.measured_s[at]
+                    out.append(
+                        {
+                            "table": collection.label,
+                            "profile": name,
+                            "kind": kind,
+                            "mode": str(mode),
+                            "phase": str(phase),
+                            "ep": int(ranks),
+                            "rows": int(at.size),
+                            "mape_percent": round(
+                                float(np.mean(np.abs(predicted - measured) / measured) * 100), 1
+                            ),
+                            "median_predicted_over_measured": round(
+                                float(np.median(predicted / measured)), 2
+                            ),
+                        }
+                    )
     return out
 
 
@@ -132,7 +134,7 @@ def main() -> int:
             return 0
         for c in checks:
             print(
-                f"{c['table']:<44} {c['kind']:<9} {c['mode']:<11} {c['phase']:<8} {c['rows']:4d} rows  "
+                f"{c['table']:<44} {c['kind']:<9} {c['mode']:<11} {c['phase']:<8} EP {c['ep']:<3} {c['rows']:4d} rows  "
                 f"MAPE {c['mape_percent']:6.1f}%  median predicted/measured {c['median_predicted_over_measured']}"
             )
         return 0

@@ -13,7 +13,8 @@ over the link bandwidth β (achieved, per GPU, one direction). With n ranks and 
 An expert-parallel dispatch or combine on a profile with fitted all-to-all terms (`[node.all_to_all.<mode>]`,
 `hardware.sections.AllToAllTerms`) is priced by them instead: the kernel's fixed time plus the busiest
 rank's bytes at its achieved rate, in the mode the step runs (`low_latency` for decode and verification
-steps, `normal` for steps with prefill). Across nodes the achieved scale-out link caps that rate.
+steps, `normal` for steps with prefill); across nodes the bytes bound off the node take the achieved
+scale-out link.
 
 `"auto"` takes the fastest algorithm, as NCCL's tuner and engines' custom kernels do: one-shot for small
 messages, ring or two-shot for large ones. One rank costs nothing. All functions accept numpy arrays of
@@ -169,8 +170,13 @@ def expert_all_to_all_s(
     recv_bytes: npt.ArrayLike | None = None,
 ) -> np.ndarray:
     """Seconds of one expert-parallel `phase` ('dispatch' or 'combine') priced by the fitted `terms`: the
-    phase's fixed time plus the larger of the busiest rank's sent and received bytes at its achieved rate,
-    capped by the achieved scale-out link when the group spans nodes."""
+    phase's fixed time plus the larger of the busiest rank's sent and received bytes at its achieved rate.
+
+    A group that spans nodes sends to every other rank at once: the share of the bytes bound for the g − 1
+    other ranks of its node at the term's rate, the share bound for the n − g ranks of other nodes over the
+    achieved scale-out link (one more latency), whichever takes longer (DeepEP's low-latency kernels send
+    to each rank directly; its normal mode sends once per remote node and forwards over NVLink, so this
+    over-prices normal mode across nodes)."""
     _check_ranks(ranks)
     send = _bytes(send_bytes)
     recv = send if recv_bytes is None else _bytes(recv_bytes)
@@ -180,9 +186,15 @@ def expert_all_to_all_s(
         fixed_us, bandwidth_gbps = terms.dispatch_fixed_us, terms.dispatch_bandwidth_gbps
     else:
         fixed_us, bandwidth_gbps = terms.combine_fixed_us, terms.combine_bandwidth_gbps
-    if ranks > node.gpus_per_node:
-        bandwidth_gbps = min(bandwidth_gbps, node_link(node, ranks).bandwidth_gbps)
-    return fixed_us * 1e-6 + np.maximum(send, recv) / (bandwidth_gbps * 1e9)
+    busiest = np.maximum(send, recv)
+    g = node.gpus_per_node
+    if ranks <= g:
+        return fixed_us * 1e-6 + busiest / (bandwidth_gbps * 1e9)
+    scale_out = node_link(node, ranks)
+    on_node_s = busiest * (g - 1) / (ranks - 1) / (bandwidth_gbps * 1e9)
+    off_node_s = busiest * (ranks - g) / (ranks - 1) / scale_out.bytes_per_s
+    both_links_s = np.maximum(on_node_s, off_node_s)  # the two shares travel at once
+    return fixed_us * 1e-6 + scale_out.latency_s + both_links_s
 
 
 def messages_s(total_bytes: float, node: NodeSpec, group_gpus: int, messages: int = 1) -> float:

@@ -165,7 +165,7 @@ class AllToAllTerms:
     achieved rate in those bytes, not the link's. `fixed_us` is the kernel's own time with almost nothing
     to move (its launch, the rank-to-rank signalling and the layout it computes). Fitted to an engine's
     measured dispatch / combine (`calibrate.fits.silicon.a2a_fit`) over the GPUs of one node; across nodes
-    the achieved scale-out link caps the bandwidth (`execution.collectives`).
+    the bytes bound off the node take the achieved scale-out link (`execution.collectives`).
     """
 
     dispatch_fixed_us: float
