@@ -31,9 +31,10 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from moesim.simulator.hardware.profile import HardwareProfile
+if TYPE_CHECKING:  # light at import: `calibrate/request.py` reads DRIFT_NORMALISATION for the CLI's default
+    from moesim.simulator.hardware.profile import HardwareProfile
 
 # A drift counts only when it exceeds NOISE_MULTIPLE standard errors of the difference of the two probes'
 # medians (each probe states its own noise: `ProbeSample.*_noise`, from its repeats' IQR), and at least
