@@ -106,7 +106,9 @@ def test_normalise_drift_defaults_to_the_librarys_choice_and_reaches_the_fit(mon
     assert CalibrationRequest().normalise_drift is DRIFT_NORMALISATION
     asked = CalibrationRequest(device="cpu", output="p.toml", from_csv="", normalise_drift=True)
     assert asked.way() == "from_csv"
-    assert asked.command_line() == "moesim calibrate --device cpu --normalise-drift --from-csv --output p.toml"
+    assert (
+        asked.command_line() == "moesim calibrate --device cpu --normalise-drift --from-csv --output p.toml"
+    )
     with pytest.raises(MoesimError) as info:
         CalibrationRequest(
             from_runs="r.csv", serving_engine="vllm", output="e.toml", normalise_drift=True
