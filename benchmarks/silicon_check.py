@@ -10,19 +10,21 @@ term's, on the same held-out shapes of the same table. Both come from the profil
 by `moesim calibrate --from-silicon` (`calibrate/fits/silicon/build.py`), so this reads files and fits
 nothing. Terms the profile reports but does not store are marked.
 
-`--all-to-all SYSTEM` checks the scale-up link against a table it was not fitted to: TensorRT-LLM's DeepEP
-MoE dispatch / combine (`comm/trtllm/<version>/moe_a2a_perf`, EP 8 on one node; its latency is in µs). Each
-row sends `num_tokens` tokens per rank, each to the distinct remote ranks its top-k experts live on (the
-expectation under uniform routing, as moesim's `routing.per_rank` counts them), `hidden_size` values of the
-row's dtype each; moesim prices that as a direct all-to-all (`execution.collectives.all_to_all_s`) on the
-datasheet profile's link and on the silicon profile's fitted link. Printed: MAPE per backend and phase.
+`--all-to-all SYSTEM` checks the expert-parallel all-to-all against every framework's measured DeepEP
+dispatch / combine of the system (SGLang's `wideep_deepep_ll_perf` / `wideep_deepep_normal_perf`, TensorRT-LLM's
+and vLLM's `moe_a2a_perf`; one node, EP 8 or 4), read and priced as `calibrate/fits/silicon/a2a_fit.py` says:
+each row's busiest-rank bytes in moesim's count, timed by `execution.collectives.collective_time_s` on the
+datasheet profile's node (the direct all-to-all on its link) and on the framework's silicon profile's node
+(its fitted `[node.all_to_all.<mode>]` terms where stored). Printed: MAPE per table, mode and phase (the
+silicon terms were fitted to three shapes in four of the newest tables' rows: the fit's own held-out error
+is in `[fit_quality.node.all_to_all.<mode>]`). Older collections add only their rows across nodes (SGLang
+0.5.6.post2 on H100 / H200: EP 16-64 on 2-8 nodes), which no fit saw: they check the across-node rule.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -30,7 +32,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from moesim.simulator.execution.collectives import all_to_all_s
 from moesim.simulator.hardware.profile import SILICON_PREFIX, list_profiles, load_profile
 
 
@@ -57,61 +58,71 @@ def rows(framework: str) -> list[dict[str, object]]:
     return out
 
 
-DTYPE_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "nvfp4": 0.5625, "fp4": 0.5}  # nvfp4: 4 bits + a byte per 16
-
-
-def remote_ranks(experts: np.ndarray, top_k: np.ndarray, ranks: int) -> np.ndarray:
-    """Expected distinct other ranks a token's top-k experts (uniform, without replacement) live on."""
-    per_rank = experts // ranks
-    none_on_rank = np.array(
-        [
-            math.comb(int(e - p), int(k)) / math.comb(int(e), int(k))
-            for e, p, k in zip(experts, per_rank, top_k, strict=True)
-        ]
-    )
-    return (ranks - 1) * (1.0 - none_on_rank)
-
-
 def all_to_all_rows(system: str) -> list[dict[str, object]]:
+    """Per table, DeepEP mode, phase and EP size: MAPE of the datasheet and the silicon profile on the rows."""
     from moesim.calibrate.fits.silicon import tables
+    from moesim.calibrate.fits.silicon.a2a_fit import A2A_TABLES, moe_a2a_rows, sglang_rows
     from moesim.calibrate.fits.silicon.build import SYSTEM_PROFILES
-    from moesim.simulator.execution.collectives import node_link
+    from moesim.simulator.execution.collectives import collective_time_s
+    from moesim.simulator.plan.kernels import Collective
 
-    collections = [
-        c for c in tables.scan(tables.database_root()) if c.system == system and c.table == "moe_a2a_perf"
-    ]
-    if not collections:
-        return []
-    newest = max(collections, key=lambda c: tables.version_key(c.version))
-    import pyarrow.parquet as pq
-
-    t = {k: np.asarray(v) for k, v in pq.read_table(newest.path).to_pydict().items()}
-    ranks = t["ep_size"]
-    sent = t["num_tokens"] * remote_ranks(t["num_experts"], t["topk"], int(ranks.max())) * t["hidden_size"]
-    sent = sent * np.array([DTYPE_BYTES.get(str(d), np.nan) for d in t["comm_dtype"]])
-    measured_s = t["latency"] * 1e-6
+    collections = tables.scan(tables.database_root())
+    gpus_per_node = load_profile(SYSTEM_PROFILES[system]).node.gpus_per_node
     out = []
-    for label, name in (("datasheet", SYSTEM_PROFILES[system]), ("silicon", f"silicon/{system}-trtllm")):
-        node = load_profile(name).node
-        for backend in sorted(set(t["comm_backend"])):
-            for phase in sorted(set(t["phase"])):
-                rows = (t["comm_backend"] == backend) & (t["phase"] == phase) & np.isfinite(sent)
-                n = int(ranks[rows].max())
-                predicted = all_to_all_s(sent[rows], n, node_link(node, n))
-                error = float(np.mean(np.abs(predicted - measured_s[rows]) / measured_s[rows]) * 100)
-                bias = float(np.median(predicted / measured_s[rows]))
-                out.append(
-                    {
-                        "table": newest.label,
-                        "profile": name,
-                        "kind": label,
-                        "backend": str(backend),
-                        "phase": str(phase),
-                        "rows": int(rows.sum()),
-                        "mape_percent": round(error, 1),
-                        "median_predicted_over_measured": round(bias, 2),
-                    }
-                )
+    for framework in sorted(
+        {c.framework for c in collections if c.system == system and c.table in A2A_TABLES}
+    ):
+        selection = tables.select(collections, f"{system}/{framework}")
+        chosen = [c for c in (selection.get(t) for t in A2A_TABLES) if c is not None]
+        older = [  # older collections, read only for their rows across nodes (never fitted)
+            c
+            for c in collections
+            if c.system == system and c.framework == framework and c.table in A2A_TABLES and c not in chosen
+        ]
+        for collection in chosen + older:
+            columns = tables.read_columns(collection)
+            a2a = (
+                moe_a2a_rows(columns)
+                if collection.table == "moe_a2a_perf"
+                else sglang_rows(collection.table, columns, system)
+            )
+            if collection in older:
+                a2a = a2a.where(a2a.ranks > gpus_per_node)
+            for kind, name in (
+                ("datasheet", SYSTEM_PROFILES[system]),
+                ("silicon", f"silicon/{system}-{framework}"),
+            ):
+                node = load_profile(name).node
+                for mode, phase, ranks in sorted(set(zip(a2a.mode, a2a.phase, a2a.ranks, strict=True))):
+                    at = np.nonzero((a2a.mode == mode) & (a2a.phase == phase) & (a2a.ranks == ranks))[0]
+                    predicted = np.array(
+                        [
+                            collective_time_s(
+                                Collective("all_to_all", int(ranks), float(a2a.bytes[i]), phase=phase),
+                                node,
+                                mode,
+                            )
+                            for i in at
+                        ]
+                    )
+                    measured = a2a.measured_s[at]
+                    out.append(
+                        {
+                            "table": collection.label,
+                            "profile": name,
+                            "kind": kind,
+                            "mode": str(mode),
+                            "phase": str(phase),
+                            "ep": int(ranks),
+                            "rows": int(at.size),
+                            "mape_percent": round(
+                                float(np.mean(np.abs(predicted - measured) / measured) * 100), 1
+                            ),
+                            "median_predicted_over_measured": round(
+                                float(np.median(predicted / measured)), 2
+                            ),
+                        }
+                    )
     return out
 
 
@@ -128,7 +139,7 @@ def main() -> int:
             return 0
         for c in checks:
             print(
-                f"{c['table']} {c['kind']:<9} {c['backend']:<18} {c['phase']:<8} {c['rows']:4d} rows  "
+                f"{c['table']:<44} {c['kind']:<9} {c['mode']:<11} {c['phase']:<8} EP {c['ep']:<3} {c['rows']:4d} rows  "
                 f"MAPE {c['mape_percent']:6.1f}%  median predicted/measured {c['median_predicted_over_measured']}"
             )
         return 0

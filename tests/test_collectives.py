@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -14,11 +16,14 @@ from moesim.simulator.execution.collectives import (
     all_gather_s,
     all_reduce_s,
     all_to_all_s,
+    collective_time_s,
+    expert_all_to_all_s,
     messages_s,
     node_link,
     reduce_scatter_s,
 )
-from moesim.simulator.hardware.sections import NodeSpec
+from moesim.simulator.hardware.sections import AllToAllTerms, NodeSpec
+from moesim.simulator.plan.kernels import Collective
 
 LINK = Link(bandwidth_gbps=400.0, latency_us=2.0)
 ranks_st = st.integers(min_value=2, max_value=64)
@@ -154,3 +159,47 @@ def test_point_to_point_messages_cost_one_latency_each_and_the_bytes_once() -> N
     inside = node_link(node, 8)
     assert messages_s(1e6, node, 8, messages=2) == pytest.approx(2 * 3e-6 + 1e6 / inside.bytes_per_s)
     assert messages_s(1e6, node, 9) == pytest.approx(6e-6 + 1e6 / node_link(node, 9).bytes_per_s)  # scale-out
+
+
+NODE = NodeSpec(8, scale_up_bandwidth_gbps=450.0, scale_up_latency_us=3.0,
+                scale_out_bandwidth_gbps=50.0, scale_out_latency_us=6.0)  # fmt: skip
+TERMS = AllToAllTerms(dispatch_fixed_us=10.0, dispatch_bandwidth_gbps=160.0,
+                      combine_fixed_us=12.0, combine_bandwidth_gbps=150.0)  # fmt: skip
+FITTED = replace(NODE, all_to_all=(("low_latency", TERMS),))
+
+
+def test_expert_all_to_all_is_its_phase_fixed_time_plus_the_busiest_direction_at_its_rate() -> None:
+    assert float(expert_all_to_all_s(1e6, 8, NODE, TERMS, "dispatch")) == pytest.approx(10e-6 + 1e6 / 160e9)
+    assert float(expert_all_to_all_s(1e6, 8, NODE, TERMS, "combine", 3e6)) == pytest.approx(
+        12e-6 + 3e6 / 150e9
+    )
+    assert float(expert_all_to_all_s(1e6, 1, NODE, TERMS, "dispatch")) == 0.0  # one rank sends nothing
+    # across nodes (16 ranks, 8 per node): 7/15 of the bytes at the term's rate, 8/15 over the achieved
+    # scale-out link (50 GB/s x 0.8) plus its latency, the slower of the two
+    off_node = 1e6 * 8 / 15 / (50e9 * ACHIEVED_LINK_FRACTION)
+    assert off_node > 1e6 * 7 / 15 / 160e9
+    assert float(expert_all_to_all_s(1e6, 16, NODE, TERMS, "dispatch")) == pytest.approx(
+        10e-6 + 6e-6 + off_node
+    )
+
+
+@given(st.floats(min_value=0.0, max_value=1e9), st.floats(min_value=0.0, max_value=1e9))
+def test_expert_all_to_all_never_falls_as_bytes_grow(a: float, b: float) -> None:
+    small, large = sorted((a, b))
+    for phase in ("dispatch", "combine"):
+        assert expert_all_to_all_s(small, 8, NODE, TERMS, phase) <= expert_all_to_all_s(
+            large, 8, NODE, TERMS, phase
+        )
+
+
+def test_the_terms_price_dispatch_and_combine_of_their_mode_only() -> None:
+    dispatch = Collective("all_to_all", 8, 1e6, 2e6, phase="dispatch")
+    assert collective_time_s(dispatch, FITTED) == pytest.approx(10e-6 + 2e6 / 160e9)
+    # a mode the profile has no terms for, an all-to-all without a phase, or a node without terms: the link
+    plain = float(all_to_all_s(1e6, 8, node_link(NODE, 8), 2e6))
+    assert collective_time_s(dispatch, FITTED, "normal") == pytest.approx(plain)
+    assert collective_time_s(replace(dispatch, phase=""), FITTED) == pytest.approx(plain)
+    assert collective_time_s(dispatch, NODE) == pytest.approx(plain)
+    # all-reduces never use them
+    reduce = Collective("all_reduce", 8, 1e6)
+    assert collective_time_s(reduce, FITTED) == collective_time_s(reduce, NODE)

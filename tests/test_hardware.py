@@ -401,3 +401,20 @@ def test_a_profile_without_expert_gemm_terms_gets_the_documented_defaults() -> N
     del d["empirical"]["expert_gemm"]
     profile = profile_from_dict(d, "h200.toml")
     assert profile.empirical.expert_gemm == load_profile("h200").empirical.expert_gemm
+
+
+def test_all_to_all_terms_round_trip_and_are_bounded() -> None:
+    d = profile_to_dict(load_profile("h200"))
+    assert "all_to_all" not in d["node"]  # a datasheet profile prices the all-to-all on its links
+    terms = {"dispatch_fixed_us": 10.6, "dispatch_bandwidth_gbps": 159.0,
+             "combine_fixed_us": 10.2, "combine_bandwidth_gbps": 158.0}  # fmt: skip
+    d["node"]["all_to_all"] = {"low_latency": dict(terms)}
+    profile = profile_from_dict(copy.deepcopy(d), "h200.toml")
+    low = profile.node.all_to_all_terms("low_latency")
+    assert low is not None and low.dispatch_bandwidth_gbps == 159.0
+    assert profile.node.all_to_all_terms("normal") is None
+    assert profile_to_dict(profile) == d
+    d["node"]["all_to_all"] = {"fast": dict(terms)}
+    _expect(d, "node.all_to_all.fast", "modes: low_latency, normal")
+    d["node"]["all_to_all"] = {"normal": {**terms, "combine_bandwidth_gbps": 0.0}}
+    _expect(d, "node.all_to_all.normal.combine_bandwidth_gbps", "give a number")

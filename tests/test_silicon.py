@@ -297,3 +297,87 @@ def test_the_silicon_profile_predicts_200_random_attention_rows_of_the_real_tabl
         assert float(np.mean(np.abs(predicted - measured) / measured) * 100) < ATTENTION_ROW_TOLERANCE_MAPE, (
             kind
         )
+
+
+def test_the_fixture_fits_all_to_all_terms_per_deepep_mode_that_beat_the_link_held_out() -> None:
+    """SGLang's DeepEP rows (tests/data/silicon/h200_sxm/comm/sglang/0.5.12: every low-latency row, normal rows
+    at DeepEP's default 20 SMs): a fixed time of about 10 us (low latency) / 27-39 us (normal) and an
+    achieved rate well under NVLink 4's 450 GB/s; each mode is stored because it beats the datasheet link on
+    the held-out shapes, where the direct all-to-all on the link misses by about two thirds."""
+    result = calibrate_from_silicon("h200_sxm/sglang", str(FIXTURE))
+    node = result.profile.node
+    for mode in ("low_latency", "normal"):
+        terms = node.all_to_all_terms(mode)  # type: ignore[arg-type]
+        key = f"node.all_to_all.{mode}"
+        assert terms is not None and key in result.quality, mode
+        assert result.quality[key].mape_held_out_percent < 25.0
+        assert result.baseline[key].mape_held_out_percent > 50.0
+        for phase in ("dispatch", "combine"):
+            assert 5.0 < getattr(terms, f"{phase}_fixed_us") < 60.0
+            assert 50.0 < getattr(terms, f"{phase}_bandwidth_gbps") < 450.0
+        assert result.profile.fit_quality[key]["stored"] == 1.0
+    low, normal = node.all_to_all_terms("low_latency"), node.all_to_all_terms("normal")
+    assert low is not None and normal is not None
+    assert low.dispatch_fixed_us < normal.dispatch_fixed_us  # what the low-latency mode is for
+
+
+# 200 random rows of the real H200 and B200 DeepEP dispatch / combine tables of SGLang (100 low-latency, 100
+# normal at DeepEP's default 20 SMs; every shape moesim's plans express: top-k at most the experts), priced
+# through moesim's own path (`collectives.collective_time_s` of the plan's dispatch / combine on the bundled
+# profile's node). Tolerance: mean absolute error 25%. The fitted terms' held-out MAPE on these tables is
+# 9-20% (the small-expert shapes, 8-16 experts, are the worst: DeepEP spreads a rank's receive over its
+# experts) and these 200 rows score 11.5% (H200) and 12.8% (B200), so 25% is about twice that; the datasheet
+# link scores 65% and 80% on the same rows, so a profile that lost its terms fails.
+A2A_ROW_TOLERANCE_MAPE = 25.0
+
+
+@needs_database
+@pytest.mark.parametrize("system", ["h200_sxm", "b200_sxm"])
+def test_the_silicon_profile_predicts_200_random_all_to_all_rows_of_the_real_tables(system: str) -> None:
+    from moesim.calibrate.fits.silicon.a2a_fit import sglang_rows
+    from moesim.simulator.execution.collectives import collective_time_s
+    from moesim.simulator.plan.kernels import Collective
+
+    selection = tables.select(tables.scan(tables.database_root()), f"{system}/sglang")
+    node = load_profile(f"silicon/{system}-sglang").node
+    rng = np.random.default_rng(200)
+    errors = []
+    for name in ("wideep_deepep_ll_perf", "wideep_deepep_normal_perf"):
+        rows = sglang_rows(name, tables.read_columns(selection.tables[name]), system)
+        for i in rng.choice(rows.bytes.size, 100, replace=False):
+            mode = rows.mode[i]
+            collective = Collective(
+                "all_to_all", int(rows.ranks[i]), float(rows.bytes[i]), phase=rows.phase[i]
+            )
+            predicted = collective_time_s(collective, node, mode)
+            errors.append(abs(predicted - rows.measured_s[i]) / rows.measured_s[i] * 100)
+    assert len(errors) == 200
+    assert float(np.mean(errors)) < A2A_ROW_TOLERANCE_MAPE
+
+
+# SGLang 0.5.6.post2's low-latency rows on 2-8 H200 nodes (EP 16-64; 156 rows no fit saw: the profile is
+# fitted to 0.5.12's one-node rows) check the across-node rule: the bytes bound off the node take the
+# datasheet's scale-out link (50 GB/s per GPU, 80% achieved), the rest the fitted rate. Measured 11-17.5% per
+# EP size and phase (the datasheet link alone: 22-40%); tolerance 25%, the same as one node's.
+@needs_database
+def test_the_low_latency_terms_price_dispatch_and_combine_across_nodes_they_were_not_fitted_to() -> None:
+    from moesim.calibrate.fits.silicon.a2a_fit import sglang_rows
+    from moesim.simulator.execution.collectives import collective_time_s
+    from moesim.simulator.plan.kernels import Collective
+
+    older = tables.select(tables.scan(tables.database_root()), "h200_sxm/sglang/0.5.6.post2")
+    rows = sglang_rows(
+        "wideep_deepep_ll_perf", tables.read_columns(older.tables["wideep_deepep_ll_perf"]), "h200_sxm"
+    )
+    rows = rows.where(rows.ranks > 8)
+    node = load_profile("silicon/h200_sxm-sglang").node
+    predicted = np.array(
+        [
+            collective_time_s(Collective("all_to_all", int(n), float(b), phase=p), node, "low_latency")
+            for n, b, p in zip(rows.ranks, rows.bytes, rows.phase, strict=True)
+        ]
+    )
+    assert rows.bytes.size >= 150 and set(rows.ranks) == {16, 32, 64}
+    assert (
+        float(np.mean(np.abs(predicted - rows.measured_s) / rows.measured_s)) * 100 < A2A_ROW_TOLERANCE_MAPE
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -103,6 +103,11 @@ def test_drafters_first_pass_runs_over_the_verified_positions() -> None:
     cost = drafts(tree, batch, k, "graph")
     assert cost.first_pass_s == pytest.approx(one_pass(batch, 8))
     assert cost.total_s - cost.first_pass_s > (k - 1) * one_pass(2 * batch, 1) * 0.999
+    # SGLang 0.5.2's draft extend: the accepted tokens padded to K + 1 positions, for a tree as for a chain
+    accepted = replace(tree, first_pass="accepted")
+    assert drafts(accepted, batch, k, "graph").first_pass_s == pytest.approx(one_pass(batch, k + 1))
+    chain_accepted = DrafterStyle(first_pass="accepted")
+    assert drafts(chain_accepted, batch, k, "graph") == verified
 
 
 def test_mtp_needs_an_mtp_layer() -> None:

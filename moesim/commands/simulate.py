@@ -41,6 +41,7 @@ CATEGORY_LABELS = {
     "sd_bookkeeping": "SD host bookkeeping (not hidden)",
     "sampler": "engine sampler and acceptance passes",
     "sd_round_ops": "SD round ops outside graphs, syncs (not hidden)",
+    "attention_metadata": "tree attention metadata: plans, syncs (not hidden)",
 }
 
 
@@ -150,7 +151,8 @@ def _print_point(
     table.add_column("category")
     table.add_column(f"decode (M={batch})", justify="right")
     table.add_column(
-        f"verify (M={data['serving_engine']['sd_sequences'] * (draft_len + 1)})", justify="right"
+        f"verify (M={data['serving_engine']['verify']['rows'] * data['serving_engine']['verify']['tokens_per_row']})",
+        justify="right",
     )
     decode, verify = data["decode"], data["verify"]
     for key, label in CATEGORY_LABELS.items():
@@ -185,7 +187,7 @@ def _print_point(
     if drafter["host_prepared_passes"] or (drafter["rows"] and drafter["rows"] != served):
         console.print(
             f"{serving['name']} drafter: {data['draft_len']} passes of {drafter['rows']} rows "
-            f"({served} sequences + {drafter['rows'] - served} re-run before their bonus tokens) at TP {drafter['tp']}, "
+            f"({_draft_rows(drafter, served)}) at TP {drafter['tp']}, "
             f"{drafter['host_prepared_passes']} prepared on the host: host {serving['draft_host_s'] * 1e6:.1f} µs"
         )
     if serving["overlap_fraction"] != serving["sd_overlap_fraction"] or serving["verify"]["sd_host_s"]:
@@ -205,6 +207,14 @@ def _print_point(
         f"(= {data['tokens_per_step']:.3f} × {_ms(decode['step_s'])} ms ÷ ({_ms(data['draft_s'])} + {_ms(verify['step_s'])}{sync}) ms{share})"
     )
     console.print(nearby.text)
+
+
+def _draft_rows(drafter: dict[str, Any], served: int) -> str:
+    """What a drafter pass's rows are: the sequences (× a tree's candidates) and the bonus positions re-run."""
+    candidates = drafter.get("candidates_per_sequence", 1)
+    rerun = drafter["rows"] // candidates - served
+    text = f"{served} sequences" + (f" × {candidates} tree candidates" if candidates > 1 else "")
+    return text + (f" + {rerun} re-run before their bonus tokens" if rerun else "")
 
 
 def _first_pass(data: dict[str, Any]) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from moesim.errors import MoesimError
-from moesim.simulator.engines.overheads import overlap_fraction
+from moesim.simulator.engines.overheads import draft_sequences, overlap_fraction
 from moesim.simulator.execution.collectives import parallel_step_summary
 from moesim.simulator.execution.events import StepResult, run_events
 from moesim.simulator.execution.launch import check_launch
@@ -203,6 +203,7 @@ def _result(resolved: ResolvedScenario, point: SpeculativePoint) -> SpeculativeR
             "draft_host_s": point.draft_host_s,
             "drafter": {
                 "rows": point.draft_rows,
+                "candidates_per_sequence": draft_sequences(resolved.serving_engine.drafter, 1),
                 "tp": point.draft_tp,
                 "host_prepared_passes": point.host_prepared_passes,
             },

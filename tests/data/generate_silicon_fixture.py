@@ -125,6 +125,17 @@ def main() -> None:
         OUT / "h200_sxm/comm/sglang/0.5.14/custom_allreduce_perf.parquet",
         everything,
     )
+    # SGLang's DeepEP dispatch / combine: every low-latency row; normal-mode rows at DeepEP's default 20 SMs
+    _cut(
+        h200 / "comm/sglang/0.5.12/wideep_deepep_ll_perf.parquet",
+        OUT / "h200_sxm/comm/sglang/0.5.12/wideep_deepep_ll_perf.parquet",
+        lambda t: pc.greater(t["dispatch_avg_t_us"], 0),
+    )
+    _cut(
+        h200 / "comm/sglang/0.5.12/wideep_deepep_normal_perf.parquet",
+        OUT / "h200_sxm/comm/sglang/0.5.12/wideep_deepep_normal_perf.parquet",
+        lambda t: pc.or_(pc.equal(t["dispatch_sms"], 20), pc.equal(t["combine_sms"], 20)),
+    )
 
 
 if __name__ == "__main__":

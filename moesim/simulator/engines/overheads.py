@@ -29,6 +29,13 @@
       round ops = max(host, device) − what the SD overlap hides of the host behind the round's device time
   A round that syncs runs these ops with the device idle behind them; an engine whose scheduler keeps its
   overlap under SD (sd_overlap_kept) hides a share f of them, as it hides its other host work.
+- A tree's attention-backend metadata (`attention_metadata_s`), for a tree (top-k > 1) on a model
+  without MLA, where the engine's backend rebuilds its metadata on the host each round: eager ops, syncs
+  and plan() calls (each plan: attention_plan_us on the host and one launch of its copy to the device),
+  priced as the round's own ops are:
+      plans  = tree_metadata_plans + tree_step_plans × (K − 1)
+      host   = (ops + plans) × launch_eager + syncs × sync + plans × attention_plan_us
+      device = (ops + plans) × kernel fixed latency
 """
 
 from __future__ import annotations
@@ -174,10 +181,13 @@ def host_prepared_passes(style: DrafterStyle, draft_len: int, drafter_tp: int) -
 
 def first_draft_pass(style: DrafterStyle, sequences: int, draft_len: int) -> tuple[int, int]:
     """(rows, tokens per row) of a round's first drafter pass: the K + 1 (chain) or tree positions just
-    verified per sequence when the engine's proposer runs over them (`first_pass = "verified"`), else one
-    token per drafted row like every later pass."""
+    verified per sequence when the engine's proposer runs over them (`first_pass = "verified"`), the
+    accepted tokens padded to K + 1 positions per sequence, tree or chain (`"accepted"`), else one token
+    per drafted row like every later pass."""
     if style.first_pass == "verified":
         return sequences, verify_tokens(style, draft_len)
+    if style.first_pass == "accepted":
+        return sequences, draft_len + 1
     return draft_sequences(style, sequences), 1
 
 
@@ -230,7 +240,8 @@ class LaunchCosts:
     per piece and eager attention launch per layer, and for an SD round's own ops an eager launch, a
     host-device sync, a tiny kernel's device time and the gap between kernels in graph replay; and what the
     engine's own sampler passes run over (`sampler_bytes`, `acceptance_bytes`): the target's and the
-    drafter's vocabularies, at the device's elementwise memory bandwidth (bytes per second)."""
+    drafter's vocabularies, at the device's elementwise memory bandwidth (bytes per second); `mla`: the
+    target's attention is MLA (the engine's attention backend, so its metadata, differs)."""
 
     layers: int
     graph_launch_s: float
@@ -241,6 +252,7 @@ class LaunchCosts:
     vocab: int = 0
     draft_vocab: int = 0
     elementwise_bytes_per_s: float = math.inf
+    mla: bool = False
 
     def bytes_s(self, nbytes: float) -> float:
         """Seconds of `nbytes` of elementwise memory traffic."""
@@ -264,9 +276,39 @@ def round_ops_s(
     graph_ops = step_ops if drafter_launch_mode != "eager" else 0
     host_s = eager_ops * costs.eager_launch_s + style.round_syncs * costs.sync_s
     device_ops_s = (eager_ops + graph_ops) * costs.kernel_s + graph_ops * costs.graph_gap_s
+    return _ops_s(profile, host_s, device_ops_s, device_s)
+
+
+def _ops_s(profile: ServingEngineProfile, host_s: float, device_ops_s: float, device_s: float) -> float:
+    """Ops whose host issue takes `host_s` and whose device run takes `device_ops_s`: the longer of the
+    two, less what the SD overlap hides of the host behind the round's `device_s`."""
     if host_s <= device_ops_s:
         return device_ops_s
     return device_ops_s + exposed_host_s(profile, host_s - device_ops_s, device_s, speculative=True)
+
+
+def metadata_counts(style: DrafterStyle, draft_len: int, mla: bool = False) -> tuple[int, int, int]:
+    """(eager ops, syncs, plan calls) of one round's attention-backend metadata for a tree of top-k > 1 on
+    a model without MLA (module docstring); (0, 0, 0) for a chain, a top-1 tree or an MLA model."""
+    if style.shape != "tree" or style.tree_topk < 2 or mla:
+        return 0, 0, 0
+    plans = style.tree_metadata_plans + style.tree_step_plans * max(0, draft_len - 1)
+    return style.tree_metadata_ops, style.tree_metadata_syncs, plans
+
+
+def attention_metadata_s(
+    profile: ServingEngineProfile, draft_len: int, costs: LaunchCosts, device_s: float = 0.0
+) -> float:
+    """Seconds an SD round of K = `draft_len` spends rebuilding a tree's attention-backend metadata outside
+    its graphs (`metadata_counts`; module docstring), less what the SD overlap hides behind `device_s`."""
+    ops, syncs, plans = metadata_counts(profile.drafter, draft_len, costs.mla)
+    launched = ops + plans
+    host_s = (
+        launched * costs.eager_launch_s
+        + syncs * costs.sync_s
+        + plans * profile.effective_host.attention_plan_us * US
+    )
+    return _ops_s(profile, host_s, launched * costs.kernel_s, device_s)
 
 
 def ngram_draft_s(profile: ServingEngineProfile, sequences: int) -> float:
@@ -280,6 +322,7 @@ __all__ = [
     "StepLaunch",
     "accept_sync_s",
     "acceptance_bytes",
+    "attention_metadata_s",
     "captured_size",
     "draft_host_s",
     "draft_sequences",
@@ -289,6 +332,7 @@ __all__ = [
     "host_prepared_passes",
     "host_time_s",
     "launch_for",
+    "metadata_counts",
     "ngram_draft_s",
     "overlap_fraction",
     "padded_sequences",

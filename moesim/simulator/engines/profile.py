@@ -37,7 +37,7 @@ UNCAPTURED_MODES = ("eager", "piecewise")
 DRAFT_SHAPES = ("chain", "tree")
 DRAFTER_LAUNCHES = ("target", "graph", "eager", "piecewise")
 VERIFY_MODES = ("multi_token", "batch_expansion")
-FIRST_PASSES = ("one_token", "verified")
+FIRST_PASSES = ("one_token", "verified", "accepted")
 DRAFTER_TPS = ("target", "one")
 PASS_PREPARATIONS = ("device", "host_unless_tp1")
 PROFILE_KINDS = ("ideal", "documented", "fitted")
@@ -110,6 +110,14 @@ HOST_PARAMETERS: dict[str, HostParameter] = {
         0.0,
         1e3,
     ),
+    "attention_plan_us": HostParameter(
+        "µs",
+        "host work of one attention-backend plan() call (FlashInfer: its Python checks and the C++ work "
+        "partition over the batch's query and KV lengths), counted per SD round by `[drafter] "
+        "tree_metadata_plans` / `tree_step_plans`",
+        0.0,
+        1e4,
+    ),
     "ngram_base_us": HostParameter("µs", "n-gram (prompt lookup) drafting on the host per round", 0.0, 1e4),
     "ngram_per_sequence_us": HostParameter("µs", "n-gram drafting per sequence per round", 0.0, 1e3),
 }
@@ -139,6 +147,7 @@ class HostCosts:
     sd_per_sequence_us: float = 0.0
     runner_pass_us: float = 0.0
     runner_per_row_us: float = 0.0
+    attention_plan_us: float = 0.0
     ngram_base_us: float = NGRAM_BASE_US
     ngram_per_sequence_us: float = NGRAM_PER_SEQUENCE_US
 
@@ -176,7 +185,10 @@ class DrafterStyle:
     the ideal engine), or over the positions the round just verified (`verified`: K + 1 per sequence for a
     chain, the tree's draft tokens), which puts the accepted tokens into the drafter's KV cache before it
     proposes — vLLM 0.33.0 `v1/spec_decode/llm_base_proposer.py` `propose` and SGLang 0.5.23
-    `speculative/eagle_worker_v2.py` `_draft_extend_for_decode` both do so (`speculative.drafters`).
+    `speculative/eagle_worker_v2.py` `_draft_extend_for_decode` both do so (`speculative.drafters`);
+    `accepted`: over each sequence's accepted tokens padded to K + 1 positions, for a tree as for a chain
+    (SGLang 0.5.2 spec v1's draft extend, captured at speculative_num_steps + 1 tokens per request:
+    `speculative/eagle_draft_extend_cuda_graph_runner.py`).
 
     `draft_tp` / `head_tp`: the tensor parallelism a separate draft model / a hidden-state head (EAGLE,
     MTP) runs at on a multi-GPU layout: the target's (`target`, split like the target's attention), or
@@ -199,7 +211,15 @@ class DrafterStyle:
     (`.item()`, `.tolist()`, boolean-mask indexing), each draining the device queue; `draft_step_ops` ops
     per drafter step after the first that select and expand the candidates (scores × top-k, gather,
     softmax, top-k), run in the drafter's launch mode (inside its graph when captured). 0: not counted
-    (the ideal engine, and engines whose round these files do not count)."""
+    (the ideal engine, and engines whose round these files do not count).
+
+    A tree's attention-backend metadata (`engines.overheads.attention_metadata_s`), counted from the
+    backend the engine picks for a tree (top-k > 1) on a model without MLA (SGLang 0.5.2 picks FlashInfer
+    there): `tree_metadata_ops` device ops launched outside every graph per round (KV-index and
+    mask-index builds, the copies into the graphs' buffers), `tree_metadata_syncs` device-to-host copies
+    that drain the queue, and the backend's host-side `plan()` calls: `tree_metadata_plans` per round plus
+    `tree_step_plans` per drafter step after the first; each plan costs the host `attention_plan_us` and
+    launches one copy of its plan to the device. 0: not counted."""
 
     shape: Literal["chain", "tree"] = "chain"
     tree_draft_tokens: int = 0
@@ -207,7 +227,7 @@ class DrafterStyle:
     launch: Literal["target", "graph", "eager", "piecewise"] = "target"
     draft_vocab_size: int = 0
     verify_mode: Literal["multi_token", "batch_expansion"] = "multi_token"
-    first_pass: Literal["one_token", "verified"] = "one_token"
+    first_pass: Literal["one_token", "verified", "accepted"] = "one_token"
     draft_tp: Literal["target", "one"] = "target"
     head_tp: Literal["target", "one"] = "target"
     pass_preparation: Literal["device", "host_unless_tp1"] = "device"
@@ -215,6 +235,10 @@ class DrafterStyle:
     round_eager_ops: int = 0
     round_syncs: int = 0
     draft_step_ops: int = 0
+    tree_metadata_ops: int = 0
+    tree_metadata_syncs: int = 0
+    tree_metadata_plans: int = 0
+    tree_step_plans: int = 0
 
 
 @dataclass(frozen=True)
@@ -410,6 +434,10 @@ def _read_drafter(source: str, data: Any) -> DrafterStyle:
         round_eager_ops=_round_count(t, "round_eager_ops"),
         round_syncs=_round_count(t, "round_syncs"),
         draft_step_ops=_round_count(t, "draft_step_ops"),
+        tree_metadata_ops=_round_count(t, "tree_metadata_ops"),
+        tree_metadata_syncs=_round_count(t, "tree_metadata_syncs"),
+        tree_metadata_plans=_round_count(t, "tree_metadata_plans"),
+        tree_step_plans=_round_count(t, "tree_step_plans"),
     )
     if style.shape == "tree" and style.tree_draft_tokens < 2:
         raise t.error(

@@ -10,6 +10,12 @@ over the link bandwidth β (achieved, per GPU, one direction). With n ranks and 
 - all-gather / reduce-scatter of an S-byte result, ring: (n−1)·α + (n−1)/n · S/β; direct: α + (n−1)/n · S/β
 - all-to-all, direct:      α + max(bytes sent, bytes received)/β   (every pair at once over a switch)
 
+An expert-parallel dispatch or combine on a profile with fitted all-to-all terms (`[node.all_to_all.<mode>]`,
+`hardware.sections.AllToAllTerms`) is priced by them instead: the kernel's fixed time plus the busiest
+rank's bytes at its achieved rate, in the mode the step runs (`low_latency` for decode and verification
+steps, `normal` for steps with prefill); across nodes the bytes bound off the node take the achieved
+scale-out link.
+
 `"auto"` takes the fastest algorithm, as NCCL's tuner and engines' custom kernels do: one-shot for small
 messages, ring or two-shot for large ones. One rank costs nothing. All functions accept numpy arrays of
 bytes so the sweep fast path stays vectorised.
@@ -24,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from moesim.errors import MoesimError
-from moesim.simulator.hardware.sections import NodeSpec
+from moesim.simulator.hardware.sections import AllToAllMode, AllToAllTerms, NodeSpec
 from moesim.simulator.plan.kernels import Collective
 from moesim.simulator.plan.parallel import ParallelStep, collective_name
 
@@ -155,6 +161,41 @@ def all_to_all_s(
     return link.latency_s + np.maximum(send, recv) / link.bytes_per_s
 
 
+def expert_all_to_all_s(
+    send_bytes: npt.ArrayLike,
+    ranks: int,
+    node: NodeSpec,
+    terms: AllToAllTerms,
+    phase: str,
+    recv_bytes: npt.ArrayLike | None = None,
+) -> np.ndarray:
+    """Seconds of one expert-parallel `phase` ('dispatch' or 'combine') priced by the fitted `terms`: the
+    phase's fixed time plus the larger of the busiest rank's sent and received bytes at its achieved rate.
+
+    A group that spans nodes sends to every other rank at once: the share of the bytes bound for the g − 1
+    other ranks of its node at the term's rate, the share bound for the n − g ranks of other nodes over the
+    achieved scale-out link (one more latency), whichever takes longer (DeepEP's low-latency kernels send
+    to each rank directly; its normal mode sends once per remote node and forwards over NVLink, so this
+    over-prices normal mode across nodes)."""
+    _check_ranks(ranks)
+    send = _bytes(send_bytes)
+    recv = send if recv_bytes is None else _bytes(recv_bytes)
+    if ranks == 1:
+        return np.zeros(np.broadcast(send, recv).shape)
+    if phase == "dispatch":
+        fixed_us, bandwidth_gbps = terms.dispatch_fixed_us, terms.dispatch_bandwidth_gbps
+    else:
+        fixed_us, bandwidth_gbps = terms.combine_fixed_us, terms.combine_bandwidth_gbps
+    busiest = np.maximum(send, recv)
+    g = node.gpus_per_node
+    if ranks <= g:
+        return fixed_us * 1e-6 + busiest / (bandwidth_gbps * 1e9)
+    scale_out = node_link(node, ranks)
+    on_node = busiest * (g - 1) / (ranks - 1) / (bandwidth_gbps * 1e9)
+    off_node = busiest * (ranks - g) / (ranks - 1) / scale_out.bytes_per_s
+    return fixed_us * 1e-6 + scale_out.latency_s + np.maximum(on_node, off_node)
+
+
 def messages_s(total_bytes: float, node: NodeSpec, group_gpus: int, messages: int = 1) -> float:
     """Seconds of `messages` point-to-point messages carrying `total_bytes` between two GPUs of a group of
     `group_gpus` (the link `node_link` picks for that group): one latency each, the bytes at its bandwidth."""
@@ -162,8 +203,16 @@ def messages_s(total_bytes: float, node: NodeSpec, group_gpus: int, messages: in
     return messages * link.latency_s + total_bytes / link.bytes_per_s
 
 
-def collective_time_s(collective: Collective, node: NodeSpec) -> float:
-    """Seconds of one collective on the node's links (scale-up within a node, scale-out across nodes)."""
+def collective_time_s(collective: Collective, node: NodeSpec, mode: AllToAllMode = "low_latency") -> float:
+    """Seconds of one collective on the node's links (scale-up within a node, scale-out across nodes); a
+    MoE dispatch or combine by the node's all-to-all terms of `mode` where the profile has them."""
+    terms = node.all_to_all_terms(mode) if collective.phase else None
+    if terms is not None:
+        return float(
+            expert_all_to_all_s(
+                collective.send_bytes, collective.ranks, node, terms, collective.phase, collective.recv_bytes
+            )
+        )
     link = node_link(node, collective.ranks)
     if collective.op == "all_reduce":
         return float(all_reduce_s(collective.send_bytes, collective.ranks, link))
@@ -173,7 +222,8 @@ def collective_time_s(collective: Collective, node: NodeSpec) -> float:
 
 
 def step_collective_times_s(step: ParallelStep, node: NodeSpec) -> dict[str, float]:
-    """Seconds of each of a parallel step's collectives (the mean over MoE layers where they differ)."""
+    """Seconds of each of a parallel step's collectives (the mean over MoE layers where they differ); the
+    parallel plans are decode and verification steps, so all-to-all terms are of the `low_latency` mode."""
     out: dict[str, float] = {}
     for name, per_layer in step.collectives.items():
         times = {c: collective_time_s(c, node) for c in set(per_layer)}
@@ -201,6 +251,7 @@ __all__ = [
     "all_reduce_s",
     "all_to_all_s",
     "collective_time_s",
+    "expert_all_to_all_s",
     "node_link",
     "parallel_step_summary",
     "reduce_scatter_s",

@@ -25,8 +25,10 @@ from moesim.profile_files import (
 )
 from moesim.simulator.hardware.defaults import MLA_QUERY_TILE_ROWS, execution_facts
 from moesim.simulator.hardware.sections import (
+    ALL_TO_ALL_MODES,
     ATTENTION_KERNEL_KINDS,
     EXECUTION_FACTS,
+    AllToAllTerms,
     AttentionTerms,
     Datasheet,
     Empirical,
@@ -193,13 +195,18 @@ def profile_to_dict(p: HardwareProfile) -> dict[str, Any]:
             kind: {f.name: float(getattr(terms, f.name)) for f in fields(AttentionTerms)}
             for kind, terms in em.attention.items()
         }
-    node = {
+    node: dict[str, Any] = {
         "gpus_per_node": int(p.node.gpus_per_node),
         "scale_up_bandwidth_gbps": float(p.node.scale_up_bandwidth_gbps),
         "scale_up_latency_us": float(p.node.scale_up_latency_us),
         "scale_out_bandwidth_gbps": float(p.node.scale_out_bandwidth_gbps),
         "scale_out_latency_us": float(p.node.scale_out_latency_us),
     }
+    if p.node.all_to_all is not None:
+        node["all_to_all"] = {
+            mode: {f.name: float(getattr(terms, f.name)) for f in fields(AllToAllTerms)}
+            for mode, terms in p.node.all_to_all
+        }
     pv = p.provenance
     provenance: dict[str, Any] = {
         "kind": pv.kind,
@@ -365,6 +372,32 @@ def _read_empirical(source: str, data: Any) -> Empirical:
     )
 
 
+# Bounds of the all-to-all terms: a dispatch or combine floor above 10 ms exceeds any measured row's whole
+# time; bandwidths share the profile's ceiling.
+ALL_TO_ALL_MAX_FIXED_US = 10_000.0
+
+
+def _read_all_to_all(r: ProfileTable) -> tuple[tuple[Any, AllToAllTerms], ...] | None:
+    if not r.has("all_to_all"):
+        return None
+    by_mode = r.table("all_to_all")
+    out = []
+    for mode in by_mode.data:
+        if mode not in ALL_TO_ALL_MODES:
+            raise by_mode.error(
+                str(mode), "is not an all-to-all mode", f"modes: {', '.join(ALL_TO_ALL_MODES)}"
+            )
+        g = by_mode.table(mode, tuple(f.name for f in fields(AllToAllTerms)))
+        terms = {
+            f.name: g.number(f.name, strict=False, maximum=ALL_TO_ALL_MAX_FIXED_US)
+            if f.name.endswith("_us")
+            else g.number(f.name, maximum=MAX_BANDWIDTH_GBPS)
+            for f in fields(AllToAllTerms)
+        }
+        out.append((mode, AllToAllTerms(**terms)))
+    return tuple(out)
+
+
 def _read_node(source: str, data: Any) -> NodeSpec:
     r = ProfileTable(source, "node", data, tuple(f.name for f in fields(NodeSpec)))
     return NodeSpec(
@@ -375,6 +408,7 @@ def _read_node(source: str, data: Any) -> NodeSpec:
             "scale_out_bandwidth_gbps", strict=False, maximum=MAX_BANDWIDTH_GBPS
         ),
         scale_out_latency_us=r.number("scale_out_latency_us", strict=False, maximum=MAX_LATENCY_US),
+        all_to_all=_read_all_to_all(r),
     )
 
 

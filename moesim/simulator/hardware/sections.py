@@ -140,6 +140,35 @@ class Empirical:
 
 
 @dataclass(frozen=True)
+class AllToAllTerms:
+    """What an expert-parallel all-to-all costs in one mode of the engine's kernel (DeepEP's `low_latency` or
+    `normal`), per phase: a MoE layer's dispatch (tokens to their experts' ranks) and its combine (the
+    experts' outputs back):
+
+        time = <phase>_fixed_us + bytes of the busiest rank / <phase>_bandwidth_gbps
+
+    The bytes are those moesim's plan counts (`plan.layout.moe_traffic`: one copy of a token per distinct
+    remote rank its experts live on, the larger of sent and received), so the bandwidth is the kernel's
+    achieved rate in those bytes, not the link's. `fixed_us` is the kernel's own time with almost nothing
+    to move (its launch, the rank-to-rank signalling and the layout it computes). Fitted to an engine's
+    measured dispatch / combine (`calibrate.fits.silicon.a2a_fit`) over the GPUs of one node; across nodes
+    the bytes bound off the node take the achieved scale-out link (`execution.collectives`).
+    """
+
+    dispatch_fixed_us: float
+    dispatch_bandwidth_gbps: float
+    combine_fixed_us: float
+    combine_bandwidth_gbps: float
+
+
+# DeepEP's two modes: `low_latency` for graph-replayed decode and verification steps, `normal` for steps that
+# carry prefill (SGLang 0.5.23 `layers/moe/utils.DeepEPMode.resolve`: normal when a batch extends; its
+# decode CUDA-graph runner captures with is_extend_in_batch False, `decode_cuda_graph_runner.py`).
+ALL_TO_ALL_MODES = ("low_latency", "normal")
+AllToAllMode = Literal["low_latency", "normal"]
+
+
+@dataclass(frozen=True)
 class NodeSpec:
     """How GPUs of this kind are joined in a node (used by the parallel model)."""
 
@@ -148,6 +177,13 @@ class NodeSpec:
     scale_up_latency_us: float = 0.0
     scale_out_bandwidth_gbps: float = 0.0  # per GPU, one direction
     scale_out_latency_us: float = 0.0
+    # The expert-parallel all-to-all per mode (see AllToAllTerms); None or a mode left out (the datasheet
+    # default): priced as a direct all-to-all on the links, as moesim did before the term existed.
+    all_to_all: tuple[tuple[AllToAllMode, AllToAllTerms], ...] | None = None
+
+    def all_to_all_terms(self, mode: AllToAllMode) -> AllToAllTerms | None:
+        """The all-to-all terms of `mode`, None when the profile has none for it."""
+        return dict(self.all_to_all or ()).get(mode)
 
 
 @dataclass(frozen=True)

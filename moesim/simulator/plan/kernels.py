@@ -29,6 +29,7 @@ CATEGORIES: tuple[str, ...] = (
 
 
 CollectiveOp = Literal["all_reduce", "all_gather", "all_to_all"]
+AllToAllPhase = Literal["", "dispatch", "combine"]
 
 
 @dataclass(frozen=True)
@@ -37,12 +38,16 @@ class Collective:
 
     all_reduce: `send_bytes` is the buffer each rank holds; all_gather: the gathered output's bytes;
     all_to_all: the bytes the busiest rank sends and (`recv_bytes`) receives, its share to itself excluded.
+    `phase` marks a MoE layer's dispatch or combine that runs as an expert-parallel all-to-all kernel: pure
+    expert parallelism (expert TP 1), the layouts DeepEP serves (aiconfigurator-core 0.12.0
+    `sdk/operations/moe_comm.MoECommBackendSpec.feasible`: moe_tp_size 1); '' for every other collective.
     """
 
     op: CollectiveOp
     ranks: int
     send_bytes: float
     recv_bytes: float | None = None
+    phase: AllToAllPhase = ""
 
 
 @dataclass(frozen=True)

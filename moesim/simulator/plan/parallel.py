@@ -229,17 +229,20 @@ def step_collectives(
             traffic = moe_traffic(
                 layout, h, step_tokens, work, _dispatch_bytes_per_value(model), float(ACT_BYTES)
             )
+            kernel = layout.expert_tp == 1  # an expert-parallel all-to-all kernel (see Collective.phase)
             out["dispatch"] = Collective(
                 "all_to_all",
                 layout.gpus,
                 float(traffic.dispatch_send_bytes),
                 float(traffic.dispatch_recv_bytes),
+                "dispatch" if kernel else "",
             )
             out["combine"] = Collective(
                 "all_to_all",
                 layout.gpus,
                 float(traffic.combine_send_bytes),
                 float(traffic.combine_recv_bytes),
+                "combine" if kernel else "",
             )
         else:
             out["moe_all_reduce"] = Collective("all_reduce", layout.gpus, step_tokens * h * ACT_BYTES)

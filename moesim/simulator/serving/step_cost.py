@@ -45,9 +45,10 @@ from typing import Protocol
 from moesim.simulator.engines import overheads as ov
 from moesim.simulator.execution.collectives import collective_time_s
 from moesim.simulator.execution.timer import FastTimer, StepTimer
+from moesim.simulator.hardware.sections import AllToAllMode
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.blocks import ACT_BYTES
-from moesim.simulator.plan.kernels import Collective
+from moesim.simulator.plan.kernels import AllToAllPhase, Collective
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.plan.mixed import MIXED_APPROXIMATIONS, PrefillChunks, build_mixed_plan
 from moesim.simulator.plan.parallel import rank_model
@@ -168,8 +169,8 @@ class ScenarioStepCost:
     def _round_extras_s(
         self, decode_seqs: int, draft_len: int, context_len: int, launch: str, device_s: float
     ) -> float:
-        """What an SD round adds beside its verification: drafter passes and host, the round's own ops
-        and acceptance sync (less what the SD overlap hides behind the step's `device_s`)."""
+        """What an SD round adds beside its verification: drafter passes and host, the round's own ops,
+        a tree's attention metadata and the acceptance sync (less what the SD overlap hides behind the step's `device_s`)."""
         _, drafts, launch_costs = self._timers_at(context_len)
         r = self.resolved
         profile = r.serving_engine
@@ -177,6 +178,7 @@ class ScenarioStepCost:
         if not r.drafter.drafts_on_host:
             drafter_launch = ov.drafter_launch(profile.drafter, launch)
             draft_s += ov.round_ops_s(profile, draft_len, drafter_launch, launch_costs, device_s)
+            draft_s += ov.attention_metadata_s(profile, draft_len, launch_costs, device_s)
         return draft_s + ov.accept_sync_s(profile, device_s)
 
     def _verify_tokens(self, shape: StepShape) -> int:
@@ -210,7 +212,8 @@ class ScenarioStepCost:
         """The collectives of a step's layers over `decode_tokens` decode tokens (spread over the attention
         groups) and `chunk_tokens` prompt tokens (on one group): a TP group's two all-reduces per layer;
         with expert parallelism, the group's attention all-reduce per layer and every MoE layer's dispatch
-        and combine of the busiest group's tokens (each rank sends its 1/tp share)."""
+        and combine of the busiest group's tokens (each rank sends its 1/tp share), in the all-to-all mode of
+        a step with prefill (`normal`) or without (`low_latency`)."""
         layout, model = self.resolved.layout, self.resolved.model
         tokens = decode_tokens + chunk_tokens
         if tokens == 0 or layout.is_single:
@@ -228,8 +231,15 @@ class ScenarioStepCost:
         ranks_hit = layout.ep * (1.0 - (1.0 - 1.0 / layout.ep) ** model.top_k)  # E[ranks of k experts]
         copies = ranks_hit * (layout.ep - 1) / layout.ep  # copies that leave the rank
         send = math.ceil(group_tokens / layout.tp) * copies * model.hidden * ACT_BYTES
-        all_to_all = collective_time_s(Collective("all_to_all", layout.gpus, send), node)
-        return attention + 2 * moe_layers * all_to_all
+        mode: AllToAllMode = "normal" if chunk_tokens else "low_latency"
+        phases: tuple[AllToAllPhase, AllToAllPhase] = (
+            ("dispatch", "combine") if layout.expert_tp == 1 else ("", "")  # see Collective.phase
+        )
+        dispatch, combine = (
+            collective_time_s(Collective("all_to_all", layout.gpus, send, phase=phase), node, mode)
+            for phase in phases
+        )
+        return attention + moe_layers * (dispatch + combine)
 
     def _mixed_device_s(self, shape: StepShape, launch: str) -> float:
         """The kernel stream of a step with prefill chunks (see the module docstring for a TP group)."""

@@ -93,10 +93,11 @@ class EngineStep:
     sd_host_s: float = 0.0  # of host_s, an SD round's per-sequence bookkeeping
     sampler_s: float = 0.0  # the engine's sampler (and a verification's acceptance) passes beyond the plan
     round_ops_s: float = 0.0  # an SD round's own ops outside its graphs and its syncs (`ov.round_ops_s`)
+    metadata_s: float = 0.0  # a tree's attention metadata outside its graphs (`ov.attention_metadata_s`)
 
     @property
     def step_s(self) -> float:
-        return self.device_s + self.sampler_s + self.engine_host_s + self.round_ops_s
+        return self.device_s + self.sampler_s + self.engine_host_s + self.round_ops_s + self.metadata_s
 
     @property
     def plan(self) -> StepPlan:
@@ -109,7 +110,7 @@ class EngineStep:
     def breakdown_s(self) -> dict[str, float]:
         """Where the step's time went: the kernel categories (scaled to the unpadded share of the device
         time when the engine pads or runs piecewise), `padding`, `engine_host`, `sd_bookkeeping`,
-        `sampler` and `sd_round_ops`; sums to `step_s`."""
+        `sampler`, `sd_round_ops` and `attention_metadata`; sums to `step_s`."""
         out = dict(self.timed.timing.breakdown_s)
         if self.padding_s > 0.0 or self.device_s != self.timed.step_s:
             total = sum(out.values())
@@ -121,6 +122,7 @@ class EngineStep:
         out["sd_bookkeeping"] = self.engine_host_s * sd_share
         out["sampler"] = self.sampler_s
         out["sd_round_ops"] = self.round_ops_s
+        out["attention_metadata"] = self.metadata_s
         return out
 
     def engine_json(self) -> dict[str, Any]:
@@ -136,6 +138,7 @@ class EngineStep:
             "sd_host_s": self.sd_host_s,
             "sampler_s": self.sampler_s,
             "round_ops_s": self.round_ops_s,
+            "metadata_s": self.metadata_s,
             "step_s": self.step_s,
         }
 
@@ -280,6 +283,7 @@ def scenario_timers(
         vocab=r.model.vocab,
         draft_vocab=draft_model.vocab if draft_model is not None else 0,
         elementwise_bytes_per_s=r.hardware.memory_bandwidth_bytes_per_s * em.elementwise_bandwidth_fraction,
+        mla=r.model.attention.is_mla,
     )
     draft_layers = draft_model.n_layers if draft_model is not None else 0
 
@@ -491,10 +495,11 @@ def engine_round(
     if not drafter.drafts_on_host:
         launch = ov.drafter_launch(profile.drafter, verify.launch)
         ops_s = ov.round_ops_s(profile, draft_len, launch, launch_costs, verify.device_s)
-        verify = replace(verify, round_ops_s=ops_s)
+        metadata_s = ov.attention_metadata_s(profile, draft_len, launch_costs, verify.device_s)
+        verify = replace(verify, round_ops_s=ops_s, metadata_s=metadata_s)
     share = all_accepted_share(tokens_per_step, draft_len) if profile.drafter.bonus_rows else 0.0
     drafting = round_drafting(profile, drafter, batch, draft_len, verify.launch, drafts, share, launch_costs)
-    first_pass_s = drafting.device.first_pass_s if profile.drafter.first_pass == "verified" else 0.0
+    first_pass_s = drafting.device.first_pass_s if profile.drafter.first_pass != "one_token" else 0.0
     return EngineRound(
         verify=verify,
         draft_s=drafting.seconds,

@@ -39,6 +39,7 @@ TYPICAL = {
     "sd_per_sequence_us": 1.0,
     "runner_pass_us": 100.0,
     "runner_per_row_us": 1.0,
+    "attention_plan_us": 10.0,
     "ngram_base_us": 10.0,
     "ngram_per_sequence_us": 1.0,
 }

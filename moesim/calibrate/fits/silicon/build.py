@@ -11,6 +11,9 @@
   `context_attention_perf` (`attention_fit`),
 - the node's scale-up link from `nccl_perf` and the framework's `custom_allreduce_perf`, kept when it beats
   the datasheet link held out (`comm_fit`),
+- the expert-parallel all-to-all terms of DeepEP's low-latency and normal modes from the framework's
+  measured MoE dispatch / combine (`wideep_deepep_*_perf`, `moe_a2a_perf`), each mode kept when it beats
+  the datasheet link held out (`a2a_fit`),
 
 each with its rows and its error in-sample and on held-out shapes (`holdout`), onto the datasheet profile of
 the same GPU (`SYSTEM_PROFILES`). Every other field keeps its datasheet value or documented default, and
@@ -24,6 +27,13 @@ import datetime
 from dataclasses import dataclass, field, replace
 
 from moesim.calibrate.fits.silicon import tables
+from moesim.calibrate.fits.silicon.a2a_fit import (
+    A2A_TABLES,
+    AllToAllRows,
+    fit_all_to_all,
+    moe_a2a_rows,
+    sglang_rows,
+)
 from moesim.calibrate.fits.silicon.attention_fit import fit_attention
 from moesim.calibrate.fits.silicon.comm_fit import fit_link
 from moesim.calibrate.fits.silicon.gemm_fit import fit_gemm
@@ -32,7 +42,7 @@ from moesim.calibrate.fits.silicon.moe_fit import fit_moe
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.defaults import DEFAULT_EXPERT_GEMM
 from moesim.simulator.hardware.profile import HardwareProfile, load_profile
-from moesim.simulator.hardware.sections import AttentionTerms, Provenance
+from moesim.simulator.hardware.sections import ALL_TO_ALL_MODES, AttentionTerms, Provenance
 
 # The database's systems and the bundled datasheet profile of the same GPU (its facts and node).
 SYSTEM_PROFILES = {
@@ -165,6 +175,30 @@ def calibrate_from_silicon(text: str, root: str | None = None) -> SiliconCalibra
             for c in comm:
                 if c is not None:
                     versions[c.table] = f"{c.framework} {c.version}"
+    a2a = [c for c in (selection.get(name) for name in A2A_TABLES) if c is not None]
+    if a2a:
+        parts = [
+            moe_a2a_rows(tables.read_columns(c))
+            if c.table == "moe_a2a_perf"
+            else sglang_rows(c.table, tables.read_columns(c), selection.system)
+            for c in a2a
+        ]
+        labels = {
+            mode: " + ".join(c.label for c, rows in zip(a2a, parts, strict=True) if mode in rows.mode)
+            for mode in ALL_TO_ALL_MODES
+        }
+        kept_modes = []
+        for a in fit_all_to_all(AllToAllRows.concat(parts), base, labels):
+            key = f"node.all_to_all.{a.mode}"
+            if a.quality.beats(a.datasheet_quality):
+                kept_modes.append((a.mode, a.terms))
+            else:  # the datasheet link predicts the held-out rows better: kept
+                key += " (reported, not stored: the datasheet link is better held out)"
+            quality[key], baseline[key] = a.quality, a.datasheet_quality
+        if kept_modes:
+            node = replace(node, all_to_all=tuple(kept_modes))
+        for c in a2a:
+            versions[c.table] = f"{c.framework} {c.version}"
     if not quality:
         raise MoesimError("--from-silicon", f"{selection.name} has no table moesim fits", "choose another")
 

@@ -5,7 +5,8 @@ aiconfigurator-core 0.12.0 (Apache-2.0, `pip install 'moesim[silicon]'`) ships, 
 
     <system>/<op>/<framework>/<version>/<table>.parquet     e.g. h200_sxm/moe/sglang/0.5.14/moe_perf.parquet
 
-`system` and `framework` are the database's own names (`h200_sxm`, `sglang`); `latency` is in milliseconds.
+`system` and `framework` are the database's own names (`h200_sxm`, `sglang`); `latency` is in milliseconds
+(in `moe_a2a_perf`, microseconds).
 This module finds the tables without importing the package (its estimator is never called: moesim fits its
 own terms), lists them with their row counts from the parquet footers, picks one version per table for a
 `SYSTEM/FRAMEWORK[/VERSION]` selection, and reads the columns a fit needs after checking them against the
@@ -114,6 +115,39 @@ SCHEMAS: dict[str, dict[str, str]] = {
         "message_size": _INT,
         "latency": _FLOAT,
     },
+    # the MoE all-to-all (DeepEP dispatch / combine): SGLang's two tables, TensorRT-LLM's and vLLM's one
+    "wideep_deepep_ll_perf": {
+        "node_num": _INT,
+        "hidden_size": _INT,
+        "num_token": _INT,
+        "num_topk": _INT,
+        "num_experts": _INT,
+        "dispatch_avg_t_us": _FLOAT,
+        "combine_avg_t_us": _FLOAT,
+    },
+    "wideep_deepep_normal_perf": {
+        "node_num": _INT,
+        "hidden_size": _INT,
+        "num_token": _INT,
+        "num_topk": _INT,
+        "num_experts": _INT,
+        "dispatch_sms": _INT,
+        "dispatch_transmit_us": _FLOAT,
+        "combine_sms": _INT,
+        "combine_transmit_us": _FLOAT,
+    },
+    "moe_a2a_perf": {
+        "comm_backend": _STR,
+        "phase": _STR,
+        "comm_dtype": _STR,
+        "ep_size": _INT,
+        "node_num": _INT,
+        "hidden_size": _INT,
+        "topk": _INT,
+        "num_experts": _INT,
+        "num_tokens": _INT,
+        "latency": _FLOAT,  # µs in this table
+    },
 }
 
 
@@ -134,6 +168,9 @@ FITTED_TABLES = (
     "generation_attention_perf",
     "generation_mla_perf",
     "context_attention_perf",
+    "wideep_deepep_ll_perf",
+    "wideep_deepep_normal_perf",
+    "moe_a2a_perf",
 )
 
 
