@@ -42,6 +42,31 @@ def invoke(*args: str) -> tuple[int, str]:
             "1,000,000,000",
         ),
         (
+            ("serve", "--model", "olmoe-1b-7b", "--num-prompts", "10000000"),
+            "--max-minutes",
+            "serving 10,000,000 requests",
+        ),
+        (
+            ("screen", "--model", "qwen3-30b-a3b", "--experts", "1..10000:1", "--expert-width", "1..10000:1"),
+            "--sample N",
+            "100,000,000 designs",
+        ),
+        (  # a sample of the 10⁸-design space: refused on its count before a design is drawn
+            (
+                "screen",
+                "--model",
+                "qwen3-30b-a3b",
+                "--experts",
+                "1..10000:1",
+                "--expert-width",
+                "1..10000:1",
+                "--sample",
+                "1000000",
+            ),
+            "--max-minutes",
+            "1,000,000 designs",
+        ),
+        (
             (
                 "routing",
                 "predict",

@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moesim.simulator.execution.events import run_events
+from moesim.simulator.execution.events import KernelTimes, event_schedule, run_events, serial_schedule
 from moesim.simulator.execution.fastpath import fast_step
+from moesim.simulator.execution.launch import LaunchParams
 from moesim.simulator.plan.kernels import Kernel, TensorRead
 from moesim.simulator.plan.step import Segment
 from moesim.simulator.plan.styles import build_plan
@@ -62,6 +63,27 @@ def test_fast_path_equals_engine_on_one_stream(
     assert fast_step(plan, h200(), launch).step_s == pytest.approx(
         run_events(plan, h200(), launch).step_s, rel=1e-9
     )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0.0, 1e-3), st.booleans()), min_size=1, max_size=80),
+    st.sampled_from(["graph", "eager"]),
+    st.booleans(),
+)
+def test_one_stream_schedule_is_the_event_loops_bit_for_bit(
+    kernels: list[tuple[float, bool]], launch: str, with_launch: bool
+) -> None:
+    """A plan on one stream is scheduled without simpy: every start and end equals the event loop's."""
+    total = np.array([seconds for seconds, _ in kernels])
+    is_gemm = np.array([gemm for _, gemm in kernels])
+    params = LaunchParams.from_hardware(h200(), launch)
+    params = params if with_launch else params.without_launch_and_sync()
+    plan = tuple(Kernel(f"k{i}", "other", 0.0, ()) for i in range(len(kernels)))
+    zero = np.zeros(len(kernels))
+    loop_starts, loop_ends = event_schedule(plan, params, KernelTimes(total, zero, total, zero), is_gemm)
+    starts, ends = serial_schedule(params, total, is_gemm)
+    assert starts.tolist() == loop_starts.tolist() and ends.tolist() == loop_ends.tolist()
 
 
 @pytest.mark.parametrize("name", ["qwen3-30b-a3b", "qwen2-0.5b", "gpt-oss-20b"])

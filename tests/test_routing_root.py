@@ -1,4 +1,5 @@
-"""Brent's root finder without scipy: the same float as scipy.optimize.brentq, and its error paths."""
+"""Brent's root finder and the normal cdf without scipy: the same floats as scipy.optimize.brentq and
+scipy.special.ndtr, and the root finder's error paths."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import brentq
+from scipy.special import ndtr as scipy_ndtr
 
 from moesim.errors import MoesimError
 from moesim.simulator.routing.fit import successive_inclusion, zipf_for_baseline
+from moesim.simulator.routing.normal_cdf import ndtr
 from moesim.simulator.routing.root import brent_root
 
 
@@ -63,3 +66,39 @@ def test_unbracketed_and_non_converging_calls_say_so() -> None:
         brent_root(lambda x: math.exp(8 * x) - 1.5, 0.0, 1.0, xtol=1e-300, maxiter=3)
     with pytest.raises(ValueError):
         brent_root(lambda x: x, -1.0, 1.0, xtol=0.0)
+
+
+def test_normal_cdf_is_scipy_ndtr_bit_for_bit() -> None:
+    rng = np.random.default_rng(0)
+    edges = [
+        0.0,
+        -0.0,
+        1e-300,
+        -1e-300,
+        1.0,
+        -1.0,
+        math.sqrt(2),
+        -math.sqrt(2),
+        8 * math.sqrt(2),
+        38.0,
+        -38.0,
+    ]
+    x = np.concatenate(
+        [
+            rng.normal(0.0, 3.0, 200_000),
+            rng.uniform(-40.0, 40.0, 200_000),
+            np.linspace(-12.0, 12.0, 100_001),  # every branch: |x|/√2 below 1/√2, below 1, below 8, above
+            edges,
+            [math.inf, -math.inf],
+        ]
+    )
+    assert ndtr(x).tolist() == scipy_ndtr(x).tolist()
+    grid = x[:600].reshape(20, 30)
+    assert ndtr(grid).shape == (20, 30) and np.array_equal(ndtr(grid), scipy_ndtr(grid))
+    assert math.isnan(ndtr(np.array([math.nan]))[0])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(-60.0, 60.0))
+def test_normal_cdf_agrees_with_scipy_on_any_float(value: float) -> None:
+    assert ndtr(np.array([value]))[0] == scipy_ndtr(value)

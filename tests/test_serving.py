@@ -176,6 +176,23 @@ def test_kv_blocks_account_for_every_block() -> None:
     assert kv.fits_alone(128) and not kv.fits_alone(129)
 
 
+@given(st.integers(0, 3), st.integers(1, 32), st.lists(st.integers(1, 200), min_size=1, max_size=20))
+def test_kv_covered_tokens_is_where_reserve_starts_taking_blocks(
+    state_tokens: int, block_tokens: int, asks: list[int]
+) -> None:
+    """The serving loop skips `reserve` for requests within their blocks: those calls take nothing."""
+    kv = KvBlocks(10_000, block_tokens=block_tokens, state_tokens=state_tokens)
+    for tokens in sorted(asks):
+        assert kv.reserve(7, tokens)
+        covered = kv.covered_tokens(7)
+        assert covered >= tokens
+        held = kv.used_blocks
+        assert kv.reserve(7, covered) and kv.used_blocks == held  # up to it: nothing taken
+        assert kv.reserve(7, covered + 1) and kv.used_blocks == held + 1  # one past it: a block
+    kv.release(7)
+    assert kv.covered_tokens(7) <= 0
+
+
 def test_kv_capacity_from_the_memory_model() -> None:
     qwen = model(MODEL)
     capacity = kv_capacity(qwen, h200())

@@ -40,10 +40,21 @@ def modules_loaded(*args: str) -> set[str]:
     [
         ("--help",),
         ("simulate", "--model", "qwen3-30b-a3b", "--hardware", "h200", "--batch", "1", "--draft-len", "3"),
+        # expert parallelism: the busiest rank's work integrates normal cdfs (routing/normal_cdf.py)
+        ("simulate", "--model", "deepseek-v3", "--hardware", "h200", "--gpus", "8"),
     ],
-    ids=["help", "simulate"],
+    ids=["help", "simulate", "simulate-ep"],
 )
 def test_default_paths_import_no_heavy_module(args: tuple[str, ...]) -> None:
     loaded = modules_loaded(*args)
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
     assert "moesim" in loaded
+
+
+def test_a_one_stream_simulation_runs_without_the_event_loop() -> None:
+    """A plan on one stream is scheduled without simpy (bit for bit the same, tests/test_events.py); the
+    command-line face and the tables load only for a command, not for --help."""
+    help_loaded = modules_loaded("--help")
+    assert not help_loaded & {"numpy", "rich", "simpy"}, sorted(help_loaded & {"numpy", "rich", "simpy"})
+    loaded = modules_loaded("simulate", "--model", "qwen3-30b-a3b", "--hardware", "h200", "--batch", "1")
+    assert "simpy" not in loaded and "numpy" in loaded

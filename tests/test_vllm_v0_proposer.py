@@ -189,17 +189,25 @@ def test_simulate_prints_the_drafter_line_under_vllm_v0() -> None:
 def test_sampler_and_acceptance_bytes_are_the_counted_passes() -> None:
     """vLLM 0.6.3's sampler runs fp32 softmax and log-softmax over the whole vocabulary at every step, and an
     SD round copies the draft and target probabilities and runs the rejection sampler over them (greedy
-    too): bytes per vocabulary entry counted from the source, 0 for every other preset."""
+    too): bytes per vocabulary entry counted from the source; greedy, 0 for the presets whose greedy path is an
+    argmax (`tests/test_sampler_passes.py` has the sampled passes)."""
     v0 = load_serving_engine("vllm-v0")
     passes = v0.sampler
-    assert (passes.bytes_per_logit, passes.sd_bytes_per_logit) == (30.0, 4.0)
+    assert (passes.bytes_per_logit, passes.sd_bytes_per_logit) == (38.0, 4.0)
     assert (passes.draft_bytes_per_logit, passes.verify_bytes_per_logit) == (104.0, 8.0)
-    assert ov.sampler_bytes(v0, 10, 1000) == 10 * 1000 * 30.0
-    assert ov.sampler_bytes(v0, 10, 1000, speculative=True) == 10 * 1000 * 34.0
+    assert ov.sampler_bytes(v0, 10, 1000) == 10 * 1000 * 38.0
+    assert (
+        ov.sampler_bytes(v0, 10, 1000, "verify")
+        == 10 * 1000 * 42.0
+        == ov.sampler_bytes(v0, 10, 1000, "draft")
+    )
     assert ov.acceptance_bytes(v0, 4, 3, 1000) == 4 * 1000 * (3 * 104.0 + 4 * 8.0)
-    for name in ("ideal", "vllm", "sglang", "sglang-spec-v1", "trtllm"):
+    for name in ("ideal", "vllm", "sglang", "trtllm"):  # greedy: one argmax over the logits, the plan's read
         other = load_serving_engine(name)
-        assert ov.sampler_bytes(other, 64, 151936, True) == 0.0 == ov.acceptance_bytes(other, 64, 3, 151936)
+        for kind in ("decode", "verify", "draft"):
+            assert (
+                ov.sampler_bytes(other, 64, 151936, kind) == 0.0 == ov.acceptance_bytes(other, 64, 3, 151936)
+            )
 
 
 def test_sampler_passes_are_a_breakdown_row_that_grows_with_the_vocabulary() -> None:

@@ -9,6 +9,38 @@ import click
 
 from moesim.commands.common import emit_json, handle_errors, make_console
 
+# The [sampler] fields as `moesim engines` groups them: what every request pays, and what sampling adds.
+SAMPLER_ROWS = (
+    (
+        "greedy",
+        (
+            "bytes_per_logit",
+            "sd_bytes_per_logit",
+            "draft_pass_bytes_per_logit",
+            "draft_bytes_per_logit",
+            "verify_bytes_per_logit",
+        ),
+    ),
+    (
+        "sampled, more",
+        (
+            "sampled_bytes_per_logit",
+            "sampled_verify_bytes_per_logit",
+            "sampled_draft_pass_bytes_per_logit",
+            "sampled_round_bytes_per_logit",
+            "filter_bytes_per_logit",
+        ),
+    ),
+)
+
+
+def _sampler_label(name: str) -> str:
+    return "every" if name == "bytes_per_logit" else name.removesuffix("_bytes_per_logit")
+
+
+def _shown(value: Any) -> str:
+    return ("yes" if value else "no") if isinstance(value, bool) else f"{value}"
+
 
 def engine_summary(name: str) -> dict[str, Any]:
     from moesim.simulator.engines.profile import HOST_PARAMETERS, load_serving_engine, profile_to_dict
@@ -59,7 +91,16 @@ def engines_command(names: tuple[str, ...], as_json: bool) -> None:
             f"  graphs {'on' if g['enabled'] else 'off'}: {shown} {g['capture_unit']}{ceiling}; "
             f"padding {g['padding']}; uncaptured → {g['uncaptured']}"
         )
-        console.print(f"  drafter {d['shape']}, launch {d['launch']}")
+        console.print("  drafter " + ", ".join(f"{k} {_shown(v)}" for k, v in d.items()))
+        for label, names in SAMPLER_ROWS:
+            console.print(
+                f"  sampler {label} (B per row and vocabulary entry beyond the plan's read): "
+                + ", ".join(f"{_sampler_label(n)} {s['sampler'][n]:g}" for n in names)
+            )
+        for source in s["sampler"]["sources"]:
+            console.print(f"  sampler source: {escape(source)}")
+        cap = s["scheduler"]["sd_max_running_requests"]
+        console.print(f"  scheduler under SD: {f'at most {cap} running requests' if cap else 'no cap'}")
         for source in p["sources"]:
             console.print(f"  source: {escape(source)}")
         for note in p["assumptions"]:

@@ -56,8 +56,8 @@ STEP_FIELDS = (
     "baseline_overlap",
 )
 """The Scenario fields of one step that simulate, sweep and serve offer as flags."""
-SD_FIELDS = ("drafter", "acceptance", "acceptance_length")
-"""The Scenario fields of speculative decoding."""
+SD_FIELDS = ("drafter", "acceptance", "acceptance_length", "temperature", "sampling_top_k", "sampling_top_p")
+"""The Scenario fields of speculative decoding and of the requests' sampling."""
 
 step_options = field_options(Scenario, *STEP_FIELDS)
 sd_options = field_options(Scenario, *SD_FIELDS)
@@ -143,6 +143,7 @@ def _print_point(
     console.print(
         f"kernel style {kernel_style}, {a['launch']} launch, serving engine {a['serving_engine']} "
         f"({a['serving_engine_provenance']}), {a['routing']}, drafter {a['drafter']}, {acceptance_text}"
+        + ("" if a["sampling"] == "greedy" else f", requests {a['sampling']}")
     )
     if a.get("compute_rule"):
         console.print(f"note: {a['compute_rule']}")
@@ -335,6 +336,7 @@ def _print_sweep(
         )
         + f"; kernel style {kernel_style}, {a['launch']} launch, context {context_len}"
         + f"; serving engine {a['serving_engine']} ({a['serving_engine_provenance']})"
+        + ("" if a["sampling"] == "greedy" else f"; requests {a['sampling']}")
     )
     capped = a.get("acceptance_length_capped_at")
     if capped:

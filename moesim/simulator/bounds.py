@@ -21,8 +21,9 @@ GPU_MAX_MEMORY_GB = 64.0
 """The default limit of torch tensors on a GPU (`validate reference --device cuda`): under an 80 GB device's memory after
 the CUDA context and torch's caching allocator (the full-width validation grid needs 6–19 GB)."""
 
-SWEEP_SECONDS_PER_CONFIG = 0.0076
-"""Fast-path time of one sweep configuration on two cores: `moesim sweep --model all` ran 1440 in 11 s."""
+SWEEP_SECONDS_PER_CONFIG = 0.0055
+"""Fast-path time of one sweep configuration on two cores: `moesim sweep --model all --hardware h200` ran its
+1,440 configurations in 7.9 CPU s (main 73999f4, quiet machine, `benchmarks/targets.py`)."""
 
 DEFAULT_MAX_CONFIGS = 20_000
 """Configurations (model × batch × draft length) one sweep may run: about 2.5 minutes on two cores;
@@ -32,11 +33,14 @@ DEFAULT_MAX_MINUTES = 10.0
 """Wall time a serving simulation or a screen may be estimated to take before it is refused (minutes, on two
 cores); `--max-minutes`."""
 
-SERVE_SECONDS_PER_STEP = 27e-6
-SERVE_SECONDS_PER_TOKEN = 6e-6
-"""The serving loop's cost on two cores: 27 µs per scheduler step and 6 µs per generated token
-(`moesim serve --model olmoe-1b-7b`: 200 requests × 128 tokens at concurrency 1 in 1.4 s, 1000 at 64 in 1.6 s;
-both runs, SD and no SD)."""
+SERVE_SECONDS_PER_STEP = 10e-6
+SERVE_SECONDS_PER_TOKEN = 3e-6
+"""The serving loop's cost on two cores: 10 µs per scheduler step and 3 µs per generated token, an upper fit of
+`moesim serve` CPU time less its start-up (the same command with one prompt), both runs (SD and no SD), on main
+3f5e1c6 + the startup branch (2026-12-02, 2-core VM under load): olmoe-1b-7b 128/128 — 200 requests at
+concurrency 1: 0.56 s (estimate 0.64 s), 1000 at 64: 0.8–1.5 s (0.81 s); qwen3-30b-a3b 1000/1000 — 100 at 1:
+1.65 s (2.5 s), 1000 at 64: 3.7 s (5.3 s), 2000 at 256: 8.3 s (10.2 s). The estimate counts the steps of the run
+without SD for both runs (SD takes fewer), so it stays above the loop but within 2×."""
 
 SCREEN_SECONDS_PER_POINT = 0.0035
 """Fast-path time of one (design, batch, draft length) point of a screen on two cores (55 ms per design of

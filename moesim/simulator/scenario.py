@@ -33,6 +33,7 @@ from moesim.simulator.bounds import (
 )
 
 if TYPE_CHECKING:  # the module stays light: the CLI reads its defaults at start-up
+    from moesim.simulator.engines.overheads import Sampling
     from moesim.simulator.engines.profile import ServingEngineProfile
     from moesim.simulator.hardware.profile import HardwareProfile
     from moesim.simulator.models.spec import ModelSpec
@@ -51,6 +52,12 @@ DEFAULT_SERVING_ENGINE = "ideal"  # the kernel stream alone: what moesim predict
 CPU_LAUNCH = "eager"  # a CPU has no graph replay: torch dispatches each operator
 DEFAULT_DRAFTER = "eagle"  # an EAGLE-style draft head, what vLLM and SGLang users run most
 DEFAULT_ACCEPTANCE = 0.8  # per-token acceptance of a well-trained EAGLE head on chat data
+# Sampling: greedy by default (what the measured SD runs mostly use: temperature 0); top-k 0 and top-p 1
+# filter nothing (vLLM's SamplingParams take -1 / 1.0 for "off", SGLang's -1 / 1.0).
+DEFAULT_TEMPERATURE = 0.0
+DEFAULT_TOP_K = 0
+DEFAULT_TOP_P = 1.0
+MAX_TEMPERATURE = 100.0  # far above any sampling temperature in use (1-2); a typo beyond it is refused
 # A sweep's grid when none is given: powers of two to 256 sequences, draft lengths 1-8.
 DEFAULT_SWEEP_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DEFAULT_SWEEP_DRAFT_LENS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
@@ -112,6 +119,19 @@ class Scenario:
     acceptance_length: float | None = option(
         None, "Mean tokens per verification step instead of --acceptance (capped at K+1).", kind=float
     )
+    temperature: float = option(
+        DEFAULT_TEMPERATURE,
+        "Sampling temperature of the requests: 0 is greedy (argmax); above 0 the serving engine's sampler "
+        "and acceptance run their sampled passes (`moesim engines` shows each engine's).",
+    )
+    sampling_top_k: int = option(
+        DEFAULT_TOP_K, "Keep the k most likely tokens before sampling (0: all; only when --temperature > 0)."
+    )
+    sampling_top_p: float = option(
+        DEFAULT_TOP_P,
+        "Keep the smallest set of tokens whose probability reaches p before sampling (1: all; only when "
+        "--temperature > 0).",
+    )
     serving_engine: ServingEngineProfile | str = option(
         DEFAULT_SERVING_ENGINE,
         "What the serving engine adds to each step (host work, CUDA-graph sizes and padding, drafter "
@@ -158,7 +178,41 @@ class Scenario:
                 low=1.0,
                 fix="give tokens per verification round ≥ 1",
             )
+        self.check_sampling()
         return self.replace(hardware=hardware, launch=launch, acceptance=acceptance)
+
+    @property
+    def sampling(self) -> Sampling:
+        """The requests' sampling (`engines.overheads.Sampling`)."""
+        return self.check_sampling()
+
+    def check_sampling(self) -> Sampling:
+        """The requests' sampling, or a refusal naming the field out of range."""
+        from moesim.simulator.engines.overheads import Sampling
+
+        temperature = check_finite(
+            self.temperature,
+            "temperature",
+            low=0.0,
+            high=MAX_TEMPERATURE,
+            fix="give --temperature ≥ 0 (0: greedy)",
+        )
+        top_k = self.sampling_top_k
+        if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0:
+            raise MoesimError(
+                "sampling_top_k",
+                f"must be a whole number ≥ 0, got {top_k!r}",
+                "give --sampling-top-k ≥ 0 (0: all)",
+            )
+        top_p = check_finite(
+            self.sampling_top_p,
+            "sampling_top_p",
+            low=0.0,
+            low_open=True,
+            high=1.0,
+            fix="give --sampling-top-p in (0, 1] (1: all)",
+        )
+        return Sampling(temperature, top_k, top_p)
 
     def resolve(
         self, *, fit_draft_len: int | None = None, check_fit: bool = True, step_tokens: int | None = None
@@ -288,6 +342,7 @@ class ResolvedScenario:
             "hardware_provenance": self.hardware.provenance.kind,
             "serving_engine": self.serving_engine.name,
             "serving_engine_provenance": self.serving_engine.provenance.kind,
+            "sampling": s.sampling.describe(),
             "device": "CPU" if self.hardware.is_cpu else "GPU",
             "compute_rule": self.hardware.compute_rule(
                 {"bf16", self.model.dense_format.compute_dtype, self.model.expert_format.compute_dtype}

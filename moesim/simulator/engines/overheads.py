@@ -19,8 +19,10 @@
   `runner_per_row_us` per row (`draft_host_s`); the round ends with the acceptance sync (`accept_sync_s`);
   n-gram drafting is host time (`ngram_draft_s`).
 - The engine's sampler and acceptance may move full-vocabulary tensors beyond the plan's one read of the
-  logits (`sampler_bytes` per step or drafter pass, `acceptance_bytes` per round: vLLM V0's fp32 softmax,
-  log-softmax, probability copies and rejection sampler).
+  logits (`sampler_bytes` per decode step, verification or drafter pass, `acceptance_bytes` per round),
+  greedy or sampled (`Sampling`: temperature > 0, with or without a top-k / top-p filter): vLLM V0's fp32
+  softmax, log-softmax, probability copies and rejection sampler; vLLM V1's fp32 copy and temperature
+  divide when sampling; SGLang's softmax, Gumbel draw and target-only tree sampling.
 - An SD round's own ops (`round_ops_s`), counted from the engine's source: the ops it launches eagerly
   outside every captured graph and its host-device syncs, plus the drafter steps' candidate-selection
   ops in the drafter's launch mode:
@@ -215,22 +217,81 @@ def accept_sync_s(profile: ServingEngineProfile, device_s: float = 0.0) -> float
     return exposed_host_s(profile, profile.effective_host.accept_sync_us * US, device_s, speculative=True)
 
 
-def sampler_bytes(profile: ServingEngineProfile, rows: int, vocab: int, speculative: bool = False) -> float:
-    """Bytes the engine's sampler moves beyond the step plan's one read of the logits, for a step or drafter
-    pass of `rows` rows over `vocab` entries: `bytes_per_logit` per row and entry, plus
-    `sd_bytes_per_logit` under SD (`profile.SamplerPasses`)."""
+@dataclass(frozen=True)
+class Sampling:
+    """How the requests sample their next token: `temperature` 0 is greedy (an argmax; top-k and top-p are
+    then not consulted); above 0 the engine samples, after keeping the `top_k` most likely tokens (0: all)
+    and the smallest set whose probability reaches `top_p` (1: all) when either filter is set."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    @property
+    def sampled(self) -> bool:
+        """True when the engine samples rather than taking the argmax."""
+        return self.temperature > 0.0
+
+    @property
+    def filtered(self) -> bool:
+        """True when a sampled request also filters its distribution by top-k or top-p."""
+        return self.sampled and (self.top_k > 0 or self.top_p < 1.0)
+
+    def describe(self) -> str:
+        if not self.sampled:
+            return "greedy"
+        filters = ([f"top-k {self.top_k}"] if self.top_k > 0 else []) + (
+            [f"top-p {self.top_p:g}"] if self.top_p < 1.0 else []
+        )
+        return f"sampled at temperature {self.temperature:g}" + (f", {', '.join(filters)}" if filters else "")
+
+
+GREEDY = Sampling()
+SamplerRows = Literal["decode", "verify", "draft"]
+
+
+def sampler_bytes(
+    profile: ServingEngineProfile,
+    rows: int,
+    vocab: int,
+    kind: SamplerRows = "decode",
+    sampling: Sampling = GREEDY,
+) -> float:
+    """Bytes the engine's sampler moves beyond the step plan's one read of the logits, for `rows` rows over
+    `vocab` entries of a decode step, an SD verification or a drafter pass (`kind`), per
+    `profile.SamplerPasses`: `bytes_per_logit` per row and entry, plus `sd_bytes_per_logit` under SD (and
+    `draft_pass_bytes_per_logit` in a drafter pass); when `sampling` samples, `sampled_bytes_per_logit` (a
+    decode step), `sampled_verify_bytes_per_logit` (a verification) or `sampled_draft_pass_bytes_per_logit`
+    (a drafter pass), and on the target's rows `filter_bytes_per_logit` when it filters by top-k / top-p."""
     passes = profile.sampler
-    per_logit = passes.bytes_per_logit + (passes.sd_bytes_per_logit if speculative else 0.0)
+    per_logit = passes.bytes_per_logit
+    if kind != "decode":
+        per_logit += passes.sd_bytes_per_logit
+    if kind == "draft":
+        per_logit += passes.draft_pass_bytes_per_logit
+    if sampling.sampled:
+        per_logit += {
+            "decode": passes.sampled_bytes_per_logit,
+            "verify": passes.sampled_verify_bytes_per_logit,
+            "draft": passes.sampled_draft_pass_bytes_per_logit,
+        }[kind]
+        if sampling.filtered and kind != "draft":
+            per_logit += passes.filter_bytes_per_logit
     return rows * vocab * per_logit
 
 
-def acceptance_bytes(profile: ServingEngineProfile, sequences: int, draft_len: int, vocab: int) -> float:
+def acceptance_bytes(
+    profile: ServingEngineProfile, sequences: int, draft_len: int, vocab: int, sampling: Sampling = GREEDY
+) -> float:
     """Bytes of one round's probability copies and rejection sampling over `sequences` sequences:
     `draft_bytes_per_logit` per draft position and entry, `verify_bytes_per_logit` per verified position
-    (`verify_tokens`) and entry (`profile.SamplerPasses`)."""
+    (`verify_tokens`) and entry, and when `sampling` samples `sampled_round_bytes_per_logit` per sequence
+    and entry (the rejected or bonus position's resampling) (`profile.SamplerPasses`)."""
     passes = profile.sampler
     verified = verify_tokens(profile.drafter, draft_len)
     per_sequence = draft_len * passes.draft_bytes_per_logit + verified * passes.verify_bytes_per_logit
+    if sampling.sampled:
+        per_sequence += passes.sampled_round_bytes_per_logit
     return sequences * vocab * per_sequence
 
 
@@ -240,8 +301,9 @@ class LaunchCosts:
     per piece and eager attention launch per layer, and for an SD round's own ops an eager launch, a
     host-device sync, a tiny kernel's device time and the gap between kernels in graph replay; and what the
     engine's own sampler passes run over (`sampler_bytes`, `acceptance_bytes`): the target's and the
-    drafter's vocabularies, at the device's elementwise memory bandwidth (bytes per second); `mla`: the
-    target's attention is MLA (the engine's attention backend, so its metadata, differs)."""
+    drafter's vocabularies, at the device's elementwise memory bandwidth (bytes per second), for the
+    requests' `sampling`; `mla`: the target's attention is MLA (the engine's attention backend, so its
+    metadata, differs)."""
 
     layers: int
     graph_launch_s: float
@@ -252,6 +314,7 @@ class LaunchCosts:
     vocab: int = 0
     draft_vocab: int = 0
     elementwise_bytes_per_s: float = math.inf
+    sampling: Sampling = GREEDY
     mla: bool = False
 
     def bytes_s(self, nbytes: float) -> float:
@@ -318,7 +381,10 @@ def ngram_draft_s(profile: ServingEngineProfile, sequences: int) -> float:
 
 
 __all__ = [
+    "GREEDY",
     "LaunchCosts",
+    "SamplerRows",
+    "Sampling",
     "StepLaunch",
     "accept_sync_s",
     "acceptance_bytes",

@@ -245,21 +245,49 @@ class DrafterStyle:
 class SamplerPasses:
     """Bytes the engine's sampler and acceptance move over full-vocabulary tensors beyond what the step
     plan prices (one fp32 read of the logits per row, `plan.head`), counted from the engine's source; each
-    a count of tensor passes × their element size, so 0 for an engine whose greedy path is an argmax.
+    a count of tensor passes × their element size (bytes per row and vocabulary entry), so 0 for an engine
+    whose greedy path is one argmax over the logits. `engines.overheads.sampler_bytes` and
+    `acceptance_bytes` apply them; they run at the device's elementwise memory bandwidth (`breakdown` row
+    `sampler`).
 
-    - `bytes_per_logit`: per row and vocabulary entry of every step, the sampler's own passes;
-    - `sd_bytes_per_logit`: more per row and entry of every pass under SD (probabilities it keeps for the
-      acceptance);
+    Greedy (every request's temperature 0), and under sampling too:
+    - `bytes_per_logit`: per row and vocabulary entry of every step and drafter pass, the sampler's own
+      passes;
+    - `sd_bytes_per_logit`: more per row and entry of every verification and drafter pass under SD
+      (probabilities it keeps for the acceptance);
+    - `draft_pass_bytes_per_logit`: more per row and draft-vocabulary entry of every drafter pass (the
+      drafter's own candidate selection, e.g. a softmax and top-k over the draft logits);
     - `draft_bytes_per_logit`: per sequence, draft position and entry of a round: the draft probabilities'
       copies and the rejection sampler over them;
     - `verify_bytes_per_logit`: per sequence, verified position and entry of a round: the target
       probabilities' copies.
-    They run at the device's elementwise memory bandwidth (`breakdown` row `sampler`)."""
+    Sampled (temperature > 0), added to the above:
+    - `sampled_bytes_per_logit`: per row and entry of a decode step (fp32 copies, the temperature divide,
+      softmax, the random draw);
+    - `sampled_verify_bytes_per_logit`: per verified position and entry of an SD verification (the target
+      probabilities the acceptance test reads);
+    - `sampled_draft_pass_bytes_per_logit`: per row and draft-vocabulary entry of every drafter pass (0 when
+      the engine drafts greedily whatever the requests' temperature);
+    - `sampled_round_bytes_per_logit`: per sequence and entry of a round: resampling the rejected (or bonus)
+      position from the target and draft rows;
+    - `filter_bytes_per_logit`: per target row and entry when a top-k or top-p filter is set.
+    `sources`: where each count was read (file and version), estimates labelled as such."""
 
     bytes_per_logit: float = 0.0
     sd_bytes_per_logit: float = 0.0
+    draft_pass_bytes_per_logit: float = 0.0
     draft_bytes_per_logit: float = 0.0
     verify_bytes_per_logit: float = 0.0
+    sampled_bytes_per_logit: float = 0.0
+    sampled_verify_bytes_per_logit: float = 0.0
+    sampled_draft_pass_bytes_per_logit: float = 0.0
+    sampled_round_bytes_per_logit: float = 0.0
+    filter_bytes_per_logit: float = 0.0
+    sources: tuple[str, ...] = ()
+
+    def bytes_fields(self) -> dict[str, float]:
+        """The counts by name (every field but `sources`)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "sources"}
 
 
 @dataclass(frozen=True)
@@ -360,7 +388,10 @@ def profile_to_dict(p: ServingEngineProfile) -> dict[str, Any]:
         "host": {k: float(v) for k, v in asdict(p.host).items()},
         "graphs": {**asdict(p.graphs), "sizes": list(p.graphs.sizes)},
         "drafter": asdict(p.drafter),
-        "sampler": {k: float(v) for k, v in asdict(p.sampler).items()},
+        "sampler": {
+            **{k: float(v) for k, v in p.sampler.bytes_fields().items()},
+            "sources": list(p.sampler.sources),
+        },
         "scheduler": asdict(p.scheduler),
         "provenance": {
             "kind": p.provenance.kind,
@@ -450,12 +481,11 @@ def _read_drafter(source: str, data: Any) -> DrafterStyle:
 
 def _read_sampler(source: str, data: Any) -> SamplerPasses:
     t = ProfileTable(source, "sampler", data, tuple(f.name for f in fields(SamplerPasses)))
-    return SamplerPasses(
-        **{
-            f.name: t.number(f.name, 0.0, minimum=0.0, strict=False, maximum=1e4)
-            for f in fields(SamplerPasses)
-        }
-    )
+    counts = {
+        name: t.number(name, 0.0, minimum=0.0, strict=False, maximum=1e4)
+        for name in SamplerPasses().bytes_fields()
+    }
+    return SamplerPasses(**counts, sources=t.strings("sources"))
 
 
 def _read_scheduler(source: str, data: Any) -> SpeculativeAdmission:

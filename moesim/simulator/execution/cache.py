@@ -81,8 +81,17 @@ class CacheState:
         if inserted > 0:
             self._resident[tensor] = inserted
             self._total += inserted
-        self._evict()
+        if self._total - self.capacity_bytes > 1e-9:  # `_evict`'s own test, without the call when it fits
+            self._evict()
         return before
+
+    def replay(self, kernel: Kernel) -> None:
+        """The accesses of `kernel` (its reads in order, then its write) without their traffic: the state
+        `kernel_traffic` leaves, for warming the cache with a step."""
+        for read in kernel.reads:
+            self.touch(read.tensor, read.size_bytes)
+        if kernel.write_tensor:
+            self.touch(kernel.write_tensor, kernel.write_bytes)
 
     def _evict(self) -> None:
         excess = self._total - self.capacity_bytes

@@ -10,6 +10,9 @@
 - A side-stream kernel issued right after a kernel of another stream waits for it (event record / wait);
   a `join` kernel waits for everything issued before it on the other streams. The step ends with a sync.
 - The L2 state is carried kernel to kernel in issue order, warm from the previous identical step.
+- A plan on one stream has no cross-stream waits and nothing to share the bandwidth with: its schedule is
+  worked out in plain floats (`serial_schedule`), the same additions in the same order as the simpy processes
+  make, so simpy loads and runs only for plans with side streams.
 
 Collectives hook: kernels of category "communication" (on their own stream) take the time that
 `external_time_s(kernel)` returns instead of the memory roofline.
@@ -19,10 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import simpy
 
 from moesim.simulator.execution.cache import CacheState, footprints
 from moesim.simulator.execution.cost import CostParams, attention_units_by_kind, kernel_parts_s
@@ -31,6 +33,9 @@ from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.plan.kernels import CATEGORIES, Kernel
 from moesim.simulator.plan.step import StepPlan
 from moesim.simulator.routing.base import DistinctExperts
+
+if TYPE_CHECKING:
+    import simpy
 
 TimelineEntry = tuple[str, int, float, float]  # kernel name, stream, start_s, end_s
 _EPS = 1e-15
@@ -143,7 +148,7 @@ def cache_pass(
     state = CacheState(capacity_bytes, footprints(kernels))
     if warm:
         for kernel in kernels:
-            state.kernel_traffic(kernel)
+            state.replay(kernel)
     cache = np.zeros(len(kernels))
     memory = np.zeros(len(kernels))
     for i, kernel in enumerate(kernels):
@@ -228,6 +233,8 @@ class StepState:
     def start(
         cls, kernels: tuple[Kernel, ...], launch: LaunchParams, times: KernelTimes, is_gemm: np.ndarray
     ) -> StepState:
+        import simpy  # only plans with side streams need the event loop (see `serial_schedule`)
+
         env = simpy.Environment()
         n = len(kernels)
         by_stream: dict[int, list[int]] = {}
@@ -288,6 +295,47 @@ def stream_process(state: StepState, indices: list[int]) -> simpy.events.Process
         state.done[i].succeed()
 
 
+def event_schedule(
+    kernels: tuple[Kernel, ...], launch: LaunchParams, times: KernelTimes, is_gemm: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) of each kernel from the simpy processes: the host, one process per stream, the shared
+    memory bandwidth."""
+    state = StepState.start(kernels, launch, times, is_gemm)
+    state.env.process(host_process(state))
+    for indices in state.by_stream.values():
+        state.env.process(stream_process(state, indices))
+    state.env.run()
+    return state.starts, state.ends
+
+
+def serial_schedule(
+    launch: LaunchParams, total_s: np.ndarray, is_gemm: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) of each kernel of a plan on one stream, as `host_process` and `stream_process` give them.
+
+    With one stream no kernel waits for another stream and none shares the bandwidth, so each kernel starts
+    `gap` after the later of its issue and its predecessor's end and runs its time alone. The clock is
+    advanced by the same additions, in the same order, as the processes' timeouts advance simpy's clock, so
+    every start and end is bit for bit the event loop's.
+    """
+    n = len(total_s)
+    host_costs_s = launch.host_costs_s(n, is_gemm)
+    eager = launch.per_kernel_issue_s != 0.0
+    starts, ends = np.zeros(n), np.zeros(n)
+    issue = 0 + launch.first_issue_s  # the host's first timeout, from time 0
+    now: Any = 0
+    for i in range(n):
+        if eager and i:
+            issue = issue + host_costs_s[i]
+        if issue > now:  # the stream waits for the issue; an earlier one has already happened
+            now = issue
+        now = now + launch.gap_s
+        starts[i] = now
+        now = now + total_s[i]
+        ends[i] = now
+    return starts, ends
+
+
 def run_events(
     plan: StepPlan,
     hardware: HardwareProfile,
@@ -318,12 +366,13 @@ def run_events(
 
     if not include_launch_and_sync:
         launch_params = launch_params.without_launch_and_sync()
-    state = StepState.start(kernels, launch_params, KernelTimes(total, fixed, compute, memory), m > 0)
-    state.env.process(host_process(state))
-    for indices in state.by_stream.values():
-        state.env.process(stream_process(state, indices))
-    state.env.run()
-    starts, ends, first_issue = state.starts, state.ends, launch_params.first_issue_s
+    if len({k.stream for k in kernels}) <= 1:
+        starts, ends = serial_schedule(launch_params, total, m > 0)
+    else:
+        starts, ends = event_schedule(
+            kernels, launch_params, KernelTimes(total, fixed, compute, memory), m > 0
+        )
+    first_issue = launch_params.first_issue_s
     device_end = float(ends.max()) if n else first_issue
     step_s = device_end + launch_params.sync_s
     timeline = [(k.name, k.stream, float(starts[i]), float(ends[i])) for i, k in enumerate(kernels)]

@@ -76,23 +76,21 @@ class _TemplateParts:
     signature: tuple[tuple[tuple[int, int, bool, str], ...], tuple[tuple[int, str, bool], ...]]
 
 
+_KIND_COLUMN = {kind: 3 + i for i, kind in enumerate(ATTENTION_KERNEL_KINDS)}
+
+
 def _template_parts(kernels: tuple[Kernel, ...]) -> _TemplateParts:
-    kvalues: list[tuple[float, ...]] = []
+    kvalues: list[list[float]] = []
     avalues: list[tuple[float, float, float]] = []
     kstruct: list[tuple[int, int, bool, str]] = []
     astruct: list[tuple[int, str, bool]] = []
+    zeros = [0.0] * len(ATTENTION_KERNEL_KINDS)
     for index, kernel in enumerate(kernels):
-        kvalues.append(
-            (
-                kernel.flops,
-                kernel.m_tokens,
-                kernel.experts,
-                *(
-                    kernel.attention_units if kernel.attention_kind == k else 0.0
-                    for k in ATTENTION_KERNEL_KINDS
-                ),
-            )
-        )
+        row = [kernel.flops, kernel.m_tokens, kernel.experts, *zeros]
+        column = _KIND_COLUMN.get(kernel.attention_kind)
+        if column is not None:
+            row[column] = kernel.attention_units
+        kvalues.append(row)
         kstruct.append((CATEGORY_INDEX[kernel.category], kernel.stream, kernel.join, kernel.dtype))
         for read in kernel.reads:
             avalues.append((read.size_bytes, read.reads, read.working_set_bytes))
@@ -101,8 +99,8 @@ def _template_parts(kernels: tuple[Kernel, ...]) -> _TemplateParts:
             avalues.append((kernel.write_bytes, 1.0, 0.0))
             astruct.append((index, kernel.write_tensor, True))
     return _TemplateParts(
-        np.asarray(kvalues, dtype=float).reshape(-1, _K_VALUES),
-        np.asarray(avalues, dtype=float).reshape(-1, 3),
+        np.array(kvalues, dtype=float).reshape(-1, _K_VALUES),
+        np.array(avalues, dtype=float).reshape(-1, 3),
         (tuple(kstruct), tuple(astruct)),
     )
 

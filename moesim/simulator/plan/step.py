@@ -19,6 +19,7 @@ Kernel styles live in a registry (`KERNEL_STYLES`); others register theirs with 
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -206,6 +207,23 @@ def check_step_inputs(model: ModelSpec, batch: int, tokens_per_seq: int, context
         raise MoesimError("model", f"{model.name}: hidden, vocab and layer count must be positive")
 
 
+def layer_kinds(model: ModelSpec) -> tuple[tuple[AttentionLayerKind, FfnLayerKind, int], ...]:
+    """Each layer's (attention kind, FFN kind, index among the MoE layers or −1), remembered per layer
+    pattern: every plan of a model walks it."""
+    return _layer_kinds(model.layer_attention, model.layer_ffn)
+
+
+@functools.lru_cache(maxsize=1024)
+def _layer_kinds(
+    attention: tuple[AttentionLayerKind, ...], ffn: tuple[FfnLayerKind, ...]
+) -> tuple[tuple[AttentionLayerKind, FfnLayerKind, int], ...]:
+    moe_index = itertools.accumulate((kind == "moe" for kind in ffn), initial=-1)
+    return tuple(
+        (a, f, index if f == "moe" else -1)
+        for a, f, index in zip(attention, ffn, itertools.islice(moe_index, 1, None), strict=True)
+    )
+
+
 def distinct_experts_by_layer(
     model: ModelSpec, batch: int, tokens_per_seq: int, routing: RoutingModel
 ) -> tuple[float, ...]:
@@ -214,15 +232,48 @@ def distinct_experts_by_layer(
     Layers whose routing parameters are equal (`layer_params`, where the routing model has them) share
     one value, computed once.
     """
-    out = []
+    first_layers, group_of_layer = moe_layer_groups(routing, model.layer_ffn)
     cap = min(model.n_experts, batch * tokens_per_seq * model.top_k)
+    values = [
+        float(
+            min(
+                max(
+                    routing.expected_distinct(model.n_experts, model.top_k, batch, tokens_per_seq, layer),
+                    model.top_k,
+                ),
+                cap,
+            )
+        )
+        for layer in first_layers
+    ]
+    return tuple([values[group] for group in group_of_layer])
+
+
+_LAYER_GROUPS: dict[tuple[int, tuple[str, ...]], tuple[object, tuple[int, ...], tuple[int, ...]]] = {}
+_MAX_LAYER_GROUPS = 4096
+
+
+def moe_layer_groups(
+    routing: RoutingModel, layer_ffn: tuple[str, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The MoE layers grouped by equal routing parameters (`layer_params`, where the routing model has
+    them; else every layer its own group): the first layer of each group, and each MoE layer's group (in
+    layer order). Remembered per routing model and layer pattern: a sweep asks it for every step."""
+    key = (id(routing), layer_ffn)
+    cached = _LAYER_GROUPS.get(key)
+    if cached is not None and cached[0] is routing:
+        return cached[1], cached[2]
     layer_key = getattr(routing, "layer_params", lambda layer: layer)
-    by_params: dict[object, float] = {}
-    for layer, kind in enumerate(model.layer_ffn):
+    first: dict[object, int] = {}
+    groups = []
+    for layer, kind in enumerate(layer_ffn):
         if kind == "moe":
-            key = layer_key(layer)
-            if key not in by_params:
-                value = routing.expected_distinct(model.n_experts, model.top_k, batch, tokens_per_seq, layer)
-                by_params[key] = float(min(max(value, model.top_k), cap))
-            out.append(by_params[key])
-    return tuple(out)
+            params = layer_key(layer)
+            if params not in first:
+                first[params] = len(first)
+                groups.append(layer)
+    group_of_layer = tuple(first[layer_key(layer)] for layer, kind in enumerate(layer_ffn) if kind == "moe")
+    if len(_LAYER_GROUPS) >= _MAX_LAYER_GROUPS:
+        _LAYER_GROUPS.pop(next(iter(_LAYER_GROUPS)))
+    _LAYER_GROUPS[key] = (routing, tuple(groups), group_of_layer)  # holds the routing: its id stays its own
+    return tuple(groups), group_of_layer

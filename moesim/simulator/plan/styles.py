@@ -24,6 +24,7 @@ from moesim.simulator.plan.step import (
     check_step_inputs,
     distinct_experts_by_layer,
     fused_layer,
+    layer_kinds,
     per_token_layer,
 )
 from moesim.simulator.routing.base import RoutingModel
@@ -97,20 +98,15 @@ def plan_from_context(
     (layer templates shared by identical layers); `epilogue_ctx` sizes the head and tail when it differs."""
     model = ctx.model
     templates: dict[tuple[str, str, float], tuple[Kernel, ...]] = {}
-    rounded: dict[float, float] = {}
+    rounded = {u: round(u, 6) for u in (0.0, *distinct)}  # a model's layers share a few values
     segments = [Segment(tuple(builder.prologue(ctx)))]
-    moe_index = 0
-    for layer, (attn, ffn) in enumerate(zip(model.layer_attention, model.layer_ffn, strict=True)):
-        u = 0.0
-        if ffn == "moe":
-            u = distinct[moe_index]
-            moe_index += 1
-        if u not in rounded:  # a model's layers share a few values
-            rounded[u] = round(u, 6)
+    for layer, (attn, ffn, moe_index) in enumerate(layer_kinds(model)):
+        u = 0.0 if moe_index < 0 else distinct[moe_index]
         key = (attn, ffn, rounded[u])
-        if key not in templates:
-            templates[key] = tuple(builder.layer(ctx, attn, ffn, u))
-        segments.append(Segment(templates[key], layer))
+        template = templates.get(key)
+        if template is None:
+            template = templates[key] = tuple(builder.layer(ctx, attn, ffn, u))
+        segments.append(Segment(template, layer))
     segments.append(Segment(tuple(builder.epilogue(epilogue_ctx or ctx))))
     plan = StepPlan(
         model_name=model.name,

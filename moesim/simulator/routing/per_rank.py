@@ -27,6 +27,9 @@ from moesim.simulator.routing.correlated import (
     miss_probability,
 )
 from moesim.simulator.routing.independent import IndependentRouting, sample_topk_without_replacement
+from moesim.simulator.routing.normal_cdf import (
+    ndtr,  # the standard normal cdf, scipy.special.ndtr bit for bit
+)
 from moesim.simulator.routing.placement import Placement, expert_to_rank
 
 # Sampled per-rank statistics (routing models without a closed form) use this many steps; enough for the
@@ -145,8 +148,6 @@ def _expected_max_normal(mean: np.ndarray, std: np.ndarray) -> np.ndarray:
     """E[max_r X_r] for independent normals X_r ~ N(mean[:, r], std[:, r]) floored at 0, by quadrature."""
     upper = np.max(mean + 8 * std, axis=1, keepdims=True)
     grid = np.linspace(0.0, 1.0, 513)[None, :] * upper  # [m, g]
-    from scipy.special import ndtr  # the standard normal cdf (what scipy.stats.norm.cdf evaluates)
-
     z = (grid[:, :, None] - mean[:, None, :]) / np.maximum(std[:, None, :], 1e-12)
     cdf = np.prod(ndtr(z), axis=2)  # P(max ≤ x)
     return np.trapezoid(1.0 - cdf, grid, axis=1)

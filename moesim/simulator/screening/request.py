@@ -9,7 +9,13 @@ from dataclasses import dataclass
 
 from moesim.errors import MoesimError
 from moesim.options import option
-from moesim.simulator.bounds import DEFAULT_MAX_MINUTES, check_count, check_finite, check_seed
+from moesim.simulator.bounds import (
+    DEFAULT_MAX_MINUTES,
+    check_count,
+    check_finite,
+    check_screen,
+    check_seed,
+)
 from moesim.simulator.screening.backends import BACKENDS
 from moesim.simulator.screening.constraints import DEFAULT_TOLERANCE, Constraint
 from moesim.simulator.screening.evaluate import DEFAULT_BATCHES, DEFAULT_DRAFT_LENS
@@ -86,12 +92,16 @@ class ScreenRequest:
 
     def designs(self, axes: Mapping[str, Sequence[Value]]) -> list[Design]:
         """The designs to screen: the CSV's, a seeded sample of the grid of `axes`, or the whole grid."""
-        from moesim.simulator.screening.space import grid, read_designs, sample
+        from moesim.simulator.screening.space import MAX_DESIGNS, grid, read_designs, sample, space_size
 
         if self.designs_csv:
             if axes or self.sample:
                 raise MoesimError("--designs", "a CSV of designs replaces the field flags and --sample")
             return read_designs(self.designs_csv)
+        count = space_size(axes) if self.sample is None else min(self.sample, space_size(axes))
+        if count <= MAX_DESIGNS:  # the time bound before a design is drawn (larger counts are refused below)
+            points = len(self.grid_batches) * len(self.grid_draft_lens)
+            check_screen(count, points, self.max_minutes)
         if self.sample is not None:
             return sample(axes, self.sample, self.seed)
         return grid(axes)

@@ -122,6 +122,11 @@ class KvBlocks:
                 self.peak_used_blocks = used
         return True
 
+    def covered_tokens(self, owner: int) -> int:
+        """Tokens the blocks `owner` holds cover: `reserve(owner, n)` takes nothing and succeeds for any n up
+        to this, so a caller that remembers it may skip those calls."""
+        return (self._held.get(owner, 0) - self.state_blocks) * self.block_tokens
+
     def release(self, owner: int) -> None:
         self.free_blocks += self._held.pop(owner, 0)
 

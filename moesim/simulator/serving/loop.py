@@ -56,6 +56,7 @@ class RequestState:
     prefill_target: int = 0  # tokens to prefill before decoding (the prompt, or all known after preemption)
     generated: int = 0
     preemptions: int = 0
+    kv_covered: int = 0  # tokens its KV blocks cover (`KvBlocks.covered_tokens`); 0 while it holds none
     itls_s: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -126,6 +127,7 @@ def request_process(
 
 def _preempt(state: ServingState, victim: RequestState) -> None:
     state.kv.release(victim.index)
+    victim.kv_covered = 0
     victim.computed = 0
     victim.prefill_target = victim.spec.input_len + victim.generated
     victim.preemptions += 1
@@ -137,7 +139,8 @@ def schedule_step(state: ServingState) -> tuple[list[RequestState], list[tuple[R
     """The requests one step decodes and the (request, chunk tokens) it prefills (vLLM V1's policy)."""
     budget = state.limits.max_num_batched_tokens
     t = state.tokens_per_seq
-    running, reserve = state.running, state.kv.reserve  # the hot loop: one lookup each per step
+    kv = state.kv
+    running, reserve = state.running, kv.reserve  # the hot loop: one lookup each per step
     decode: list[RequestState] = []
     prefill: list[tuple[RequestState, int]] = []
     preempted = False
@@ -148,21 +151,28 @@ def schedule_step(state: ServingState) -> tuple[list[RequestState], list[tuple[R
         n = min(remaining, budget) if remaining > 0 else t
         if n > budget:
             break
-        while not reserve(request.index, request.computed + n):
-            victim = running.pop()
-            _preempt(state, victim)
-            preempted = True
-            if victim is request:
-                break
-        else:
-            (prefill.append((request, n)) if remaining > 0 else decode.append(request))
-            budget -= n
-            i += 1
+        need = request.computed + n
+        if need > request.kv_covered:  # within its blocks `reserve` would take nothing: not called
+            placed = True
+            while not reserve(request.index, need):
+                victim = running.pop()
+                _preempt(state, victim)
+                preempted = True
+                if victim is request:
+                    placed = False
+                    break
+            if not placed:
+                continue
+            request.kv_covered = kv.covered_tokens(request.index)
+        (prefill.append((request, n)) if remaining > 0 else decode.append(request))
+        budget -= n
+        i += 1
     while not preempted and state.waiting and budget > 0 and len(running) < state.limits.max_num_seqs:
         request = state.waiting[0]
         n = min(request.prefill_target - request.computed, budget)
         if not reserve(request.index, request.computed + n):
             break
+        request.kv_covered = kv.covered_tokens(request.index)
         state.waiting.popleft()
         running.append(request)
         prefill.append((request, n))
@@ -186,6 +196,7 @@ def _emit(state: ServingState, request: RequestState, tokens: int) -> None:
 def _finish(state: ServingState, request: RequestState, now: float) -> None:
     request.finish_s = now
     state.kv.release(request.index)
+    request.kv_covered = 0
     state.running.remove(request)
     state.finished += 1
     state.count(-1)

@@ -231,6 +231,7 @@ def serve(
             "draft_len": s.draft_len,
             "acceptance": None if s.acceptance_length is not None else s.acceptance,
             "acceptance_length": s.acceptance_length,
+            "sampling": s.sampling.describe(),
             "max_num_batched_tokens": options.limits.max_num_batched_tokens,
             "max_num_seqs": options.limits.max_num_seqs,
             "kv_cache": (

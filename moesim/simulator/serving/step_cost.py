@@ -10,9 +10,11 @@ decode step (padded to the engine's captured size, in its launch mode, plus its 
 SD round (the drafter's passes, the chain's K + 1 or the tree's verified tokens, the acceptance sync). A
 step with prefill chunks is the mixed plan (`plan.mixed.build_mixed_plan`), launched by the engine's
 capture rule over its tokens (an engine capturing by sequences captures decode batches only, so such a
-step runs its `graphs.uncaptured` mode: eager, or piecewise graphs), plus the engine's host time for its
-sequences and tokens (exposed per its overlap) and, under SD, the round's drafter passes and acceptance
-sync. With the `ideal` serving engine every engine term is 0: the kernel stream alone.
+step runs its `graphs.uncaptured` mode: eager, or piecewise graphs), plus the engine's sampler passes over
+its decode (or verified) rows and one row per prompt chunk, its host time for its sequences and tokens
+(exposed per its overlap) and, under SD, the terms an SD round adds beside its verification (`engine_round`:
+the drafter passes over the bonus rows too, the acceptance bytes, the round's own ops, the acceptance
+sync). With the `ideal` serving engine every engine term is 0: the kernel stream alone.
 
 Shapes are bucketed before they are costed, so that a long run evaluates a few hundred plans, not one per
 step: contexts, prefill tokens, prefill KV and query–key pairs are rounded to a grid of 1/32 of their power
@@ -54,13 +56,15 @@ from moesim.simulator.plan.mixed import MIXED_APPROXIMATIONS, PrefillChunks, bui
 from moesim.simulator.plan.parallel import rank_model
 from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.scenario import ResolvedScenario
+from moesim.simulator.speculative.acceptance import expected_tokens
 from moesim.simulator.speculative.point import (
     DraftTimes,
     LaunchCosts,
     StepTimes,
-    draft_cost_s,
+    bonus_row_share,
     engine_round,
     engine_step,
+    round_drafting,
     scenario_timers,
 )
 
@@ -156,30 +160,68 @@ class ScenarioStepCost:
         r = self.resolved
         return engine_step(r.serving_engine, decode_seqs, 1, r.launch, steps, launch_costs).step_s
 
+    def tokens_per_round(self, draft_len: int) -> float:
+        """The scenario's expected tokens per SD round of `draft_len` drafts (what sets the share of
+        sequences whose previous round accepted every draft: the bonus rows of an engine that re-runs them)."""
+        s = self.resolved.scenario
+        return expected_tokens(draft_len, s.acceptance, s.acceptance_length)
+
     def round_s(self, decode_seqs: int, draft_len: int, context_len: int) -> float:
         """One SD round (drafter passes, verification, acceptance sync), as the speculative point has it."""
         steps, drafts, launch_costs = self._timers_at(context_len)
         r = self.resolved
         # The round alone: a serving run never compares it with a decode step at this batch.
         sd = engine_round(
-            r.serving_engine, r.drafter, decode_seqs, draft_len, 1.0, r.launch, steps, drafts, launch_costs
+            r.serving_engine,
+            r.drafter,
+            decode_seqs,
+            draft_len,
+            self.tokens_per_round(draft_len),
+            r.launch,
+            steps,
+            drafts,
+            launch_costs,
         )
         return sd.round_s
 
     def _round_extras_s(
         self, decode_seqs: int, draft_len: int, context_len: int, launch: str, device_s: float
     ) -> float:
-        """What an SD round adds beside its verification: drafter passes and host, the round's own ops,
-        a tree's attention metadata and the acceptance sync (less what the SD overlap hides behind the step's `device_s`)."""
+        """What an SD round adds beside its verification, the terms of `engine_round`: drafter passes (over
+        the bonus rows too, with their sampler passes) and their host work, the round's own ops, a tree's
+        attention metadata and the acceptance sync (less what the SD overlap hides behind the step's
+        `device_s`)."""
         _, drafts, launch_costs = self._timers_at(context_len)
         r = self.resolved
         profile = r.serving_engine
-        draft_s, _ = draft_cost_s(profile, r.drafter, decode_seqs, draft_len, launch, drafts)
+        share = bonus_row_share(profile, self.tokens_per_round(draft_len), draft_len)
+        drafting = round_drafting(
+            profile, r.drafter, decode_seqs, draft_len, launch, drafts, share, launch_costs
+        )
+        draft_s = drafting.seconds
         if not r.drafter.drafts_on_host:
             drafter_launch = ov.drafter_launch(profile.drafter, launch)
             draft_s += ov.round_ops_s(profile, draft_len, drafter_launch, launch_costs, device_s)
             draft_s += ov.attention_metadata_s(profile, draft_len, launch_costs, device_s)
         return draft_s + ov.accept_sync_s(profile, device_s)
+
+    def _mixed_sampler_s(self, shape: StepShape, q: int, speculative: bool) -> float:
+        """The engine's sampler passes of a step with prefill chunks, as `engine_step` prices them: its
+        decode (or verified) rows and one row per prompt chunk, and under SD the round's acceptance."""
+        assert shape.chunks is not None
+        _, _, costs = self._timers_at(shape.context_len)
+        profile = self.resolved.serving_engine
+        rows = shape.decode_seqs * q
+        nbytes = ov.sampler_bytes(
+            profile, shape.chunks.chunks, costs.vocab, "decode", costs.sampling
+        ) + ov.sampler_bytes(
+            profile, rows, costs.vocab, "verify" if speculative else "decode", costs.sampling
+        )
+        if speculative:
+            nbytes += ov.acceptance_bytes(
+                profile, shape.decode_seqs, shape.tokens_per_seq - 1, costs.vocab, costs.sampling
+            )
+        return costs.bytes_s(nbytes)
 
     def _verify_tokens(self, shape: StepShape) -> int:
         """Tokens per sequence the step runs: 1, or what the engine verifies (a chain's K + 1, a tree's)."""
@@ -269,8 +311,8 @@ class ScenarioStepCost:
         return graphs.uncaptured
 
     def mixed_s(self, shape: StepShape) -> float:
-        """A step with prefill chunks, run as the serving engine runs an uncaptured step, plus its host
-        time and, under SD, the round's drafter passes and acceptance sync."""
+        """A step with prefill chunks, run as the serving engine runs an uncaptured step, plus its sampler
+        passes and host time and, under SD, the round's drafter passes, own ops and acceptance sync."""
         assert shape.chunks is not None
         r = self.resolved
         profile = r.serving_engine
@@ -288,7 +330,11 @@ class ScenarioStepCost:
         )
         if speculative:
             host += ov.sd_bookkeeping_s(profile, shape.decode_seqs)
-        cost = device + ov.exposed_host_s(profile, host, device, speculative)
+        cost = (
+            device
+            + self._mixed_sampler_s(shape, q, speculative)
+            + ov.exposed_host_s(profile, host, device, speculative)
+        )
         if speculative:
             k = shape.tokens_per_seq - 1
             cost += self._round_extras_s(shape.decode_seqs, k, shape.context_len, launch, device)

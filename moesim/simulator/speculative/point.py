@@ -283,6 +283,7 @@ def scenario_timers(
         vocab=r.model.vocab,
         draft_vocab=draft_model.vocab if draft_model is not None else 0,
         elementwise_bytes_per_s=r.hardware.memory_bandwidth_bytes_per_s * em.elementwise_bandwidth_fraction,
+        sampling=r.scenario.sampling,
         mla=r.model.attention.is_mla,
     )
     draft_layers = draft_model.n_layers if draft_model is not None else 0
@@ -389,7 +390,13 @@ def engine_step(
         sd_host_s=sd_host_s,
         round_ops_s=round_ops_s,
         sampler_s=launch_costs.bytes_s(
-            ov.sampler_bytes(profile, rows * tokens_per_seq, launch_costs.vocab, speculative)
+            ov.sampler_bytes(
+                profile,
+                rows * tokens_per_seq,
+                launch_costs.vocab,
+                "verify" if speculative else "decode",
+                launch_costs.sampling,
+            )
             + acceptance_bytes
         ),
     )
@@ -405,6 +412,13 @@ class RoundDrafting(NamedTuple):
     rows: int
     host_prepared_passes: int
     sampler_s: float = 0.0  # of seconds, the engine's sampler passes beyond the drafter's plan
+
+
+def bonus_row_share(profile: ServingEngineProfile, tokens_per_step: float, draft_len: int) -> float:
+    """The share of sequences whose previous round accepted all K drafts, when the engine re-runs the
+    position before each bonus token (`bonus_rows`; `all_accepted_share` of the round's tokens per step),
+    else 0."""
+    return all_accepted_share(tokens_per_step, draft_len) if profile.drafter.bonus_rows else 0.0
 
 
 def round_drafting(
@@ -430,22 +444,9 @@ def round_drafting(
     prepared = ov.host_prepared_passes(profile.drafter, draft_len, device.tp)
     sampler_s = 0.0
     if launch_costs is not None:  # the sampler's own passes over the drafter's vocabulary, every pass
-        pass_bytes = ov.sampler_bytes(profile, rows, launch_costs.draft_vocab, speculative=True)
+        pass_bytes = ov.sampler_bytes(profile, rows, launch_costs.draft_vocab, "draft", launch_costs.sampling)
         sampler_s = draft_len * launch_costs.bytes_s(pass_bytes)
     return RoundDrafting(device.total_s + sampler_s + host_s, host_s, device, rows, prepared, sampler_s)
-
-
-def draft_cost_s(
-    profile: ServingEngineProfile,
-    drafter: Drafter,
-    batch: int,
-    draft_len: int,
-    verify_launch: str,
-    drafts: DraftTimes,
-) -> tuple[float, float]:
-    """(drafting seconds, its host part) of one SD round of `batch` sequences (`round_drafting`)."""
-    drafting = round_drafting(profile, drafter, batch, draft_len, verify_launch, drafts)
-    return drafting.seconds, drafting.host_s
 
 
 @dataclass(frozen=True)
@@ -481,7 +482,7 @@ def engine_round(
 ) -> EngineRound:
     """The SD round of (batch, K) under `profile` from step and drafter times (module docstring)."""
     rows, tokens_per_row = ov.verify_shape(profile.drafter, batch, draft_len)
-    acceptance = ov.acceptance_bytes(profile, batch, draft_len, launch_costs.vocab)
+    acceptance = ov.acceptance_bytes(profile, batch, draft_len, launch_costs.vocab, launch_costs.sampling)
     verify = engine_step(
         profile,
         rows,
@@ -497,7 +498,7 @@ def engine_round(
         ops_s = ov.round_ops_s(profile, draft_len, launch, launch_costs, verify.device_s)
         metadata_s = ov.attention_metadata_s(profile, draft_len, launch_costs, verify.device_s)
         verify = replace(verify, round_ops_s=ops_s, metadata_s=metadata_s)
-    share = all_accepted_share(tokens_per_step, draft_len) if profile.drafter.bonus_rows else 0.0
+    share = bonus_row_share(profile, tokens_per_step, draft_len)
     drafting = round_drafting(profile, drafter, batch, draft_len, verify.launch, drafts, share, launch_costs)
     first_pass_s = drafting.device.first_pass_s if profile.drafter.first_pass != "one_token" else 0.0
     return EngineRound(
@@ -596,7 +597,7 @@ __all__ = [
     "RoundDrafting",
     "SpeculativePoint",
     "TimedPlan",
-    "draft_cost_s",
+    "bonus_row_share",
     "engine_point",
     "engine_step",
     "engine_step_keys",

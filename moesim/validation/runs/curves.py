@@ -38,6 +38,7 @@ CURVE_KEY = (
     "tree_topk",
     "drafter_launch",
     "max_running_requests",
+    "temperature",
 )
 
 

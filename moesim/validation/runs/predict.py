@@ -97,6 +97,7 @@ class RunPredictor:
             layout=ParallelLayout(gpus=run.gpus, tp=run.tp, ep=run.ep),
             drafter=run.drafter,
             acceptance_length=float(run.acceptance_length),
+            temperature=run.temperature or 0.0,
             serving_engine=shape,
         )
         resolved = [scenario.replace(batch=b).resolve() for b in run.batches]  # each batch must fit

@@ -22,7 +22,7 @@ from moesim.simulator.bounds import check_count, check_finite
 @dataclass(frozen=True)
 class Column:
     name: str
-    kind: str  # text | int | float | ints (semicolon-separated) | choice
+    kind: str  # text | int | float (> 0) | float0 (≥ 0) | ints (semicolon-separated) | choice
     required: bool
     meaning: str
     choices: tuple[str, ...] = ()
@@ -76,6 +76,12 @@ SCHEMA: tuple[Column, ...] = (
     Column("input_len", "int", False, "prompt tokens"),
     Column("output_len", "int", False, "generated tokens"),
     Column("dataset", "text", False, "dataset and sampling"),
+    Column(
+        "temperature",
+        "float0",
+        False,
+        "sampling temperature of the requests (0: greedy; blank: not stated, priced greedy)",
+    ),
     Column("metric", "choice", True, "what `speedup` measures", METRICS),
     Column("ratio_of", "text", True, "what the speedup is a ratio of, in words"),
     Column("baseline_value", "float", False, "the figure without SD"),
@@ -125,9 +131,14 @@ def _parse_cell(column: Column, text: str, where: str) -> Any:
     try:
         if column.kind == "int":
             return check_count(_whole(text), column.name, where, low=0, fix=f"give {column.meaning}")
-        if column.kind == "float":
+        if column.kind in ("float", "float0"):
             return check_finite(
-                float(text), column.name, where, low=0.0, low_open=True, fix=f"give {column.meaning}"
+                float(text),
+                column.name,
+                where,
+                low=0.0,
+                low_open=column.kind == "float",
+                fix=f"give {column.meaning}",
             )
         if column.kind == "ints":
             return tuple(
