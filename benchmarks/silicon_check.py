@@ -61,7 +61,7 @@ def rows(framework: str) -> list[dict[str, object]]:
 def all_to_all_rows(system: str) -> list[dict[str, object]]:
     """Per table, DeepEP mode, phase and EP size: MAPE of the datasheet and the silicon profile on the rows."""
     from moesim.calibrate.fits.silicon import tables
-    from moesim.calibrate.fits.silicon.a2a_fit import A2A_TABLES, moe_a2a_rows, sglang_rows
+    from moesim.calibrate.fits.silicon.a2a_fit import A2A_TABLES, read_rows
     from moesim.calibrate.fits.silicon.build import SYSTEM_PROFILES
     from moesim.simulator.execution.collectives import collective_time_s
     from moesim.simulator.plan.kernels import Collective
@@ -80,12 +80,7 @@ def all_to_all_rows(system: str) -> list[dict[str, object]]:
             if c.system == system and c.framework == framework and c.table in A2A_TABLES and c not in chosen
         ]
         for collection in chosen + older:
-            columns = tables.read_columns(collection)
-            a2a = (
-                moe_a2a_rows(columns)
-                if collection.table == "moe_a2a_perf"
-                else sglang_rows(collection.table, columns, system)
-            )
+            a2a = read_rows(collection, system)
             if collection in older:
                 a2a = a2a.where(a2a.ranks > gpus_per_node)
             for kind, name in (

@@ -191,9 +191,10 @@ def expert_all_to_all_s(
     if ranks <= g:
         return fixed_us * 1e-6 + busiest / (bandwidth_gbps * 1e9)
     scale_out = node_link(node, ranks)
-    on_node = busiest * (g - 1) / (ranks - 1) / (bandwidth_gbps * 1e9)
-    off_node = busiest * (ranks - g) / (ranks - 1) / scale_out.bytes_per_s
-    return fixed_us * 1e-6 + scale_out.latency_s + np.maximum(on_node, off_node)
+    on_node_s = busiest * (g - 1) / (ranks - 1) / (bandwidth_gbps * 1e9)
+    off_node_s = busiest * (ranks - g) / (ranks - 1) / scale_out.bytes_per_s
+    both_links_s = np.maximum(on_node_s, off_node_s)  # the two shares travel at once
+    return fixed_us * 1e-6 + scale_out.latency_s + both_links_s
 
 
 def messages_s(total_bytes: float, node: NodeSpec, group_gpus: int, messages: int = 1) -> float:

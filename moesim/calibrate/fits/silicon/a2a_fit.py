@@ -41,15 +41,17 @@ import numpy as np
 from scipy.optimize import least_squares
 from scipy.stats import hypergeom
 
+from moesim.calibrate.fits.silicon import tables
 from moesim.calibrate.fits.silicon.holdout import FitQuality, held_out_mask
 from moesim.simulator.execution.collectives import all_to_all_s, node_link
 from moesim.simulator.hardware.profile import ALL_TO_ALL_MAX_FIXED_US, HardwareProfile
 from moesim.simulator.hardware.sections import AllToAllMode, AllToAllTerms
+from moesim.simulator.plan.blocks import ACT_BYTES
+from moesim.simulator.plan.parallel import FP8_DISPATCH_BYTES
 
-FP8_VALUE_BYTES = 1.0 + 4.0 / 128  # FP8 values plus one fp32 scale per 128 (DeepEP's FP8 dispatch)
-BF16_VALUE_BYTES = 2.0
-# Bytes per hidden value of the dtypes used ('default': vLLM's unquantised dispatch, bf16).
-VALUE_BYTES = {"bfloat16": BF16_VALUE_BYTES, "default": BF16_VALUE_BYTES, "fp8": FP8_VALUE_BYTES}
+# Bytes per hidden value of the dtypes used ('default': vLLM's unquantised dispatch, bf16), as the plan
+# counts them (FP8: one fp32 scale per 128 values, DeepEP's FP8 dispatch).
+VALUE_BYTES = {"bfloat16": float(ACT_BYTES), "default": float(ACT_BYTES), "fp8": FP8_DISPATCH_BYTES}
 SGLANG_DEFAULT_SMS = 20  # DeepEP's Buffer.num_sms
 # GPUs of one node in SGLang's tables, where their trtllm / vLLM rows of the same system say (else 8).
 SGLANG_EP_PER_NODE = {"gb200": 4, "gb300": 4}
@@ -156,6 +158,14 @@ def moe_a2a_rows(columns: dict[str, np.ndarray]) -> AllToAllRows:
     )
 
 
+def read_rows(collection: tables.Collection, system: str) -> AllToAllRows:
+    """The rows of one of `A2A_TABLES` (SGLang's two or `moe_a2a_perf`), read and schema-checked."""
+    columns = tables.read_columns(collection)
+    if collection.table == "moe_a2a_perf":
+        return moe_a2a_rows(columns)
+    return sglang_rows(collection.table, columns, system)
+
+
 def price(rows: AllToAllRows, terms: AllToAllTerms) -> np.ndarray:
     """moesim's seconds for each row under `terms` (one node: no scale-out cap)."""
     dispatch = rows.phase == "dispatch"
@@ -236,5 +246,6 @@ __all__ = [
     "link_price",
     "moe_a2a_rows",
     "price",
+    "read_rows",
     "sglang_rows",
 ]

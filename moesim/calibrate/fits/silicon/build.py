@@ -27,13 +27,7 @@ import datetime
 from dataclasses import dataclass, field, replace
 
 from moesim.calibrate.fits.silicon import tables
-from moesim.calibrate.fits.silicon.a2a_fit import (
-    A2A_TABLES,
-    AllToAllRows,
-    fit_all_to_all,
-    moe_a2a_rows,
-    sglang_rows,
-)
+from moesim.calibrate.fits.silicon.a2a_fit import A2A_TABLES, AllToAllRows, fit_all_to_all, read_rows
 from moesim.calibrate.fits.silicon.attention_fit import fit_attention
 from moesim.calibrate.fits.silicon.comm_fit import fit_link
 from moesim.calibrate.fits.silicon.gemm_fit import fit_gemm
@@ -177,12 +171,7 @@ def calibrate_from_silicon(text: str, root: str | None = None) -> SiliconCalibra
                     versions[c.table] = f"{c.framework} {c.version}"
     a2a = [c for c in (selection.get(name) for name in A2A_TABLES) if c is not None]
     if a2a:
-        parts = [
-            moe_a2a_rows(tables.read_columns(c))
-            if c.table == "moe_a2a_perf"
-            else sglang_rows(c.table, tables.read_columns(c), selection.system)
-            for c in a2a
-        ]
+        parts = [read_rows(c, selection.system) for c in a2a]
         labels = {
             mode: " + ".join(c.label for c, rows in zip(a2a, parts, strict=True) if mode in rows.mode)
             for mode in ALL_TO_ALL_MODES
