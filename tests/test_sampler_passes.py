@@ -155,6 +155,25 @@ def test_simulate_prints_the_sampled_passes_as_a_breakdown_row() -> None:
     assert bad.exit_code != 0 and "sampling_top_p" in bad.output and "Traceback" not in bad.output
 
 
+def test_sweep_states_the_requests_sampling_beside_its_table() -> None:
+    args = [
+        "sweep",
+        "--model",
+        "olmoe-1b-7b",
+        "--batch",
+        "1,2",
+        "--draft-len",
+        "1",
+        "--serving-engine",
+        "sglang",
+    ]
+    sampled = CliRunner().invoke(cli, [*args, "--temperature", "0.5", "--sampling-top-k", "20"])
+    assert sampled.exit_code == 0, sampled.output
+    assert "requests sampled at temperature 0.5, top-k 20" in " ".join(sampled.output.split())
+    greedy = CliRunner().invoke(cli, args)
+    assert greedy.exit_code == 0 and "requests sampled" not in greedy.output
+
+
 def test_the_lm_head_runs_over_every_verified_row_and_the_drafter_over_its_own_vocabulary() -> None:
     """The LM head and the plan's one read of the logits cover B·(K + 1) rows of a verification; an EAGLE-3
     head's passes run its reduced vocabulary."""

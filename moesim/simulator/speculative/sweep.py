@@ -226,6 +226,7 @@ def run_sweep(
             "hardware_provenance": hardware.provenance.kind,
             "serving_engine": serving.name,
             "serving_engine_provenance": serving.provenance.kind,
+            "sampling": base.sampling.describe(),
         },
     )
 
