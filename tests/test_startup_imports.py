@@ -25,14 +25,15 @@ main()
 """
 
 
-def modules_loaded(*args: str) -> set[str]:
-    """Top-level packages `moesim ARGS` has imported when it exits."""
+def modules_loaded(*args: str, top_level: bool = True) -> set[str]:
+    """Top-level packages (or every module) `moesim ARGS` has imported when it exits."""
     result = subprocess.run(
         [sys.executable, "-c", _RUN, json.dumps(list(args))], capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr
     line = next(x for x in result.stderr.splitlines() if x.startswith("MODULES "))
-    return {name.split(".")[0] for name in json.loads(line.removeprefix("MODULES "))}
+    names = json.loads(line.removeprefix("MODULES "))
+    return {name.split(".")[0] for name in names} if top_level else set(names)
 
 
 @pytest.mark.parametrize(
@@ -58,3 +59,10 @@ def test_a_one_stream_simulation_runs_without_the_event_loop() -> None:
     assert not help_loaded & {"numpy", "rich", "simpy"}, sorted(help_loaded & {"numpy", "rich", "simpy"})
     loaded = modules_loaded("simulate", "--model", "qwen3-30b-a3b", "--hardware", "h200", "--batch", "1")
     assert "simpy" not in loaded and "numpy" in loaded
+
+
+def test_simulate_loads_neither_the_fast_path_nor_sweeps() -> None:
+    """`simulate` times its steps on the event timer: the fast path and the sweep load with their first use."""
+    loaded = modules_loaded("simulate", "--model", "olmoe-1b-7b", "--hardware", "h200", top_level=False)
+    unused = {"moesim.simulator.execution.fastpath", "moesim.simulator.speculative.sweep"}
+    assert "moesim.simulator.execution.events" in loaded and not loaded & unused, sorted(loaded & unused)

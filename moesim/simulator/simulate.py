@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,7 +43,9 @@ from moesim.simulator.scenario import (
     resolve_model,
 )
 from moesim.simulator.speculative.point import EngineStep, SpeculativePoint, speculative_point, time_step
-from moesim.simulator.speculative.sweep import SweepResult, run_sweep
+
+if TYPE_CHECKING:  # sweeps load with the first `sweep`: `simulate` needs neither them nor the fast path
+    from moesim.simulator.speculative.sweep import SweepResult
 
 # Sampled routing draws (steps × tokens × experts) for the distinct-expert distribution of one layer.
 DISTRIBUTION_DRAWS = 2_000_000
@@ -234,6 +236,8 @@ def sweep(
     if not specs:
         raise MoesimError("model", "needs at least one model name, or all")
     base = _scenario(scenario, {"model": specs[0], **fields})
+    from moesim.simulator.speculative.sweep import run_sweep
+
     return run_sweep(base, specs, list(batches), list(draft_lens), progress=progress)
 
 

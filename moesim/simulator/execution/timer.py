@@ -14,17 +14,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from moesim.simulator.execution.collectives import step_collective_times_s
 from moesim.simulator.execution.cost import CostParams
 from moesim.simulator.execution.events import StepResult, run_events
-from moesim.simulator.execution.fastpath import FastStep, StepRequest, fast_step, fast_steps
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.plan.parallel import ParallelStep, collective_name
 from moesim.simulator.plan.step import StepPlan
+
+if TYPE_CHECKING:  # the fast path loads with its first use: `moesim simulate` runs the event timer alone
+    from moesim.simulator.execution.fastpath import FastStep
 
 
 class TimedStep(Protocol):
@@ -125,11 +127,15 @@ class FastTimer(_ProfileTimer):
         collectives: Mapping[str, float] | None = None,
         include_launch_and_sync: bool = True,
     ) -> FastStep:
+        from moesim.simulator.execution.fastpath import fast_step
+
         external = None if collectives is None else _collective_vector(plan, collectives)
         return fast_step(plan, self.hardware, launch, self.params, include_launch_and_sync, external)
 
     def steps(self, calls: Sequence[StepCall]) -> list[FastStep]:
         """Every call's `step`, plans of one structure costed together (`fastpath.fast_steps`)."""
+        from moesim.simulator.execution.fastpath import StepRequest, fast_steps
+
         requests = [
             StepRequest(
                 c.plan,
