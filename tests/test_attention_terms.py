@@ -108,4 +108,5 @@ def test_prefill_chunks_carry_gqa_prefill_units_and_pay_its_terms_only() -> None
     added = kernel_time_s(one, priced, 1e6) - kernel_time_s(one, plain, 1e6)
     assert added == pytest.approx((9.0 + one.attention_units * 0.04) * 1e-6, rel=1e-9)
     mla = prefill_attention_kernel(load_model("deepseek-v3"), "full", PrefillChunks.of([(512, 0)]))
-    assert mla.attention_units == 0  # no MLA prefill term is fitted (calibrate/fits/silicon/attention_fit.py)
+    # dense MLA prefill: multi-head attention, every head its own keys, 128-row query tiles
+    assert mla.attention_kind == "mla_prefill" and mla.attention_units == 128 * (512 // 128)

@@ -253,8 +253,8 @@ def test_memory_bound_gemm_rows_do_not_move_the_fitted_efficiency() -> None:
 def test_the_fixture_fits_attention_terms_that_beat_the_roofline_held_out() -> None:
     result = calibrate_from_silicon("h200_sxm/sglang", str(FIXTURE))
     attention = result.profile.empirical.attention
-    assert attention is not None and set(attention) == {"gqa", "mla", "gqa_prefill"}
-    for kind in ("gqa", "mla", "gqa_prefill"):
+    assert attention is not None and set(attention) == {"gqa", "mla", "gqa_prefill", "mla_prefill"}
+    for kind in ("gqa", "mla", "gqa_prefill", "mla_prefill"):
         fitted, roofline = result.quality[f"attention.{kind}"], result.baseline[f"attention.{kind}"]
         assert fitted.rows_fit > 0 and fitted.rows_held_out > 0
         assert fitted.mape_held_out_percent < roofline.mape_held_out_percent / 2
@@ -262,11 +262,13 @@ def test_the_fixture_fits_attention_terms_that_beat_the_roofline_held_out() -> N
 
 
 # 200 random rows each of the real H200 and B200 attention tables (grouped-query and MLA decode, grouped-query
-# prefill; bf16 queries and KV cache, full attention, the framework's default kernel). Tolerance: mean
+# and MLA prefill; bf16 queries and KV cache, full attention, the framework's default kernel). Tolerance: mean
 # absolute error 25%. The fitted terms' held-out MAPE on these tables is 12-24% (h200_sxm: 13-15%,
 # b200_sxm/sglang: 16-24%), so 25% is 1.05-2x that; the roofline alone (a datasheet profile) scores 55-68%
-# on the same rows, so a profile that lost its fit fails.
-ATTENTION_ROW_TOLERANCE_MAPE = 25.0
+# on the same rows, so a profile that lost its fit fails. MLA prefill: 35%. Its fitted terms miss by 20-26%
+# (these 200 rows: h200_sxm 26%, b200_sxm 20%; held out 23% on h200_sxm/sglang, whose op runs at a sixth of
+# the bf16 peak and leaves the largest residual), so 35% is 1.3-1.8x that; the roofline alone scores 71-84%.
+ATTENTION_ROW_TOLERANCE_MAPE = {"gqa": 25.0, "mla": 25.0, "gqa_prefill": 25.0, "mla_prefill": 35.0}
 
 
 @needs_database
@@ -282,21 +284,40 @@ def test_the_silicon_profile_predicts_200_random_attention_rows_of_the_real_tabl
         ("generation_attention_perf", "gqa"),
         ("generation_mla_perf", "mla"),
         ("context_attention_perf", "gqa_prefill"),
+        ("context_mla_perf", "mla_prefill"),
     ):
         columns = tables.read_columns(selection.tables[table])
         rows, _ = _pick(columns, kind)
         index = rng.choice(np.nonzero(rows)[0], 200, replace=False)
         c = {k: v[index] for k, v in columns.items()}
         ones = np.ones(200, dtype=np.int64)
-        kv_heads = ones if kind == "mla" else c["num_key_value_heads"]
-        head_dim = ones if kind == "mla" else c["head_dim"]
+        kv_heads = ones if kind.startswith("mla") else c["num_key_value_heads"]
+        head_dim = ones if kind.startswith("mla") else c["head_dim"]
         cached = c["isl"] + c["step"] if "step" in c else c["isl"]
         priced = row_kernels(hw, kind, c["num_heads"], kv_heads, head_dim, c["batch_size"], cached)
         predicted = priced.predict_s(hw.empirical.attention[kind])
         measured = c["latency"] * 1e-3
-        assert float(np.mean(np.abs(predicted - measured) / measured) * 100) < ATTENTION_ROW_TOLERANCE_MAPE, (
-            kind
-        )
+        error = float(np.mean(np.abs(predicted - measured) / measured) * 100)
+        assert error < ATTENTION_ROW_TOLERANCE_MAPE[kind], (kind, error)
+
+
+def test_each_gemm_dtype_gets_its_own_curve_stored_only_where_it_beats_the_datasheet_held_out() -> None:
+    """bf16's fitted curve becomes the shared one and fp8's fp8's own, each kept only when it predicts its
+    dtype's held-out shapes better than the datasheet curve; either way its quality is reported."""
+    result = calibrate_from_silicon("h200_sxm/sglang", str(FIXTURE))
+    em = result.profile.empirical
+    own = em.gemm_efficiency_by_dtype or {}
+    for dtype, key in (("bf16", "gemm_efficiency"), ("fp8", "gemm_efficiency_by_dtype.fp8")):
+        (term,) = [t for t in result.quality if t.split(" ")[0] == key]
+        stored = "(reported" not in term
+        fitted, datasheet = result.quality[term], result.baseline[term]
+        assert stored == (fitted.mape_held_out_percent < datasheet.mape_held_out_percent), term
+        assert result.profile.fit_quality[key]["stored"] == float(stored)
+        if dtype == "fp8":
+            assert (dtype in own) == stored
+        else:
+            assert (em.gemm_efficiency != load_profile("h200").empirical.gemm_efficiency) == stored
+    assert set(own) <= {"fp8"}
 
 
 def test_the_fixture_fits_all_to_all_terms_per_deepep_mode_that_beat_the_link_held_out() -> None:

@@ -81,6 +81,11 @@ def mla_mask(table):  # type: ignore[no-untyped-def]
     return pc.and_(heads, pc.equal(table["kv_cache_dtype"], "bfloat16"))
 
 
+def mla_context_mask(table):  # type: ignore[no-untyped-def]
+    heads = pc.is_in(table["num_heads"], value_set=__import__("pyarrow").array(MLA_HEADS))
+    return pc.and_(heads, pc.equal(table["mla_dtype"], "bfloat16"))
+
+
 def main() -> None:
     root = database_root()
     h200 = root / "h200_sxm"
@@ -113,6 +118,11 @@ def main() -> None:
         h200 / "mla/sglang/0.5.14/generation_mla_perf.parquet",
         OUT / "h200_sxm/mla/sglang/0.5.14/generation_mla_perf.parquet",
         mla_mask,
+    )
+    _cut(
+        h200 / "mla/sglang/0.5.14/context_mla_perf.parquet",
+        OUT / "h200_sxm/mla/sglang/0.5.14/context_mla_perf.parquet",
+        mla_context_mask,
     )
     everything = lambda t: pc.greater(t["latency"], 0)  # noqa: E731
     _cut(

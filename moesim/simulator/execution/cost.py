@@ -1,8 +1,9 @@
 """Time of one kernel on one device: a fixed latency plus a roofline with achieved efficiencies.
 
     time = fixed latency + max(compute, memory)
-    compute = FLOPs / (peak[dtype] × gemm_efficiency(M))        for GEMM-like kernels (m_tokens > 0)
-              (a one-row GEMM, M ≤ 1, is a matrix–vector product: see `stream_efficiency`)
+    compute = FLOPs / (peak[dtype] × gemm_efficiency[dtype](M)) for GEMM-like kernels (m_tokens > 0)
+              (a one-row GEMM, M ≤ 1, is a matrix–vector product: see `GEMV_EFFICIENCY`; the curve is the
+              dtype's own where the profile has one, `Empirical.gemm_efficiency_by_dtype`, else the shared one)
             = FLOPs / (peak[bf16] × vector_flops_fraction)      for everything else (the profile's fact)
     memory  = (HBM bytes + ramp) / achieved bandwidth + cache bytes / cache bandwidth
 
@@ -69,6 +70,10 @@ class CostParams:
     expert_gemm: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     # attention kind -> (fixed s, per-unit s) of attention kernels; empty: the roofline alone
     attention: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # attention kind -> share of the dense peak its arithmetic reaches; a kind left out: the GEMM curve
+    attention_flops_fraction: dict[str, float] = field(default_factory=dict)
+    # dtype -> (log M grid, efficiency) of GEMMs with a curve of their own; empty: the shared curve for all
+    gemm_curves: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     @classmethod
     def from_hardware(cls, hw: HardwareProfile) -> CostParams:
@@ -92,6 +97,18 @@ class CostParams:
             attention={
                 kind: (terms.fixed_us * 1e-6, terms.per_unit_us * 1e-6)
                 for kind, terms in (em.attention or {}).items()
+            },
+            attention_flops_fraction={
+                kind: terms.flops_fraction
+                for kind, terms in (em.attention or {}).items()
+                if terms.flops_fraction > 0
+            },
+            gemm_curves={
+                dtype: (
+                    np.log(np.asarray(curve.m_tokens, dtype=float)),
+                    np.asarray(curve.efficiency, dtype=float),
+                )
+                for dtype, curve in (em.gemm_efficiency_by_dtype or {}).items()
             },
         )
 
@@ -157,14 +174,51 @@ class CostParams:
             extra = part if extra is None else extra + part
         return extra
 
-    def gemm_efficiency(self, m_tokens: np.ndarray | float) -> np.ndarray:
-        """Achieved fraction of peak of a GEMM with M rows (M ≤ 1: a weight stream, see GEMV_EFFICIENCY)."""
+    def attention_fractions(self, units: dict[str, np.ndarray]) -> np.ndarray | None:
+        """Each kernel's attention arithmetic rate as a share of its peak (0: the GEMM efficiency curve),
+        given each kind's work units per kernel; None when no kind here has a rate of its own."""
+        if not self.attention_flops_fraction:
+            return None
+        fraction: np.ndarray | None = None
+        for kind, kernel_units in units.items():
+            share = np.where(np.asarray(kernel_units) > 0, self.attention_flops_fraction.get(kind, 0.0), 0.0)
+            fraction = share if fraction is None else fraction + share
+        return fraction
+
+    def gemm_curve_index(
+        self, dtypes: Sequence[str], dtype_index: np.ndarray | None = None
+    ) -> np.ndarray | None:
+        """Which efficiency curve each kernel's GEMM runs at — 0 the shared one, i + 1 the i-th of
+        `gemm_curves` — kernel i computing in dtypes[dtype_index[i]] (in dtypes[i] without an index); None when
+        no kernel's dtype has a curve of its own (every kernel on the shared curve)."""
+        if not self.gemm_curves or not any(d in self.gemm_curves for d in dtypes):
+            return None
+        order = {dtype: i + 1 for i, dtype in enumerate(self.gemm_curves)}
+        per_dtype = np.array([order.get(d, 0) for d in dtypes], dtype=np.int64)
+        return per_dtype if dtype_index is None else per_dtype[np.asarray(dtype_index, dtype=np.int64)]
+
+    def gemm_efficiency(
+        self, m_tokens: np.ndarray | float, curve_index: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Achieved fraction of peak of a GEMM with M rows (M ≤ 1: a weight stream, see GEMV_EFFICIENCY), on
+        the curve `curve_index` names per kernel (`gemm_curve_index`; None: the shared curve)."""
         log_m = np.log(np.maximum(np.asarray(m_tokens, dtype=float), GEMV_M_TOKENS))
-        grid_m, grid_eff = self.gemm_m, self.gemm_eff
-        above = grid_m > math.log(GEMV_M_TOKENS)
-        grid_m = np.concatenate([[math.log(GEMV_M_TOKENS)], grid_m[above]])
-        grid_eff = np.concatenate([[GEMV_EFFICIENCY], grid_eff[above]])
-        return np.exp(np.interp(log_m, grid_m, np.log(grid_eff)))
+        efficiency = _interpolated(log_m, self.gemm_m, self.gemm_eff)
+        if curve_index is None:
+            return efficiency
+        for i, (grid_m, grid_eff) in enumerate(self.gemm_curves.values()):
+            own = curve_index == i + 1
+            if np.any(own):
+                efficiency = np.where(own, _interpolated(log_m, grid_m, grid_eff), efficiency)
+        return efficiency
+
+
+def _interpolated(log_m: np.ndarray, grid_m: np.ndarray, grid_eff: np.ndarray) -> np.ndarray:
+    """A curve's efficiency at log M, power-law between points, from the weight stream's at M = 1."""
+    above = grid_m > math.log(GEMV_M_TOKENS)
+    grid_m = np.concatenate([[math.log(GEMV_M_TOKENS)], grid_m[above]])
+    grid_eff = np.concatenate([[GEMV_EFFICIENCY], grid_eff[above]])
+    return np.exp(np.interp(log_m, grid_m, np.log(grid_eff)))
 
 
 def _expert_gemm_rates(hw: HardwareProfile, peaks: dict[str, float]) -> dict[str, tuple[float, float, float]]:
@@ -212,14 +266,21 @@ def compute_time_s(
     m_tokens: np.ndarray | float,
     peak_flops: np.ndarray | float,
     params: CostParams,
+    gemm_curve: np.ndarray | None = None,
+    attention_fraction: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Seconds of arithmetic: GEMMs at peak × efficiency(M), other kernels at the vector-unit rate."""
+    """Seconds of arithmetic: GEMMs at peak × efficiency(M) on their dtype's curve (`gemm_curve`, from
+    `CostParams.gemm_curve_index`; None: the shared curve) — attention kernels with a rate of their own
+    (`attention_fraction` > 0, `CostParams.attention_fractions`) at peak × that share — other kernels at
+    the vector-unit rate."""
     flops_a = np.asarray(flops, dtype=float)
     m = np.asarray(m_tokens, dtype=float)
     is_gemm = m > 0
-    rate = np.where(
-        is_gemm, np.asarray(peak_flops, dtype=float) * params.gemm_efficiency(m), params.non_gemm_flops_per_s
-    )
+    peak = np.asarray(peak_flops, dtype=float)
+    efficiency = params.gemm_efficiency(m, gemm_curve)
+    if attention_fraction is not None:
+        efficiency = np.where(attention_fraction > 0, attention_fraction, efficiency)
+    rate = np.where(is_gemm, peak * efficiency, params.non_gemm_flops_per_s)
     return flops_a / np.maximum(rate, 1.0)
 
 
@@ -247,6 +308,8 @@ def kernel_parts_s(
     params: CostParams,
     grouped: GroupedTerms | None = None,
     attention_s: np.ndarray | None = None,
+    gemm_curve: np.ndarray | None = None,
+    attention_fraction: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(total, fixed, compute, memory-side) seconds of many kernels: total = fixed + max(compute,
     memory-side).
@@ -256,8 +319,10 @@ def kernel_parts_s(
     memory side is the bytes' time; for a grouped expert GEMM it is the memory bytes' time plus the larger
     of the cache-served re-reads and the (token, expert) rows' work: both run on the SMs' load path per
     output tile, beside each other, but in series with the weights streaming from memory
-    (`hardware.profile.ExpertGemmTerms`)."""
-    compute = compute_time_s(flops, m_tokens, peak_flops, params)
+    (`hardware.profile.ExpertGemmTerms`). `gemm_curve` names each GEMM's efficiency curve
+    (`CostParams.gemm_curve_index`; None: the shared curve), `attention_fraction` the attention kernels'
+    own arithmetic rates (`CostParams.attention_fractions`)."""
+    compute = compute_time_s(flops, m_tokens, peak_flops, params, gemm_curve, attention_fraction)
     is_gemm = np.asarray(m_tokens) > 0
     memory = memory_time_s(hbm_bytes, cache_bytes, is_gemm, params)
     fixed = np.full(compute.shape, params.fixed_s)
@@ -280,12 +345,23 @@ def kernel_times_s(
     params: CostParams,
     grouped: GroupedTerms | None = None,
     attention_s: np.ndarray | None = None,
+    gemm_curve: np.ndarray | None = None,
+    attention_fraction: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(total, compute, memory-side) seconds of many kernels at once: total = serial + max(compute,
     memory-side), which is fixed + max(compute, memory) for every kernel but a grouped expert GEMM
     (`kernel_parts_s`)."""
     total, _, compute, memory = kernel_parts_s(
-        flops, m_tokens, peak_flops, hbm_bytes, cache_bytes, params, grouped, attention_s
+        flops,
+        m_tokens,
+        peak_flops,
+        hbm_bytes,
+        cache_bytes,
+        params,
+        grouped,
+        attention_s,
+        gemm_curve,
+        attention_fraction,
     )
     return total, compute, memory
 
@@ -312,5 +388,7 @@ def kernel_time_s(
         params,
         params.grouped_terms(np.array([kernel.experts]), [kernel.dtype]),
         params.attention_extra_s(attention_units_by_kind([kernel])),
+        params.gemm_curve_index([kernel.dtype]),
+        params.attention_fractions(attention_units_by_kind([kernel])),
     )
     return float(total[0])

@@ -356,8 +356,13 @@ def run_events(
     flops = np.array([k.flops for k in kernels])
     m = np.array([k.m_tokens for k in kernels], dtype=float)
     grouped = params.grouped_terms(np.array([k.experts for k in kernels]), [k.dtype for k in kernels])
-    attention = params.attention_extra_s(attention_units_by_kind(kernels))
-    total, fixed, compute, memory = kernel_parts_s(flops, m, peaks, hbm, cache, params, grouped, attention)
+    units = attention_units_by_kind(kernels)
+    attention = params.attention_extra_s(units)
+    curve = params.gemm_curve_index([k.dtype for k in kernels])
+    fraction = params.attention_fractions(units)
+    total, fixed, compute, memory = kernel_parts_s(
+        flops, m, peaks, hbm, cache, params, grouped, attention, curve, fraction
+    )
     if external_time_s is not None:
         for i, kernel in enumerate(kernels):
             given = external_time_s(kernel)

@@ -420,7 +420,13 @@ def _cost_group(members: Sequence[KernelArrays], params: CostParams) -> KernelCo
     grouped = _stacked([params.grouped_terms(m.experts, m.dtypes, m.dtype_index) for m in members])
     attention = [params.attention_extra_s(m.attention_units) for m in members]
     attention_s = None if attention[0] is None else np.array(attention)
-    total, compute, memory = kernel_times_s(flops, m_tokens, peaks, hbm, cache, params, grouped, attention_s)
+    curves = [params.gemm_curve_index(m.dtypes, m.dtype_index) for m in members]
+    gemm_curve = None if curves[0] is None else np.array(curves)  # one structure: all or none have one
+    fractions = [params.attention_fractions(m.attention_units) for m in members]
+    fraction = None if fractions[0] is None else np.array(fractions)
+    total, compute, memory = kernel_times_s(
+        flops, m_tokens, peaks, hbm, cache, params, grouped, attention_s, gemm_curve, fraction
+    )
     return KernelCosts(total, compute, memory, cache, hbm)
 
 

@@ -157,6 +157,13 @@ def _plain_number(key: str, value: float) -> float | int:
     return float(value)
 
 
+def _curve_dict(curve: GemmEfficiency) -> dict[str, list[float]]:
+    return {
+        "m_tokens": [float(m) for m in curve.m_tokens],
+        "efficiency": [float(e) for e in curve.efficiency],
+    }
+
+
 def profile_to_dict(p: HardwareProfile) -> dict[str, Any]:
     """The profile as plain TOML-ready data (the inverse of `profile_from_dict`)."""
     ds = p.datasheet
@@ -175,16 +182,17 @@ def profile_to_dict(p: HardwareProfile) -> dict[str, Any]:
     em = p.empirical
     empirical: dict[str, Any] = {}
     for f in fields(Empirical):
-        if f.name in ("gemm_efficiency", "expert_gemm", "attention"):
+        if f.name in ("gemm_efficiency", "expert_gemm", "attention", "gemm_efficiency_by_dtype"):
             continue
         value = getattr(em, f.name)
         if value is None:  # optional parameter not set: TOML has no null, so the key is left out
             continue
         empirical[f.name] = _plain_number(f.name, value)
-    empirical["gemm_efficiency"] = {
-        "m_tokens": [float(m) for m in em.gemm_efficiency.m_tokens],
-        "efficiency": [float(e) for e in em.gemm_efficiency.efficiency],
-    }
+    empirical["gemm_efficiency"] = _curve_dict(em.gemm_efficiency)
+    if em.gemm_efficiency_by_dtype is not None:
+        empirical["gemm_efficiency_by_dtype"] = {
+            dtype: _curve_dict(curve) for dtype, curve in em.gemm_efficiency_by_dtype.items()
+        }
     if em.expert_gemm is not None:
         empirical["expert_gemm"] = {
             dtype: {f.name: float(getattr(terms, f.name)) for f in fields(ExpertGemmTerms)}
@@ -262,7 +270,19 @@ def datasheet_from_dict(d: Any, source: str) -> Datasheet:
 
 
 def _read_gemm_efficiency(r: ProfileTable) -> GemmEfficiency:
-    g = r.table("gemm_efficiency", ("m_tokens", "efficiency"))
+    return _read_curve(r.table("gemm_efficiency", ("m_tokens", "efficiency")))
+
+
+def _read_gemm_efficiency_by_dtype(r: ProfileTable) -> dict[str, GemmEfficiency] | None:
+    if not r.has("gemm_efficiency_by_dtype"):
+        return None
+    by_dtype = r.table("gemm_efficiency_by_dtype")
+    return {
+        str(dtype): _read_curve(by_dtype.table(dtype, ("m_tokens", "efficiency"))) for dtype in by_dtype.data
+    }
+
+
+def _read_curve(g: ProfileTable) -> GemmEfficiency:
     arrays: dict[str, list[float]] = {}
     for key in ("m_tokens", "efficiency"):
         values = g.value(key)
@@ -331,6 +351,7 @@ def _read_attention(r: ProfileTable) -> dict[str, AttentionTerms] | None:
         out[str(kind)] = AttentionTerms(
             fixed_us=g.number("fixed_us", strict=False, maximum=ATTENTION_MAX_FIXED_US),
             per_unit_us=g.number("per_unit_us", strict=False, maximum=ATTENTION_MAX_PER_UNIT_US),
+            flops_fraction=g.number("flops_fraction", 0.0, strict=False, maximum=1.0),
         )
     return out
 
@@ -369,6 +390,7 @@ def _read_empirical(source: str, data: Any) -> Empirical:
         else None,
         expert_gemm=_read_expert_gemm(r),
         attention=_read_attention(r),
+        gemm_efficiency_by_dtype=_read_gemm_efficiency_by_dtype(r),
     )
 
 

@@ -67,9 +67,11 @@ class ExpertGemmTerms:
 class AttentionTerms:
     """What one attention kernel over the KV cache costs beyond its roofline, for one kind of kernel
     (`gqa`: FlashAttention-style grouped-query decode and verification; `mla`: FlashMLA-style latent
-    attention; `gqa_prefill`: causal grouped-query attention of prefill chunks):
+    attention; `gqa_prefill`: causal grouped-query attention of prefill chunks; `mla_prefill`: causal
+    multi-head attention of MLA prefill chunks over their decompressed keys and values):
 
         time = kernel_fixed_latency + fixed_us + work units × per_unit_us + max(compute, memory)
+        compute = FLOPs / (peak[dtype] × flops_fraction)    (flops_fraction 0: the GEMM efficiency curve)
 
     A work unit is one (sequence, KV head, query tile): the block of queries the kernel schedules on its own
     and that streams its sequence's cache (`plan.attention.attention_work_units`). `fixed_us` is the kernel's
@@ -77,13 +79,17 @@ class AttentionTerms:
     inside the attention op); `per_unit_us` is the device time each unit adds beyond its bytes (its
     prologue, softmax bookkeeping and output write), spread over the SMs. None (the datasheet default):
     neither is modelled, the roofline alone, as moesim priced attention before the term existed.
+    `flops_fraction` is the share of the dense peak the kernel's arithmetic reaches (its two GEMMs with the
+    softmax, masking and rescaling between them), fitted where compute binds — prefill of long prompts —
+    and 0 (the GEMM efficiency curve at the kernel's rows) for decode kinds, whose rows never identify it.
     """
 
     fixed_us: float
     per_unit_us: float
+    flops_fraction: float = 0.0
 
 
-ATTENTION_KERNEL_KINDS = ("gqa", "mla", "gqa_prefill")
+ATTENTION_KERNEL_KINDS = ("gqa", "mla", "gqa_prefill", "mla_prefill")
 
 
 EXPERT_GEMM_FALLBACK_DTYPE = "bf16"
@@ -137,6 +143,13 @@ class Empirical:
     # Attention kernel terms per kind, `gqa` / `mla` (see AttentionTerms); None or a kind left out = the
     # roofline alone (the datasheet default).
     attention: dict[str, AttentionTerms] | None = None
+    # GEMM efficiency curves of their own per compute dtype (e.g. fp8, whose kernels reach a different share
+    # of their peak than bf16's); a dtype left out, or None (the datasheet default), uses `gemm_efficiency`.
+    gemm_efficiency_by_dtype: dict[str, GemmEfficiency] | None = None
+
+    def gemm_curve(self, dtype: str) -> GemmEfficiency:
+        """The efficiency curve GEMMs computing in `dtype` run at: their own, else the shared one."""
+        return (self.gemm_efficiency_by_dtype or {}).get(dtype, self.gemm_efficiency)
 
 
 @dataclass(frozen=True)

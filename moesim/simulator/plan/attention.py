@@ -15,7 +15,7 @@ from moesim.simulator.models.sequence_state import (
     indexed_tokens,
     linear_state_bytes,
 )
-from moesim.simulator.models.spec import AttentionLayerKind, attention_for
+from moesim.simulator.models.spec import AttentionLayerKind, ModelSpec, attention_for
 from moesim.simulator.plan.blocks import (
     ACT_BYTES,
     INDEX_BYTES,
@@ -39,6 +39,19 @@ from moesim.simulator.plan.shapes import KV_BYTES, Matrix, attention_matrices, k
 # mask, whose largest query tile is 128 rows too; vLLM's FA3 backend runs a chain verification as varlen
 # attention, q_len = K + 1 per sequence).
 GQA_QUERY_TILE_ROWS = 128
+
+
+def mla_prefill_runs_mha(model: ModelSpec, kind: AttentionLayerKind) -> bool:
+    """Whether prompt tokens of this MLA layer run as multi-head attention over the decompressed keys and
+    values (not absorbed): what SGLang 0.5.23 and vLLM 0.33.0 do for dense MLA prefill — SGLang's
+    MHA_ONE_SHOT / MHA_CHUNKED_KV (`models/deepseek_common/attention_forward_methods/forward_mha.py`:
+    `kv_b_proj` over the prefix and chunk latents, K = [k_nope, k_pe], attention with q/k head dim
+    nope + rope = 192 and v 128, the output straight into `o_proj`), vLLM's `forward_mha`
+    (`model_executor/layers/attention/mla_attention.py`, the same steps, the prefix through
+    `_compute_prefill_context`). Sparse MLA (an indexer: DeepSeek-V3.2 / GLM-5 DSA) keeps the absorbed
+    kernel over its top-k entries, as SGLang's DSA backend does for all but short prompts."""
+    a = attention_for(model, kind)
+    return a.is_mla and not a.index_topk
 
 
 def query_tiles(rows_per_kv_head: int, tile_rows: int) -> int:
@@ -208,8 +221,14 @@ def mla_attention_kernels(
     ctx: PlanContext, kind: AttentionLayerKind, mats: dict[str, Matrix]
 ) -> list[Kernel]:
     """Multi-head latent attention in its absorbed form (DeepSeek): the query and KV latents, the query
-    absorbed into the latent space, attention over the cached latents, the value up-projection, output."""
+    absorbed into the latent space, attention over the cached latents, the value up-projection, output.
+
+    The absorption (q_absorb, v_up) runs for the decode and verification rows; prompt tokens of a mixed
+    step (`plan.mixed`) skip it where their attention runs as multi-head attention over decompressed keys
+    and values (`mla_prefill_runs_mha`): their query goes to attention as q_b_proj wrote it and their
+    output straight into o_proj."""
     model, m = ctx.model, ctx.m_tokens
+    absorbed = ctx.batch * ctx.tokens_per_seq if mla_prefill_runs_mha(model, kind) else m
     P = LAYER_PREFIX
     a = attention_for(model, kind)
     kv_token = kv_bytes_per_token(model, kind)
@@ -227,17 +246,21 @@ def mla_attention_kernels(
         )
     out += indexer_kernels(ctx, kind, mats, "qkv_a")
     kb = mats["kv_b_k"]
-    out.append(
-        make_kernel(
-            "q_absorb",
-            "dense_weights",
-            flops=2.0 * m * kb.params,
-            reads=(TensorRead(P + "attn.kv_b_k", kb.bytes), activation_read("q", m * a.num_heads * nope)),
-            write=("q_latent", m * a.num_heads * (latent + rope) * ACT_BYTES),
-            m=m,
-            dtype=kb.fmt.compute_dtype,
+    if absorbed:
+        out.append(
+            make_kernel(
+                "q_absorb",
+                "dense_weights",
+                flops=2.0 * absorbed * kb.params,
+                reads=(
+                    TensorRead(P + "attn.kv_b_k", kb.bytes),
+                    activation_read("q", absorbed * a.num_heads * nope),
+                ),
+                write=("q_latent", absorbed * a.num_heads * (latent + rope) * ACT_BYTES),
+                m=absorbed,
+                dtype=kb.fmt.compute_dtype,
+            )
         )
-    )
     out.append(
         elementwise_kernel(
             "rotary",
@@ -259,25 +282,26 @@ def mla_attention_kernels(
             ctx,
             kind,
             "q_latent",
-            m * a.num_heads * (latent + rope),
-            ("attn_latent", m * a.num_heads * latent),
+            absorbed * a.num_heads * (latent + rope),
+            ("attn_latent", absorbed * a.num_heads * latent),
         )
     )
     kv = mats["kv_b_v"]
-    out.append(
-        make_kernel(
-            "v_up",
-            "dense_weights",
-            flops=2.0 * m * kv.params,
-            reads=(
-                TensorRead(P + "attn.kv_b_v", kv.bytes),
-                activation_read("attn_latent", m * a.num_heads * latent),
-            ),
-            write=("attn_out", m * a.num_heads * v_dim * ACT_BYTES),
-            m=m,
-            dtype=kv.fmt.compute_dtype,
+    if absorbed:
+        out.append(
+            make_kernel(
+                "v_up",
+                "dense_weights",
+                flops=2.0 * absorbed * kv.params,
+                reads=(
+                    TensorRead(P + "attn.kv_b_v", kv.bytes),
+                    activation_read("attn_latent", absorbed * a.num_heads * latent),
+                ),
+                write=("attn_out", absorbed * a.num_heads * v_dim * ACT_BYTES),
+                m=absorbed,
+                dtype=kv.fmt.compute_dtype,
+            )
         )
-    )
     out.append(gemm_kernel(ctx, "o_proj", "dense_weights", P + "attn.o", mats["o"], m, "attn_out", "resid"))
     return out
 

@@ -56,9 +56,11 @@ MEASURED_KEYS = (
     "probe_memory_gbps",
     "probe_compute_tflops",
     "probe_dispatch_us",
+    "probe_stream_gemm_tflops",
     "probe_memory_noise",
     "probe_compute_noise",
     "probe_dispatch_noise",
+    "probe_stream_gemm_noise",
 )
 
 
@@ -99,7 +101,8 @@ def cost_terms(
 
         cache, hbm = cache_pass(plan.kernels, params.cache_capacity_bytes, warm=False)
         peaks = np.array([params.peak(k.dtype) for k in plan.kernels])
-        total, compute, memory = kernel_times_s(arrays.flops, m, peaks, hbm, cache, params)
+        curve = params.gemm_curve_index([k.dtype for k in plan.kernels])
+        total, compute, memory = kernel_times_s(arrays.flops, m, peaks, hbm, cache, params, gemm_curve=curve)
     hbm_time = memory_time_s(hbm, np.zeros_like(hbm), m > 0, params)
     cache_time = np.maximum(memory - hbm_time, 0.0)
     bound_compute = compute >= memory
@@ -215,6 +218,7 @@ def predict_rows(
                 old["probe_memory_gbps"],
                 old["probe_compute_tflops"],
                 dispatch_us=old.get("probe_dispatch_us") or 0.0,
+                stream_gemm_tflops=old.get("probe_stream_gemm_tflops") or 0.0,
                 **{f"{part}_noise": old.get(f"probe_{part}_noise") or 0.0 for part in PARTS},
             )
             measured_ratio = SpeedRatio.between(beside, reference)

@@ -2,13 +2,14 @@
 
 `calibrate_from_silicon("h200_sxm/sglang")` reads the selected tables (`tables.select`), fits
 
-- the GEMM efficiency curve from `gemm_perf` (bf16, kept when it beats the datasheet curve held out; fp8
-  reported) (`gemm_fit`),
+- the GEMM efficiency curves from `gemm_perf`, one per dtype (`gemm_fit`): bf16's becomes the shared
+  curve, fp8's the curve of fp8 GEMMs (`empirical.gemm_efficiency_by_dtype.fp8`), each kept only when it
+  beats the datasheet curve on the held-out shapes of its dtype,
 - the grouped expert GEMM terms per dtype from `moe_perf`, fitted under the GEMM curve the profile keeps
   (`moe_fit`),
 - the attention kernel terms (fixed + per work unit) of grouped-query and latent (MLA) decode attention and
-  of grouped-query prefill from `generation_attention_perf`, `generation_mla_perf` and
-  `context_attention_perf` (`attention_fit`),
+  of grouped-query and MLA prefill from `generation_attention_perf`, `generation_mla_perf`,
+  `context_attention_perf` and `context_mla_perf` (`attention_fit`),
 - the node's scale-up link from `nccl_perf` and the framework's `custom_allreduce_perf`, kept when it beats
   the datasheet link held out (`comm_fit`),
 - the expert-parallel all-to-all terms of DeepEP's low-latency and normal modes from the framework's
@@ -50,10 +51,13 @@ SYSTEM_PROFILES = {
     "l40s": "l40s",
     "rtx_pro_6000_server": "rtx-pro-6000",
 }
+# The dtype whose fitted GEMM curve is the profile's shared `gemm_efficiency` (the others get their own).
+SHARED_GEMM_DTYPE = "bf16"
 # The profile section each fitted term lives in (its provenance lines are named `<section>.<term>`).
 SECTION_OF_TERM = {
     "expert_gemm": "empirical",
     "gemm_efficiency": "empirical",
+    "gemm_efficiency_by_dtype": "empirical",
     "attention": "empirical",
     "node": "",
 }
@@ -103,18 +107,22 @@ def calibrate_from_silicon(text: str, root: str | None = None) -> SiliconCalibra
 
     gemm = selection.get("gemm_perf")
     if gemm is not None:
+        own_curves = {}
         for g in fit_gemm(tables.read_columns(gemm), base, gemm.label):
-            if g.dtype == "bf16" and g.better:
+            # bf16's curve is the shared one (every dtype without a curve of its own runs at it)
+            key = "gemm_efficiency" if g.dtype == SHARED_GEMM_DTYPE else f"gemm_efficiency_by_dtype.{g.dtype}"
+            if not g.better:  # the datasheet curve predicts the held-out shapes better: kept
+                key += " (reported, not stored: the datasheet curve is better held out)"
+            elif g.dtype == SHARED_GEMM_DTYPE:
                 empirical = replace(empirical, gemm_efficiency=g.efficiency)
-                key = "gemm_efficiency"
-            elif g.dtype == "bf16":  # the datasheet curve predicts the held-out shapes better: kept
-                key = "gemm_efficiency.bf16 (reported, not stored: the datasheet curve is better held out)"
-            else:  # one curve per profile: the other dtypes' fits are reported, not stored
-                key = f"gemm_efficiency.{g.dtype} (reported, not stored)"
+            else:
+                own_curves[g.dtype] = g.efficiency
             quality[key], baseline[key] = g.quality, g.datasheet_quality
+        if own_curves:
+            empirical = replace(empirical, gemm_efficiency_by_dtype=own_curves)
         versions["gemm_perf"] = gemm.version
 
-    # fitted under the GEMM curve the profile keeps, so the expert terms hold with the curve they run with
+    # fitted under the GEMM curves the profile keeps, so the expert terms hold with the curve they run with
     moe = selection.get("moe_perf")
     if moe is not None:
         defaults = dict(DEFAULT_EXPERT_GEMM)
@@ -135,6 +143,7 @@ def calibrate_from_silicon(text: str, root: str | None = None) -> SiliconCalibra
         ("generation_attention_perf", "gqa"),
         ("generation_mla_perf", "mla"),
         ("context_attention_perf", "gqa_prefill"),
+        ("context_mla_perf", "mla_prefill"),
     ):
         att = selection.get(table_name)
         fitted_attention = (

@@ -90,6 +90,7 @@ class Components:
     hbm_bytes: np.ndarray
     cache_bytes: np.ndarray
     experts: np.ndarray  # per kernel: distinct experts of a grouped GEMM, else 0
+    gemm_curve: np.ndarray  # per kernel: its GEMM efficiency curve (`CostParams.gemm_curve_index`; 0 shared)
     gaps_s: np.ndarray  # per row: the graph-replay gaps between its kernels
     weight_floor_s: np.ndarray  # per row: the distinct experts' weights at the datasheet peak bandwidth
 
@@ -98,7 +99,14 @@ class Components:
             self.experts, self.peaks, terms.fixed_us, terms.per_expert_us, terms.pair_flops_fraction
         )
         total, _, _ = kernel_times_s(
-            self.flops, self.m_tokens, self.peaks, self.hbm_bytes, self.cache_bytes, self.params, grouped
+            self.flops,
+            self.m_tokens,
+            self.peaks,
+            self.hbm_bytes,
+            self.cache_bytes,
+            self.params,
+            grouped,
+            gemm_curve=self.gemm_curve,
         )
         return np.bincount(self.row, weights=total, minlength=self.gaps_s.size) + self.gaps_s
 
@@ -116,6 +124,7 @@ class Components:
             self.hbm_bytes[kernels],
             self.cache_bytes[kernels],
             self.experts[kernels],
+            self.gemm_curve[kernels],
             self.gaps_s[keep],
             self.weight_floor_s[keep],
         )
@@ -137,7 +146,7 @@ def row_components(
     params = CostParams.from_hardware(hw)
     gap_s = LaunchParams.from_hardware(hw, "graph").gap_s
     parts: dict[str, list[np.ndarray]] = {
-        k: [] for k in ("row", "flops", "m", "peaks", "hbm", "cache", "experts")
+        k: [] for k in ("row", "flops", "m", "peaks", "hbm", "cache", "experts", "curve")
     }
     gaps = np.zeros(tokens.size)
     floor = np.zeros(tokens.size)
@@ -166,6 +175,8 @@ def row_components(
         parts["hbm"].append(hbm_bytes)
         parts["cache"].append(cache_bytes)
         parts["experts"].append(arrays.experts)
+        curve = params.gemm_curve_index(arrays.dtypes, arrays.dtype_index)
+        parts["curve"].append(np.zeros(arrays.n_kernels) if curve is None else curve)
         gaps[i] = gap_s * arrays.n_kernels
         floor[i] = (
             distinct * spec.expert_format.matrix_bytes(3 * spec.expert_width, spec.hidden) / peak_bytes_per_s
@@ -180,6 +191,7 @@ def row_components(
         flat["hbm"],
         flat["cache"],
         flat["experts"],
+        flat["curve"].astype(np.int64),
         gaps,
         floor,
     )

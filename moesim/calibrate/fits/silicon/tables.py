@@ -168,6 +168,7 @@ FITTED_TABLES = (
     "generation_attention_perf",
     "generation_mla_perf",
     "context_attention_perf",
+    "context_mla_perf",
     "wideep_deepep_ll_perf",
     "wideep_deepep_normal_perf",
     "moe_a2a_perf",
