@@ -21,7 +21,7 @@ from moesim.simulator.models.weights import param_counts
 from moesim.simulator.scenario import Scenario
 from moesim.simulator.screening.backends import chunked, run_local, run_ray
 from moesim.simulator.screening.constraints import Constraint, apply_constraints
-from moesim.simulator.screening.evaluate import ScreenSettings, make_tasks
+from moesim.simulator.screening.evaluate import DesignItem, ScreenSettings, make_tasks
 from moesim.simulator.screening.pareto import pareto_front, ranking
 from moesim.simulator.screening.screen import screen
 from moesim.simulator.screening.space import Design, grid, parse_values, read_designs, sample
@@ -124,6 +124,24 @@ def test_progress_counts_every_design_dropped_ones_included() -> None:
         progress=moved.append,
     )
     assert len(result.results) == 1 and sum(moved) == len(designs)
+
+
+def test_workers_constrain_the_designs_as_apply_constraints_does_and_report_chunk_by_chunk() -> None:
+    # The screen hands raw designs to its workers, which solve the constraints there: the same kept designs
+    # and figures, the same dropped ones with the same reasons, and a progress call per chunk.
+    base = model(BASE)
+    designs = grid({"top_k": [2, 4, 8, 16], "n_experts": [4, 64, 128]})
+    constraints = [Constraint("active-params", "expert-width", multiple=16)]
+    moved: list[int] = []
+    result = screen(base, designs, quick_settings(), constraints, workers=1, progress=moved.append)
+    constrained = apply_constraints(base, designs, constraints)
+    assert result.results == run_local(quick_settings(), make_tasks(base, constrained.kept), workers=1)
+    assert result.dropped == sorted(constrained.dropped, key=lambda entry: int(entry["design"]))  # type: ignore[call-overload]
+    assert (
+        result.dropped
+        and sum(moved) == len(designs)
+        and len(moved) == len(chunked([DesignItem(base, d) for d in designs], 1))
+    )
 
 
 def test_invalid_designs_are_dropped_not_fatal() -> None:

@@ -128,10 +128,8 @@ def _solve(
     return best * constraint.multiple, build(best)
 
 
-def apply_constraints(
-    base: ModelSpec, designs: Sequence[Design], constraints: Sequence[Constraint]
-) -> ConstrainedDesigns:
-    """Build each design's model, solve free fields and filter by the parameter constraints."""
+def check_constraints(designs: Sequence[Design], constraints: Sequence[Constraint]) -> None:
+    """Refuse constraints that cannot go together over these designs (before any design is built)."""
     solved_fields = [c.free_field for c in constraints if c.free_field]
     if len(solved_fields) != len(set(solved_fields)):
         raise MoesimError("--free", "each constraint needs its own free field")
@@ -141,6 +139,13 @@ def apply_constraints(
         raise MoesimError(
             "--free", f"{', '.join(clash)} is both varied and solved", "drop it from the design axes"
         )
+
+
+def apply_constraints(
+    base: ModelSpec, designs: Sequence[Design], constraints: Sequence[Constraint]
+) -> ConstrainedDesigns:
+    """Build each design's model, solve free fields and filter by the parameter constraints."""
+    check_constraints(designs, constraints)
     out = ConstrainedDesigns()
     targets = {c.kind: _counter(c.kind)(base) for c in constraints if c.is_parameter}
     for design in designs:
@@ -170,4 +175,4 @@ def apply_constraints(
     return out
 
 
-__all__ = ["CONSTRAINT_KINDS", "ConstrainedDesigns", "Constraint", "apply_constraints"]
+__all__ = ["CONSTRAINT_KINDS", "ConstrainedDesigns", "Constraint", "apply_constraints", "check_constraints"]

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
+from moesim.errors import MoesimError
 from moesim.simulator.bounds import DEFAULT_MAX_MINUTES
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.models.weights import param_counts, total_weight_bytes
 from moesim.simulator.routing.base import RoutingModel
-from moesim.simulator.scenario import Scenario, resolve_hardware, resolve_routing
+from moesim.simulator.scenario import Scenario, check_routing_size, resolve_hardware, resolve_routing
+from moesim.simulator.screening.constraints import Constraint, apply_constraints
 from moesim.simulator.screening.space import Design, Value
 from moesim.simulator.speculative.acceptance import best_draft_len, peak_batch
 from moesim.simulator.speculative.sweep import SweepRow, run_sweep
@@ -121,6 +123,72 @@ class DesignTask:
     solved: dict[str, Value]
     spec: ModelSpec
 
+    @property
+    def routing_key(self) -> tuple[int, int]:
+        """(N, k): designs sharing it share their routing banks."""
+        return self.spec.n_experts, self.spec.top_k
+
+
+@dataclass(frozen=True)
+class DesignItem:
+    """A design as a screen hands it to a worker (picklable): its base model and the screen's parameter
+    constraints, which the worker applies (solving free fields) before it evaluates the design. One chunk's
+    items share their base and constraints (pickled once per chunk)."""
+
+    base: ModelSpec
+    design: Design
+    constraints: tuple[Constraint, ...] = ()
+
+    @property
+    def routing_key(self) -> tuple[int, int]:
+        """(N, k) as designed (a free field may still change it): designs sharing it share routing banks."""
+        overrides = self.design.as_dict()
+        return (
+            int(overrides.get("n_experts", self.base.n_experts)),
+            int(overrides.get("top_k", self.base.top_k)),
+        )
+
+
+@dataclass(frozen=True)
+class DroppedDesign:
+    """A design a constraint, or its routing, rules out before evaluation, with the reason."""
+
+    index: int
+    label: str
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"design": self.index, "label": self.label, "reason": self.reason}
+
+
+def constrain_and_evaluate(
+    settings: ScreenSettings, items: Sequence[DesignItem]
+) -> list[DesignResult | DroppedDesign]:
+    """A worker's chunk of a screen: each design's constraints solved, its routing checked (its memory from
+    the design's counts, before its routing model is built), then the designs kept evaluated
+    (`evaluate_chunk`); every design comes back, evaluated or dropped."""
+    if not items:
+        return []
+    base, constraints = items[0].base, items[0].constraints
+    constrained = apply_constraints(base, [item.design for item in items], constraints)
+    dropped = [
+        DroppedDesign(cast(int, d["design"]), str(d["label"]), str(d["reason"])) for d in constrained.dropped
+    ]
+    s = settings.scenario
+    tokens = max(settings.draft_lens) + 1
+    kept = []
+    for design, spec, solved in constrained.kept:
+        try:
+            check_routing_size(
+                spec, s.routing, s.overlap, s.baseline_overlap, tokens, s.max_memory_gb, spec.name
+            )
+            settings.routing_for(spec)  # e.g. a statistics file fitted for another expert count
+        except MoesimError as problem:
+            dropped.append(DroppedDesign(design.index, design.label(), str(problem)))
+            continue
+        kept.append((design, spec, solved))
+    return [*evaluate_chunk(settings, make_tasks(base, kept)), *dropped]
+
 
 def evaluate_chunk(settings: ScreenSettings, tasks: Sequence[DesignTask]) -> list[DesignResult]:
     """The figures of a chunk of designs: one fast-path sweep over their models in this process."""
@@ -167,9 +235,12 @@ __all__ = [
     "DEFAULT_BATCHES",
     "DEFAULT_DRAFT_LENS",
     "BatchMetrics",
+    "DesignItem",
     "DesignResult",
     "DesignTask",
+    "DroppedDesign",
     "ScreenSettings",
+    "constrain_and_evaluate",
     "evaluate_chunk",
     "make_tasks",
 ]

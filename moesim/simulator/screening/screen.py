@@ -13,10 +13,15 @@ from moesim.atomic import atomic_write_text, open_output
 from moesim.errors import MoesimError
 from moesim.simulator.bounds import check_screen
 from moesim.simulator.models.spec import ModelSpec
-from moesim.simulator.scenario import check_routing_size
 from moesim.simulator.screening.backends import Progress, run_backend
-from moesim.simulator.screening.constraints import Constraint, apply_constraints
-from moesim.simulator.screening.evaluate import DesignResult, ScreenSettings, make_tasks
+from moesim.simulator.screening.constraints import Constraint, check_constraints
+from moesim.simulator.screening.evaluate import (
+    DesignItem,
+    DesignResult,
+    DroppedDesign,
+    ScreenSettings,
+    constrain_and_evaluate,
+)
 from moesim.simulator.screening.pareto import check_objective, design_front, front_axes, ranking
 from moesim.simulator.screening.space import Design
 
@@ -138,31 +143,21 @@ def screen(
     objective = check_objective(objective or f"speedup@{min(settings.batches)}", settings.batches)
     settings.scenario.for_device(settings.hardware)  # acceptance, launch: refused here, not in a worker
     check_screen(len(designs), len(settings.batches) * len(settings.draft_lens), settings.max_minutes)
-    constrained = apply_constraints(base, designs, constraints)
-    dropped: list[dict[str, Any]] = list(constrained.dropped)
-    kept = []
-    s = settings.scenario
-    tokens = max(settings.draft_lens) + 1
-    for design, spec, solved in constrained.kept:
-        try:  # the routing's memory from the design's counts, before its routing model is built
-            check_routing_size(
-                spec, s.routing, s.overlap, s.baseline_overlap, tokens, s.max_memory_gb, spec.name
-            )
-            settings.routing_for(spec)  # e.g. a statistics file fitted for another expert count
-        except MoesimError as problem:
-            dropped.append({"design": design.index, "label": design.label(), "reason": str(problem)})
-            continue
-        kept.append((design, spec, solved))
-    if progress and dropped:  # designs dropped before evaluation are done too: the bar reaches its total
-        progress(len(dropped))
-    results = run_backend(
+    check_constraints(designs, constraints)
+    # The workers solve each design's constraints and check its routing, then evaluate it: no design is
+    # built in this process, and the progress counts designs (dropped ones too) from the first chunk on.
+    items = [DesignItem(base, design, tuple(constraints)) for design in designs]
+    outcomes = run_backend(
         backend,
         settings,
-        make_tasks(base, kept),
+        items,
         workers=workers,
         address=address,
         progress=progress,
+        work=constrain_and_evaluate,
     )
+    results = [o for o in outcomes if isinstance(o, DesignResult)]
+    dropped: list[dict[str, Any]] = [o.as_dict() for o in outcomes if isinstance(o, DroppedDesign)]
     if any(c.kind == "fits" for c in constraints):
         fitting = []
         for r in results:
