@@ -7,10 +7,13 @@ library's `cephes/ndtr.h`: `ndtr`, `erf`, `erfc` with their rational approximati
 coefficients, branches and order of floating-point operations, vectorised with numpy, so it returns the
 same floats: the figures that depend on it do not move by one bit (the C library's `erf`, which `math.erf`
 calls, differs from Cephes' in the last bit for about half of all inputs). `tests/test_routing_root.py`
-checks the agreement with `scipy.special.ndtr` bit for bit.
+checks the agreement with `scipy.special.ndtr` bit for bit. Where `scipy.special` is loaded anyway (the
+binomial pmfs of `per_rank` load it), its C function is used instead: the same floats, faster.
 """
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 
@@ -106,7 +109,17 @@ def _erfc_tail(x: np.ndarray, p: tuple[float, ...], q: tuple[float, ...]) -> np.
 
 
 def ndtr(values: np.ndarray) -> np.ndarray:
-    """P(Z ≤ values) for a standard normal Z, elementwise, as `scipy.special.ndtr` gives it.
+    """P(Z ≤ values) for a standard normal Z, elementwise, as `scipy.special.ndtr` gives it: scipy's own C
+    function where another feature has loaded `scipy.special` already (the same floats, about 2.5× faster),
+    else `cephes_ndtr`, so that nothing loads scipy for it."""
+    special = sys.modules.get("scipy.special")
+    if special is not None:
+        return np.asarray(special.ndtr(values), dtype=float)
+    return cephes_ndtr(values)
+
+
+def cephes_ndtr(values: np.ndarray) -> np.ndarray:
+    """P(Z ≤ values) for a standard normal Z, elementwise, as `scipy.special.ndtr` gives it, in numpy.
 
     Each element takes its own Cephes branch (|x|/√2 below 1/√2: erf; below 1: 1 − erf; below 8: the P/Q
     tail; beyond: the R/S tail), so every element costs one rational function, not four."""
@@ -130,4 +143,4 @@ def ndtr(values: np.ndarray) -> np.ndarray:
     return result
 
 
-__all__ = ["ndtr"]
+__all__ = ["cephes_ndtr", "ndtr"]
