@@ -272,3 +272,22 @@ def test_the_gpu_probe_times_each_kernel_in_its_own_warmed_block_with_device_eve
     assert sample.memory_noise == sample.compute_noise == 0.0  # a steady clock: no noise
     assert probe._a.dtype == probe.timer.torch.bfloat16  # the GPU plan's GEMM dtype
     probe.close()
+
+
+def test_a_profile_as_measured_is_corrected_against_the_speed_its_terms_were_measured_at() -> None:
+    """Fitted as measured, each part's reference is the probe during the suite whose figures it scales (on a
+    CPU the memory stream and the peaks: the GEMM suite; dispatch: the launch suite); normalised, the run's
+    median, which is the speed every figure was brought to."""
+    slow_gemm = probes({"gemm": (0.8, 0.9), "launch": (1.0, 1.0)})
+    as_measured, _ = build_profile(dataclasses.replace(synthetic_tables(), probes=slow_gemm), "t")
+    reference = drift.reference_sample(as_measured)
+    assert reference is not None and reference.label == "calibration, during each part's suite"
+    assert reference.memory_gbps == pytest.approx(0.8 * BASE.memory_gbps)  # the GEMM suite's one-row stream
+    assert reference.compute_tflops == pytest.approx(BASE.compute_tflops)  # the memory suite's cache plateau
+    assert drift.MEASURED_IN[False]["stream_gemm"] == "gemm"
+    normalised, _ = build_profile(
+        dataclasses.replace(synthetic_tables(), probes=slow_gemm, normalise_drift=True), "t"
+    )
+    median = drift.reference_sample(normalised)
+    assert median is not None and median.label == "calibration median"
+    assert median.memory_gbps == pytest.approx(BASE.memory_gbps)

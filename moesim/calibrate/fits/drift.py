@@ -371,22 +371,47 @@ def at_speed(profile: HardwareProfile, ratio: SpeedRatio) -> HardwareProfile:
     return replace(profile, datasheet=datasheet, empirical=empirical)  # type: ignore[arg-type]
 
 
+# The suite whose figures each part scales in `at_speed`, so the speed a profile's terms were measured at: on a
+# CPU the memory bandwidth is the GEMM suite's one-row stream and the peaks its best rate, the cache bandwidth
+# the memory suite's cache plateau (at the core's load rate), launch and fixed latency the launch suite's
+# dispatch; on a GPU the bandwidth is the memory suite's plateau and the fixed latency and gaps the launch
+# suite's device-timed rows (at the device clock).
+MEASURED_IN = {
+    False: {"memory": "gemm", "compute": "memory", "dispatch": "launch", "stream_gemm": "gemm"},
+    True: {"memory": "memory", "compute": "launch", "dispatch": "launch", "stream_gemm": "gemm"},
+}
+
+
 def reference_sample(profile: HardwareProfile) -> ProbeSample | None:
-    """The probe's median during the profile's calibration (what `at_speed` ratios are taken against)."""
+    """The machine speed the profile's terms were measured at (what `at_speed` ratios are taken against).
+
+    Fitted as measured (`normalised` 0), each part's reference is the probe during the suite whose figures the
+    part scales (`MEASURED_IN`: the geometric mean of its before and after probes, recorded as
+    `<suite>_during_<figure>`); a profile normalised to the run's median (or recorded before the per-suite
+    speeds were) takes the median for every part. A correction against the run's median when the figures
+    were measured at another speed would carry the difference between the two into every row."""
     figures = profile.fit_quality.get(PROBE_KEY)
     if not figures or not figures.get("memory_gbps") or not figures.get("compute_tflops"):
         return None
+    suites = MEASURED_IN[not profile.is_cpu] if not figures.get("normalised") else {}
+
+    def value(part: str, suffix: str = "") -> float:
+        key = PART_FIGURES[part] if not suffix else f"{part}_{suffix}"
+        during = figures.get(f"{suites[part]}_during_{key}") if part in suites else None
+        return float(during if during else figures.get(key, 0.0))
+
+    per_suite = any(f"{suite}_during_{PART_FIGURES[part]}" in figures for part, suite in suites.items())
     return ProbeSample(
-        "calibration median",
+        "calibration, during each part's suite" if per_suite else "calibration median",
         0.0,
-        figures["memory_gbps"],
-        figures["compute_tflops"],
-        dispatch_us=figures.get("dispatch_us", 0.0),
-        memory_noise=figures.get("memory_noise", 0.0),
-        compute_noise=figures.get("compute_noise", 0.0),
-        dispatch_noise=figures.get("dispatch_noise", 0.0),
-        stream_gemm_tflops=figures.get("stream_gemm_tflops", 0.0),
-        stream_gemm_noise=figures.get("stream_gemm_noise", 0.0),
+        value("memory"),
+        value("compute"),
+        dispatch_us=value("dispatch"),
+        memory_noise=value("memory", "noise"),
+        compute_noise=value("compute", "noise"),
+        dispatch_noise=value("dispatch", "noise"),
+        stream_gemm_tflops=value("stream_gemm"),
+        stream_gemm_noise=value("stream_gemm", "noise"),
     )
 
 
@@ -510,6 +535,10 @@ def record(
         figures[f"{suite}_threshold"] = d.threshold
         for part, value in d.factor.as_dict().items():
             figures[f"{suite}_{part}_factor"] = value
+        during = between_sample(d.before, d.after)
+        for part, key in PART_FIGURES.items():
+            figures[f"{suite}_during_{key}"] = float(getattr(during, key))
+            figures[f"{suite}_during_{part}_noise"] = during.noise(part)
     figures.update(plan)
     return figures
 
@@ -517,6 +546,7 @@ def record(
 __all__ = [
     "DEVICE_LAUNCH_KINDS",
     "DRIFT_NORMALISATION",
+    "MEASURED_IN",
     "MEDIAN_SE_PER_IQR",
     "MIN_DRIFT",
     "NOISE_MULTIPLE",
