@@ -45,6 +45,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from moesim.calibrate.fits.drift import PARTS  # light: no torch, no numpy
+
 TARGET = 0.10
 PLATEAU_TARGET = 0.05  # the memory plateau's normalised spread across the runs (issue 24)
 KEY_FIGURES = (
@@ -331,10 +333,11 @@ def render(summary: dict[str, Any], args: argparse.Namespace) -> None:
         if probe:
             print(
                 f"run {i} calibration ({loop['seconds']:.0f} s, load {loop['load_1min'][0]:.1f} -> "
-                f"{loop['load_1min'][1]:.1f}): probe spread memory {probe['memory_spread']:.1%}, compute "
-                f"{probe['compute_spread']:.1%}, dispatch {probe['dispatch_spread']:.1%}; one probe's noise "
-                f"{probe['probe_memory_noise']:.1%} / {probe['probe_compute_noise']:.1%} / "
-                f"{probe['probe_dispatch_noise']:.1%}; suites repeated: {', '.join(loop['repeated']) or 'none'}"
+                f"{loop['load_1min'][1]:.1f}): probe spread "
+                + ", ".join(f"{part} {probe.get(f'{part}_spread', 0.0):.1%}" for part in PARTS)
+                + "; one probe's noise "
+                + " / ".join(f"{probe.get(f'probe_{part}_noise', 0.0):.1%}" for part in PARTS)
+                + f"; suites repeated: {', '.join(loop['repeated']) or 'none'}"
             )
         if "validation" in loop:
             print(_validation_line(f"run {i} validation", loop["validation"]))
@@ -384,9 +387,10 @@ def must_show(summary: dict[str, Any]) -> list[str]:
         for i, loop in enumerate(loops, start=1):
             probe, during = loop["probe"], loop["validation"][name]["probe_spread"]
             lines.append(
-                f"- run {i} probe spread (memory / compute / dispatch): calibration {probe['memory_spread']:.1%} / "
-                f"{probe['compute_spread']:.1%} / {probe['dispatch_spread']:.1%}, validation "
-                + " / ".join(f"{during[part]:.1%}" for part in ("memory", "compute", "dispatch"))
+                f"- run {i} probe spread ({' / '.join(PARTS)}): calibration "
+                + " / ".join(f"{probe.get(f'{part}_spread', 0.0):.1%}" for part in PARTS)
+                + ", validation "
+                + " / ".join(f"{during.get(part, 0.0):.1%}" for part in PARTS)
             )
     plateau = summary["memory_plateau"]
     if plateau:
@@ -402,8 +406,8 @@ def must_show(summary: dict[str, Any]) -> list[str]:
         lines.append(
             f"- under a memory-streaming neighbour, the last profile: MAPE raw {s['mape']:.1%}, drift-corrected "
             f"{_pct(s['mape_corrected'])} (quiet {quiet['mape']:.1%}): the load added {added * 100:+.1f} points, the "
-            f"correction recovered {recovered * 100:+.1f}; the probe saw memory x{s['speed_vs_calibration']['memory']:.3f}, "
-            f"compute x{s['speed_vs_calibration']['compute']:.3f}, dispatch x{s['speed_vs_calibration']['dispatch']:.3f}"
+            f"correction recovered {recovered * 100:+.1f}; the probe saw "
+            + ", ".join(f"{part} x{value:.3f}" for part, value in s["speed_vs_calibration"].items())
         )
     return lines
 

@@ -3,7 +3,8 @@
 # the Triton multi-pass kernel where triton is present), then validation of both reference styles
 # (torch-reference: a GEMM pair per distinct expert; torch-fused: one Triton grouped GEMM per projection)
 # in eager and graph replay, everything under one folder, each step time-boxed so the whole stays < 8 min.
-# The drift probe (an HBM read, a bf16 GEMM and a burst of tiny launches, CUDA events / host clock) runs
+# The drift probe (an HBM read, a bf16 GEMM, a small-M bf16 GEMM over weights streamed from HBM and a burst
+# of tiny launches, CUDA events / host clock) runs
 # before and after every calibration suite and beside every validation row, so the run reports the GPU's
 # own drift: the calibration's probe spread, and each validation's MAPE raw and drift-corrected.
 #

@@ -34,7 +34,12 @@ def probes(slow: dict[str, tuple[float, float]]) -> list[ProbeSample]:
 
 def test_speed_ratio_is_now_over_reference() -> None:
     ratio = SpeedRatio.between(at("now", 0.5, 2.0), BASE)
-    assert ratio == SpeedRatio(pytest.approx(0.5), pytest.approx(2.0), 1.0)  # no dispatch timing: unscaled
+    # No dispatch timing: unscaled; no streaming-GEMM timing: the GEMMs follow the in-cache GEMM.
+    assert ratio == SpeedRatio(pytest.approx(0.5), pytest.approx(2.0), 1.0, pytest.approx(2.0))
+    streamed = dataclasses.replace(BASE, stream_gemm_tflops=0.01)
+    assert SpeedRatio.between(
+        dataclasses.replace(streamed, stream_gemm_tflops=0.008), streamed
+    ).stream_gemm == (pytest.approx(0.8))
     slow_host, host = dataclasses.replace(BASE, dispatch_us=8.0), dataclasses.replace(BASE, dispatch_us=4.0)
     assert SpeedRatio.between(slow_host, host).dispatch == 0.5
     assert drift.drift_between(at("a"), at("b", 1.0, 1.2)) == pytest.approx(0.2)
@@ -146,11 +151,12 @@ def test_the_noise_of_a_median_is_its_standard_error() -> None:
 
 def test_profile_at_speed_scales_each_term_by_its_part() -> None:
     cpu, _ = build_profile(synthetic_tables(), "t")
-    fast = drift.at_speed(cpu, SpeedRatio(2.0, 0.5, 0.25))
+    fast = drift.at_speed(cpu, SpeedRatio(2.0, 0.5, 0.25, 0.8))
     em, base = fast.empirical, cpu.empirical
     assert fast.memory_bandwidth_bytes_per_s == pytest.approx(2 * cpu.memory_bandwidth_bytes_per_s)
+    # The GEMMs' arithmetic follows the GEMM over streamed weights; a cache read the in-cache GEMM's core.
     assert fast.datasheet.peak_dense_tflops["fp32"] == pytest.approx(
-        0.5 * cpu.datasheet.peak_dense_tflops["fp32"]
+        0.8 * cpu.datasheet.peak_dense_tflops["fp32"]
     )
     assert em.cache_bandwidth_gbps == pytest.approx(0.5 * base.cache_bandwidth_gbps)
     # A CPU kernel's fixed cost is its dispatch on the same core: both follow the host part.
@@ -185,9 +191,12 @@ def test_the_gpu_probe_is_short_and_streams_past_the_cache_on_every_bundled_gpu(
     plan = probe_plan(True, ds.last_level_cache_bytes)
     read_s = plan.read_inner * plan.read_bytes / (ds.memory_bandwidth_gbps * 1e9)
     gemm_s = plan.gemm_inner * 2 * plan.gemm_n**3 / (ds.peak_dense_tflops["bf16"] * 1e12)
-    assert 1e-3 < read_s < 0.05 and 1e-3 < gemm_s < 0.05
+    weight_bytes = 2 * plan.stream_k * plan.stream_n  # bf16: the streaming GEMM is a weight stream on a GPU
+    stream_s = plan.stream_inner * weight_bytes / (ds.memory_bandwidth_gbps * 1e9)
+    assert 1e-3 < read_s < 0.05 and 1e-3 < gemm_s < 0.05 and 1e-3 < stream_s < 0.05
     assert plan.read_bytes >= 4 * ds.last_level_cache_bytes
-    assert plan.read_bytes < 0.05 * ds.memory_capacity_bytes
+    assert plan.stream_pool_bytes >= 4 * ds.last_level_cache_bytes  # every call streams its weights
+    assert plan.read_bytes + plan.stream_pool_bytes < 0.1 * ds.memory_capacity_bytes
     assert recorded_plan(True, plan.figures()) == plan  # what a profile records rebuilds the same probe
 
 
@@ -195,6 +204,8 @@ def test_the_cpu_probe_reads_past_the_last_level_cache() -> None:
     plan = probe_plan(False, 32 * 2**20)
     assert plan.read_bytes >= 4 * 32 * 2**20 and plan.dtype == "fp32"
     assert 3 * plan.gemm_n**2 * 4 < 32 * 2**20  # the GEMM's operands stay in cache: arithmetic-bound
+    assert plan.stream_pool_bytes >= 2 * 32 * 2**20  # the streaming GEMM's weights come from DRAM
+    assert plan.stream_m * plan.stream_k * plan.stream_n * 2 / (11e9) * plan.stream_inner < 0.01
 
 
 class DeviceClock:
@@ -233,8 +244,15 @@ def test_the_gpu_probe_times_each_kernel_in_its_own_warmed_block_with_device_eve
 
     pytest.importorskip("torch")
     gpu = DeviceInfo("cuda", "cuda", "NVIDIA H200", "cpu", 50 * 2**20, 0.0, 141e9, 132, 1)
-    shaped = dataclasses.replace(probe_plan(True, gpu.last_level_cache_bytes), read_bytes=2**20, gemm_n=64)
-    clock = DeviceClock({"read": 2e-6, "gemm": 1e-6, "dispatch": 5e-4})
+    shaped = dataclasses.replace(
+        probe_plan(True, gpu.last_level_cache_bytes),
+        read_bytes=2**20,
+        gemm_n=64,
+        stream_k=64,
+        stream_n=32,
+        stream_pool_bytes=3 * 64 * 32 * 2,
+    )
+    clock = DeviceClock({"read": 2e-6, "gemm": 1e-6, "stream_gemm": 4e-6, "dispatch": 5e-4})
     probe = Probe(clock, gpu, shaped)  # type: ignore[arg-type]
     syncs_before = clock.syncs
     sample = probe.sample("before:gemm")
@@ -242,12 +260,34 @@ def test_the_gpu_probe_times_each_kernel_in_its_own_warmed_block_with_device_eve
     assert clock.calls == (
         [("device", "read", plan.read_inner)] * plan.read_repeats
         + [("device", "gemm", plan.gemm_inner)] * plan.gemm_repeats
+        + [("device", "stream_gemm", plan.stream_inner)] * plan.stream_repeats
         + [("host", "dispatch", 1)] * plan.dispatch_repeats
     )
-    assert clock.syncs - syncs_before == 3  # one after each kernel's warm-up
+    assert clock.syncs - syncs_before == 4  # one after each kernel's warm-up
+    assert len(probe._pool) == 3  # the pool the plan asks for, cycled call by call
+    assert sample.stream_gemm_tflops == pytest.approx(2 * 16 * 64 * 32 / 4e-6 / 1e12)
     assert sample.memory_gbps == pytest.approx(2**20 / 2e-6 / 1e9)
     assert sample.compute_tflops == pytest.approx(2 * 64**3 / 1e-6 / 1e12)
     assert sample.dispatch_us == pytest.approx(5e-4 / DISPATCH_OPS * 1e6)
     assert sample.memory_noise == sample.compute_noise == 0.0  # a steady clock: no noise
     assert probe._a.dtype == probe.timer.torch.bfloat16  # the GPU plan's GEMM dtype
     probe.close()
+
+
+def test_a_profile_as_measured_is_corrected_against_the_speed_its_terms_were_measured_at() -> None:
+    """Fitted as measured, each part's reference is the probe during the suite whose figures it scales (on a
+    CPU the memory stream and the peaks: the GEMM suite; dispatch: the launch suite); normalised, the run's
+    median, which is the speed every figure was brought to."""
+    slow_gemm = probes({"gemm": (0.8, 0.9), "launch": (1.0, 1.0)})
+    as_measured, _ = build_profile(dataclasses.replace(synthetic_tables(), probes=slow_gemm), "t")
+    reference = drift.reference_sample(as_measured)
+    assert reference is not None and reference.label == "calibration, during each part's suite"
+    assert reference.memory_gbps == pytest.approx(0.8 * BASE.memory_gbps)  # the GEMM suite's one-row stream
+    assert reference.compute_tflops == pytest.approx(BASE.compute_tflops)  # the memory suite's cache plateau
+    assert drift.MEASURED_IN[False]["stream_gemm"] == "gemm"
+    normalised, _ = build_profile(
+        dataclasses.replace(synthetic_tables(), probes=slow_gemm, normalise_drift=True), "t"
+    )
+    median = drift.reference_sample(normalised)
+    assert median is not None and median.label == "calibration median"
+    assert median.memory_gbps == pytest.approx(BASE.memory_gbps)

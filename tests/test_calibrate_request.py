@@ -97,3 +97,34 @@ def test_every_calibrate_flag_is_a_field_and_from_csv_takes_an_optional_stem(tmp
             calibrate_command, ["--device", "cpu", "--output", output, "--quick", "--from-csv", *stem]
         )
         assert result.exit_code == 2 and "--quick: does not apply with --from-csv" in result.output
+
+
+def test_normalise_drift_defaults_to_the_librarys_choice_and_reaches_the_fit(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from moesim.calibrate.fits.drift import DRIFT_NORMALISATION
+    from moesim.calibrate.suites import runner
+
+    assert CalibrationRequest().normalise_drift is DRIFT_NORMALISATION
+    asked = CalibrationRequest(device="cpu", output="p.toml", from_csv="", normalise_drift=True)
+    assert asked.way() == "from_csv"
+    assert (
+        asked.command_line() == "moesim calibrate --device cpu --normalise-drift --from-csv --output p.toml"
+    )
+    with pytest.raises(MoesimError) as info:
+        CalibrationRequest(
+            from_runs="r.csv", serving_engine="vllm", output="e.toml", normalise_drift=True
+        ).way()
+    assert info.value.field == "--normalise-drift" and "does not apply with --from-runs" in info.value.problem
+
+    seen: dict[str, object] = {}
+
+    def rebuild(*args: object, **kwargs: object) -> None:
+        seen.update(kwargs)
+        raise MoesimError("--from-csv", "stopped here by the test")
+
+    monkeypatch.setattr(runner, "rebuild_from_csv", rebuild)
+    output = str(tmp_path / "p.toml")
+    for flags, wanted in (([], DRIFT_NORMALISATION), (["--normalise-drift"], True)):
+        result = CliRunner().invoke(
+            calibrate_command, ["--device", "cpu", "--output", output, "--from-csv", *flags]
+        )
+        assert "stopped here by the test" in result.output and seen["normalise_drift"] is wanted

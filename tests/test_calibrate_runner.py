@@ -57,6 +57,11 @@ TINY_PROBE = ProbePlan(
     read_repeats=3,
     gemm_repeats=3,
     dispatch_repeats=3,
+    stream_k=32,
+    stream_n=32,
+    stream_pool_bytes=64 * 1024,
+    stream_inner=1,
+    stream_repeats=3,
 )
 
 
@@ -78,7 +83,7 @@ class ScriptedProbe:
     def sample(self, label: str) -> ProbeSample:
         self.seen[label] = self.seen.get(label, 0) + 1
         speed = self.speed.get((label, self.seen[label]), 1.0)
-        memory, compute, dispatch = (speed if part in self.parts else 1.0 for part in PARTS)
+        memory, compute, dispatch, stream = (speed if part in self.parts else 1.0 for part in PARTS)
         return ProbeSample(
             label,
             0.0,
@@ -88,6 +93,8 @@ class ScriptedProbe:
             memory_noise=self.noise,
             compute_noise=self.noise,
             dispatch_noise=self.noise,
+            stream_gemm_tflops=0.011 * stream,
+            stream_gemm_noise=self.noise,
         )
 
     def close(self) -> None:

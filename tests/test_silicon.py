@@ -402,3 +402,21 @@ def test_the_low_latency_terms_price_dispatch_and_combine_across_nodes_they_were
     assert (
         float(np.mean(np.abs(predicted - rows.measured_s) / rows.measured_s)) * 100 < A2A_ROW_TOLERANCE_MAPE
     )
+
+
+def test_the_link_fit_reads_the_custom_all_reduce_in_graph_replay_not_eager() -> None:
+    """The fixture's SGLang custom all-reduce is timed eagerly and in graph replay; only the graph rows, the
+    kernel as a replayed decode step runs it, enter the link fit (moesim's launch model prices eager
+    launches itself): adding the eager rows would not change which rows the fit reports."""
+    from moesim.calibrate.fits.silicon.comm_fit import fit_link
+
+    collection = tables.select(tables.scan(FIXTURE), "h200_sxm/sglang").tables["custom_allreduce_perf"]
+    columns = tables.read_columns(collection)
+    graph = np.array([str(s).endswith("_graph") for s in columns["kernel_source"]])
+    assert graph.any() and (~graph).any()
+    both = fit_link([("custom", columns)], 8, 450.0, 3.0)
+    only_graph = fit_link([("custom", {k: v[graph] for k, v in columns.items()})], 8, 450.0, 3.0)
+    assert both is not None and only_graph is not None
+    assert both.quality.rows_fit + both.quality.rows_held_out == int(graph.sum())
+    assert (both.bandwidth_gbps, both.latency_us) == (only_graph.bandwidth_gbps, only_graph.latency_us)
+    assert both.latency_us < 5.0  # the graph-replayed kernel's own latency, not an eager launch's ~28 us

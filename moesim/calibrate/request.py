@@ -1,8 +1,9 @@
 """What `moesim calibrate` is asked, declared once as option fields (`moesim.options`), and which settings
 go with which way of making a profile:
 
-- measure this device (`device`, with `quick`, `dtypes`, `threads`, `suites`, `fresh`, `name`);
-- refit the suite CSVs of an earlier run (`from_csv`, with `device` and `name`);
+- measure this device (`device`, with `quick`, `dtypes`, `threads`, `suites`, `fresh`, `name`,
+  `normalise_drift`);
+- refit the suite CSVs of an earlier run (`from_csv`, with `device`, `name` and `normalise_drift`);
 - fit a serving-engine profile to measured runs (`from_runs`, with `serving_engine`, `fit`, `all_engines`);
 - fit a `silicon` profile to aiconfigurator-core's kernel tables (`from_silicon`, with `silicon_data`).
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from moesim.calibrate.fits.drift import DRIFT_NORMALISATION
 from moesim.errors import MoesimError
 from moesim.options import option
 from moesim.simulator.bounds import check_count
@@ -53,6 +55,12 @@ class CalibrationRequest:
         "Only these suites (memory,launch,gemm,moe); others resume or fall back.",
         list_of=str,
         metavar="SUITE,...",
+    )
+    normalise_drift: bool = option(
+        DRIFT_NORMALISATION,
+        "Bring each suite's figures to the run's median drift-probe speed (in each part that moved beyond "
+        "the probe's noise) before fitting; off by default (calibrate/fits/drift.py DRIFT_NORMALISATION "
+        "states the evidence).",
     )
     from_csv: str | None = option(
         None,
@@ -94,6 +102,7 @@ class CalibrationRequest:
                 ("--device", self.device),
                 ("--from-runs", self.from_runs),
                 ("--from-csv", self.from_csv is not None),
+                ("--normalise-drift", self.normalise_drift != DRIFT_NORMALISATION),
             )
             if self.output is None and self.from_silicon.strip().lower() != "list":
                 raise MoesimError(
@@ -113,6 +122,7 @@ class CalibrationRequest:
                 *self._measuring(),
                 ("--from-csv", self.from_csv is not None),
                 ("--name", self.name),
+                ("--normalise-drift", self.normalise_drift != DRIFT_NORMALISATION),
             )
             if self.serving_engine is None:
                 raise MoesimError(
@@ -183,6 +193,7 @@ class CalibrationRequest:
             + (["--dtype", ",".join(self.dtypes)] if self.dtypes else [])
             + (["--threads", str(self.threads)] if self.threads is not None else [])
             + (["--suites", ",".join(self.suites)] if self.suites else [])
+            + (["--normalise-drift"] if self.normalise_drift != DRIFT_NORMALISATION else [])
             + (["--from-csv", Path(csv).name] if csv else ["--from-csv"] if csv == "" else [])
             + ["--output", Path(self.output).name]
         )

@@ -76,7 +76,13 @@ def _measure(request: CalibrationRequest, way: Way, quiet: bool) -> Any:
         if way == "from_csv":
             source = request.from_csv or None
             return rebuild_from_csv(
-                request.device, Path(output), source=source, name=name, reporter=Bar, command=command
+                request.device,
+                Path(output),
+                source=source,
+                name=name,
+                reporter=Bar,
+                command=command,
+                normalise_drift=request.normalise_drift,
             )
         return calibrate(
             request.device,
@@ -89,6 +95,7 @@ def _measure(request: CalibrationRequest, way: Way, quiet: bool) -> Any:
             suites=request.suite_list(),
             reporter=Bar,
             command=command,
+            normalise_drift=request.normalise_drift,
         )
 
 

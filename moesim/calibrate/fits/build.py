@@ -128,13 +128,16 @@ def _normalised(meas: Measurements, notes: list[str]) -> tuple[Measurements, dic
             f"{d.suite} x" + "/".join(f"{v:.3f}" for v in d.factor.as_dict().values())
             for d in drifts.values()
         )
-        + " memory/compute/dispatch; moe fits are diagnostics and stay raw)"
+        + " "
+        + "/".join(drift.PARTS)
+        + "; moe fits are diagnostics and stay raw)"
         if meas.normalise_drift
         else "suites fitted as measured (normalisation off)"
     )
     notes.append(
         f"drift probe ({len(meas.probes)} probes): median memory {median.memory_gbps:.3g} GB/s, compute "
-        f"{median.compute_tflops:.3g} TFLOP/s, dispatch {median.dispatch_us:.3g} us/op; spread over the run "
+        f"{median.compute_tflops:.3g} TFLOP/s, dispatch {median.dispatch_us:.3g} us/op, streaming GEMM "
+        f"{median.stream_gemm_tflops:.3g} TFLOP/s; spread over the run "
         "(max - min) / median: "
         + ", ".join(f"{part} {value:.1%}" for part, value in moved.items())
         + "; one probe's noise (standard error of its median): "

@@ -31,9 +31,10 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from moesim.simulator.hardware.profile import HardwareProfile
+if TYPE_CHECKING:  # light at import: `calibrate/request.py` reads DRIFT_NORMALISATION for the CLI's default
+    from moesim.simulator.hardware.profile import HardwareProfile
 
 # A drift counts only when it exceeds NOISE_MULTIPLE standard errors of the difference of the two probes'
 # medians (each probe states its own noise: `ProbeSample.*_noise`, from its repeats' IQR), and at least
@@ -57,7 +58,8 @@ PROBE_KEY = "drift_probe"  # the profile's fit_quality table holding the calibra
 
 @dataclass(frozen=True)
 class ProbeSample:
-    """One probe: the machine's memory and core speed at one moment, with the repeats' relative IQR."""
+    """One probe: the machine's memory, core, dispatch and weight-streaming GEMM speed at one moment, with the
+    repeats' relative IQR and each median's noise."""
 
     label: str  # where in the run: e.g. "before:memory", "after:gemm", "row"
     at_s: float  # seconds since the probe was set up
@@ -71,6 +73,11 @@ class ProbeSample:
     memory_noise: float = 0.0
     compute_noise: float = 0.0
     dispatch_noise: float = 0.0
+    # The small-M GEMM over weights streamed from DRAM (the validation steps' and the GEMM suite's regime);
+    # 0: not measured (a probe recorded before the probe timed it).
+    stream_gemm_tflops: float = 0.0
+    stream_gemm_rel_iqr: float = 0.0
+    stream_gemm_noise: float = 0.0
 
     def noise(self, part: str) -> float:
         """The relative standard error of this probe's figure for `part` (memory, compute or dispatch)."""
@@ -89,6 +96,9 @@ class ProbeSample:
             "memory_noise": self.memory_noise,
             "compute_noise": self.compute_noise,
             "dispatch_noise": self.dispatch_noise,
+            "stream_gemm_tflops": self.stream_gemm_tflops,
+            "stream_gemm_rel_iqr": self.stream_gemm_rel_iqr,
+            "stream_gemm_noise": self.stream_gemm_noise,
         }
 
     @classmethod
@@ -105,6 +115,9 @@ class ProbeSample:
             memory_noise=float(row.get("memory_noise", 0.0) or 0.0),
             compute_noise=float(row.get("compute_noise", 0.0) or 0.0),
             dispatch_noise=float(row.get("dispatch_noise", 0.0) or 0.0),
+            stream_gemm_tflops=float(row.get("stream_gemm_tflops", 0.0) or 0.0),
+            stream_gemm_rel_iqr=float(row.get("stream_gemm_rel_iqr", 0.0) or 0.0),
+            stream_gemm_noise=float(row.get("stream_gemm_noise", 0.0) or 0.0),
         )
 
 
@@ -115,23 +128,36 @@ class SpeedRatio:
     memory: float
     compute: float
     dispatch: float = 1.0
+    stream_gemm: float = 1.0
 
     @classmethod
     def between(cls, now: ProbeSample, reference: ProbeSample) -> SpeedRatio:
-        """How fast the machine is at `now` relative to `reference` (dispatch 1 where either lacks it)."""
+        """How fast the machine is at `now` relative to `reference` (dispatch: 1 where either lacks it; the
+        weight-streaming GEMM, where either lacks it, follows the only GEMM the probe timed: `compute`)."""
         dispatch = (
             reference.dispatch_us / now.dispatch_us if now.dispatch_us and reference.dispatch_us else 1.0
         )
+        stream = (
+            now.stream_gemm_tflops / reference.stream_gemm_tflops
+            if now.stream_gemm_tflops and reference.stream_gemm_tflops
+            else None
+        )
+        compute = now.compute_tflops / reference.compute_tflops
         return cls(
-            now.memory_gbps / reference.memory_gbps, now.compute_tflops / reference.compute_tflops, dispatch
+            now.memory_gbps / reference.memory_gbps, compute, dispatch, compute if stream is None else stream
         )
 
     def as_dict(self) -> dict[str, float]:
-        return {"memory": self.memory, "compute": self.compute, "dispatch": self.dispatch}
+        return {
+            "memory": self.memory,
+            "compute": self.compute,
+            "dispatch": self.dispatch,
+            "stream_gemm": self.stream_gemm,
+        }
 
 
-SAME_SPEED = SpeedRatio(1.0, 1.0, 1.0)
-PARTS = ("memory", "compute", "dispatch")
+SAME_SPEED = SpeedRatio(1.0, 1.0, 1.0, 1.0)
+PARTS = ("memory", "compute", "dispatch", "stream_gemm")
 
 
 def rel_iqr(values: Sequence[float]) -> float:
@@ -154,7 +180,12 @@ def median_noise(values: Sequence[float]) -> float:
     return MEDIAN_SE_PER_IQR * rel_iqr(values) / math.sqrt(len(values))
 
 
-PART_FIGURES = {"memory": "memory_gbps", "compute": "compute_tflops", "dispatch": "dispatch_us"}
+PART_FIGURES = {
+    "memory": "memory_gbps",
+    "compute": "compute_tflops",
+    "dispatch": "dispatch_us",
+    "stream_gemm": "stream_gemm_tflops",
+}
 
 
 def _values(samples: Sequence[ProbeSample], part: str) -> list[float]:
@@ -181,6 +212,9 @@ def median_sample(samples: Sequence[ProbeSample], label: str = "median") -> Prob
         memory_noise=noise("memory"),
         compute_noise=noise("compute"),
         dispatch_noise=noise("dispatch"),
+        stream_gemm_tflops=statistics.median(s.stream_gemm_tflops for s in samples),
+        stream_gemm_rel_iqr=statistics.median(s.stream_gemm_rel_iqr for s in samples),
+        stream_gemm_noise=noise("stream_gemm"),
     )
 
 
@@ -199,6 +233,9 @@ def between_sample(before: ProbeSample, after: ProbeSample, label: str = "during
         memory_noise=math.hypot(before.memory_noise, after.memory_noise) / 2,
         compute_noise=math.hypot(before.compute_noise, after.compute_noise) / 2,
         dispatch_noise=math.hypot(before.dispatch_noise, after.dispatch_noise) / 2,
+        stream_gemm_tflops=math.sqrt(before.stream_gemm_tflops * after.stream_gemm_tflops),
+        stream_gemm_rel_iqr=max(before.stream_gemm_rel_iqr, after.stream_gemm_rel_iqr),
+        stream_gemm_noise=math.hypot(before.stream_gemm_noise, after.stream_gemm_noise) / 2,
     )
 
 
@@ -208,7 +245,8 @@ def typical_noise(samples: Sequence[ProbeSample]) -> dict[str, float]:
 
 
 def spread(samples: Sequence[ProbeSample]) -> dict[str, float]:
-    """(max − min) / median of each part over a run's probes: how far the machine's speed moved."""
+    """(max − min) / median of each part over a run's probes: how far the machine's speed moved (a part the
+    probes did not measure: 0)."""
     out: dict[str, float] = {}
     for part in PARTS:
         values = _values(samples, part)
@@ -301,9 +339,12 @@ def normalise_launch_rows(
 def at_speed(profile: HardwareProfile, ratio: SpeedRatio) -> HardwareProfile:
     """The profile of the same machine running at `ratio` of the speed it was calibrated at.
 
-    Memory streaming × ratio.memory; peaks and cache bandwidth × ratio.compute; host launch, graph launch
-    and sync ÷ ratio.dispatch; kernel fixed latency and device gaps ÷ ratio.compute on a GPU, ÷ ratio.dispatch
-    on a CPU (where a kernel's fixed cost is its dispatch on the same core).
+    Memory streaming × ratio.memory; the GEMM peaks × ratio.stream_gemm (a step's GEMMs run at small M over
+    weights streamed from memory: the probe's streaming GEMM times that regime, while its in-cache GEMM ran
+    11-14% faster than the validation rows on the 2-core EPYC VM at times the rows were not faster); cache
+    bandwidth × ratio.compute (a cache read runs at the core's load rate); host launch, graph launch and sync
+    ÷ ratio.dispatch; kernel fixed latency and device gaps ÷ ratio.compute on a GPU, ÷ ratio.dispatch on a
+    CPU (where a kernel's fixed cost is its dispatch on the same core).
     """
     if ratio == SAME_SPEED:
         return profile
@@ -325,25 +366,52 @@ def at_speed(profile: HardwareProfile, ratio: SpeedRatio) -> HardwareProfile:
     datasheet = replace(
         ds,
         memory_bandwidth_gbps=ds.memory_bandwidth_gbps * ratio.memory,
-        peak_dense_tflops={k: v * ratio.compute for k, v in ds.peak_dense_tflops.items()},
+        peak_dense_tflops={k: v * ratio.stream_gemm for k, v in ds.peak_dense_tflops.items()},
     )
     return replace(profile, datasheet=datasheet, empirical=empirical)  # type: ignore[arg-type]
 
 
+# The suite whose figures each part scales in `at_speed`, so the speed a profile's terms were measured at: on a
+# CPU the memory bandwidth is the GEMM suite's one-row stream and the peaks its best rate, the cache bandwidth
+# the memory suite's cache plateau (at the core's load rate), launch and fixed latency the launch suite's
+# dispatch; on a GPU the bandwidth is the memory suite's plateau and the fixed latency and gaps the launch
+# suite's device-timed rows (at the device clock).
+MEASURED_IN = {
+    False: {"memory": "gemm", "compute": "memory", "dispatch": "launch", "stream_gemm": "gemm"},
+    True: {"memory": "memory", "compute": "launch", "dispatch": "launch", "stream_gemm": "gemm"},
+}
+
+
 def reference_sample(profile: HardwareProfile) -> ProbeSample | None:
-    """The probe's median during the profile's calibration (what `at_speed` ratios are taken against)."""
+    """The machine speed the profile's terms were measured at (what `at_speed` ratios are taken against).
+
+    Fitted as measured (`normalised` 0), each part's reference is the probe during the suite whose figures the
+    part scales (`MEASURED_IN`: the geometric mean of its before and after probes, recorded as
+    `<suite>_during_<figure>`); a profile normalised to the run's median (or recorded before the per-suite
+    speeds were) takes the median for every part. A correction against the run's median when the figures
+    were measured at another speed would carry the difference between the two into every row."""
     figures = profile.fit_quality.get(PROBE_KEY)
     if not figures or not figures.get("memory_gbps") or not figures.get("compute_tflops"):
         return None
+    suites = MEASURED_IN[not profile.is_cpu] if not figures.get("normalised") else {}
+
+    def value(part: str, suffix: str = "") -> float:
+        key = PART_FIGURES[part] if not suffix else f"{part}_{suffix}"
+        during = figures.get(f"{suites[part]}_during_{key}") if part in suites else None
+        return float(during if during else figures.get(key, 0.0))
+
+    per_suite = any(f"{suite}_during_{PART_FIGURES[part]}" in figures for part, suite in suites.items())
     return ProbeSample(
-        "calibration median",
+        "calibration, during each part's suite" if per_suite else "calibration median",
         0.0,
-        figures["memory_gbps"],
-        figures["compute_tflops"],
-        dispatch_us=figures.get("dispatch_us", 0.0),
-        memory_noise=figures.get("memory_noise", 0.0),
-        compute_noise=figures.get("compute_noise", 0.0),
-        dispatch_noise=figures.get("dispatch_noise", 0.0),
+        value("memory"),
+        value("compute"),
+        dispatch_us=value("dispatch"),
+        memory_noise=value("memory", "noise"),
+        compute_noise=value("compute", "noise"),
+        dispatch_noise=value("dispatch", "noise"),
+        stream_gemm_tflops=value("stream_gemm"),
+        stream_gemm_noise=value("stream_gemm", "noise"),
     )
 
 
@@ -446,9 +514,12 @@ def record(
         "memory_noise": median.memory_noise,
         "compute_noise": median.compute_noise,
         "dispatch_noise": median.dispatch_noise,
+        "stream_gemm_tflops": median.stream_gemm_tflops,
+        "stream_gemm_noise": median.stream_gemm_noise,
         "memory_spread": moved["memory"],
         "compute_spread": moved["compute"],
         "dispatch_spread": moved["dispatch"],
+        "stream_gemm_spread": moved["stream_gemm"],
         "memory_rel_iqr": median.memory_rel_iqr,
         "compute_rel_iqr": median.compute_rel_iqr,
         "dispatch_rel_iqr": median.dispatch_rel_iqr,
@@ -464,6 +535,10 @@ def record(
         figures[f"{suite}_threshold"] = d.threshold
         for part, value in d.factor.as_dict().items():
             figures[f"{suite}_{part}_factor"] = value
+        during = between_sample(d.before, d.after)
+        for part, key in PART_FIGURES.items():
+            figures[f"{suite}_during_{key}"] = float(getattr(during, key))
+            figures[f"{suite}_during_{part}_noise"] = during.noise(part)
     figures.update(plan)
     return figures
 
@@ -471,6 +546,7 @@ def record(
 __all__ = [
     "DEVICE_LAUNCH_KINDS",
     "DRIFT_NORMALISATION",
+    "MEASURED_IN",
     "MEDIAN_SE_PER_IQR",
     "MIN_DRIFT",
     "NOISE_MULTIPLE",

@@ -32,6 +32,7 @@ from moesim.calibrate.fits.drift import (
     suite_parts,
 )
 from moesim.calibrate.suites.plan import Plan, make_plan
+from moesim.calibrate.suites.probe import PROBE_FIGURES
 from moesim.calibrate.suites.timing import (
     Timer,
     check_dtype,
@@ -414,7 +415,7 @@ def rebuild_from_csv(
     probe_figures: dict[str, float] = {}
     if probes:
         probe_meta, probe_rows = read_rows(probe_file)
-        probe_figures = {k: float(probe_meta[k]) for k in ("read_bytes", "gemm_n") if k in probe_meta}
+        probe_figures = {k: float(probe_meta[k]) for k in PROBE_FIGURES if k in probe_meta}
         target = suite_path(output, PROBE_TABLE)
         if probe_file.resolve() != target.resolve():
             write_rows(target, probe_rows, probe_meta)

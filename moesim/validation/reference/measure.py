@@ -171,6 +171,7 @@ def measured_row(
             "probe_memory_gbps": during.memory_gbps,
             "probe_compute_tflops": during.compute_tflops,
             "probe_dispatch_us": during.dispatch_us,
+            "probe_stream_gemm_tflops": during.stream_gemm_tflops,
         } | {f"probe_{part}_noise": during.noise(part) for part in PARTS}
     return speed | {
         "model": spec.name,

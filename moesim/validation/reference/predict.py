@@ -56,9 +56,11 @@ MEASURED_KEYS = (
     "probe_memory_gbps",
     "probe_compute_tflops",
     "probe_dispatch_us",
+    "probe_stream_gemm_tflops",
     "probe_memory_noise",
     "probe_compute_noise",
     "probe_dispatch_noise",
+    "probe_stream_gemm_noise",
 )
 
 
@@ -216,6 +218,7 @@ def predict_rows(
                 old["probe_memory_gbps"],
                 old["probe_compute_tflops"],
                 dispatch_us=old.get("probe_dispatch_us") or 0.0,
+                stream_gemm_tflops=old.get("probe_stream_gemm_tflops") or 0.0,
                 **{f"{part}_noise": old.get(f"probe_{part}_noise") or 0.0 for part in PARTS},
             )
             measured_ratio = SpeedRatio.between(beside, reference)

@@ -76,7 +76,7 @@ def drift_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     ratios), and the errors of the drift-corrected predictions beside the raw ones; None without probes."""
     probed = {
         key: [r[f"probe_{key}"] for r in rows if r.get(f"probe_{key}")]
-        for key in ("memory_gbps", "compute_tflops", "dispatch_us")
+        for key in ("memory_gbps", "compute_tflops", "dispatch_us", "stream_gemm_tflops")
     }
     if not probed["memory_gbps"] or not probed["compute_tflops"]:
         return None
@@ -85,7 +85,7 @@ def drift_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         return float((max(values) - min(values)) / np.median(values)) if values else 0.0
 
     out: dict[str, Any] = {
-        "probe_spread": {key.split("_")[0]: moved(values) for key, values in probed.items()},
+        "probe_spread": {key.rsplit("_", 1)[0]: moved(values) for key, values in probed.items()},
         "probe_median": {key: float(np.median(values)) for key, values in probed.items() if values},
     }
     corrected = [r for r in rows if r.get("drift_predicted_s") is not None]
@@ -204,9 +204,11 @@ CSV_COLUMNS = (
     "probe_memory_gbps",
     "probe_compute_tflops",
     "probe_dispatch_us",
+    "probe_stream_gemm_tflops",
     "probe_memory_noise",
     "probe_compute_noise",
     "probe_dispatch_noise",
+    "probe_stream_gemm_noise",
     "spread",
     "round_spread",
     "n_samples",
