@@ -2,8 +2,9 @@
 
 All three run the same function on the same chunks — `evaluate_chunk` over designs already constrained, or
 `constrain_and_evaluate`, which a screen uses so its workers also solve each design's constraints — and
-return the outcomes in design order, so their tables are identical. Ray is an optional extra (`pip install 'moesim[ray]'`), imported only when
-asked for; `address` None starts (or joins) a local Ray, as `ray.init()` does.
+return the outcomes in design order, so their tables are identical. Ray is an optional extra
+(`pip install 'moesim[ray]'`), imported only when asked for; `address` None starts (or joins) a local Ray,
+as `ray.init()` does.
 """
 
 from __future__ import annotations
