@@ -69,6 +69,21 @@ def test_bad_cells_name_the_file_line_and_column(column: str, value: str, needle
 
 
 @pytest.mark.parametrize(
+    ("column", "value", "words"),
+    [
+        ("speedup", "fast", "a number above 0"),
+        ("temperature", "hot", "a number ≥ 0"),
+        ("gpus", "many", "a whole number"),
+        ("batch", "many", "whole numbers separated by semicolons"),
+    ],
+)
+def test_a_cell_that_is_not_a_number_says_what_it_must_be(column: str, value: str, words: str) -> None:
+    with pytest.raises(MoesimError) as info:
+        parse_runs(_csv(**{column: value}), "mine.csv")
+    assert f"{value!r} is not {words}" in str(info.value)
+
+
+@pytest.mark.parametrize(
     ("overrides", "needle"),
     [
         ({"speedup": "9.5"}, "above the 2 tokens a round of draft_len 1"),  # R1-K1: K = 1

@@ -122,6 +122,14 @@ def _whole(text: str) -> int:
         return int(value)
 
 
+KIND_WORDS = {
+    "int": "a whole number",
+    "float": "a number above 0",
+    "float0": "a number ≥ 0",
+    "ints": "whole numbers separated by semicolons",
+}
+
+
 def _parse_cell(column: Column, text: str, where: str) -> Any:
     text = text.strip()
     if not text:
@@ -148,7 +156,7 @@ def _parse_cell(column: Column, text: str, where: str) -> Any:
     except ValueError as exc:
         raise MoesimError(
             f"{where}: {column.name}",
-            f"{text!r} is not a valid {column.kind} value",
+            f"{text!r} is not {KIND_WORDS[column.kind]}",
             f"give {column.meaning}",
         ) from exc
     if column.kind == "choice" and text not in column.choices:
