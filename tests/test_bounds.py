@@ -93,6 +93,24 @@ def test_oversized_runs_are_refused_with_estimate_limit_and_flag(
     assert len(out.strip().splitlines()) == 1
 
 
+def test_a_csv_of_a_million_designs_is_refused_on_its_count_before_a_row_is_parsed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import moesim.simulator.screening.space as space
+
+    path = tmp_path / "designs.csv"
+    path.write_text("experts,top_k\n" + "64,4\n" * 1_000_000)
+
+    def parse(*args: object) -> None:
+        raise AssertionError("the rows were parsed before the time bound")
+
+    monkeypatch.setattr(space, "csv_rows", parse)
+    code, out = invoke("screen", "--model", "qwen3-30b-a3b", "--designs", str(path))
+    assert code == 2
+    assert "--max-minutes" in out and "1,000,000 designs" in out
+    assert len(out.strip().splitlines()) == 1
+
+
 def test_the_limits_are_the_flags() -> None:
     code, _ = invoke(
         "sweep", "--model", "olmoe-1b-7b", "--batch", "1,2", "--draft-len", "1,2", "--max-configs", "3"

@@ -94,13 +94,13 @@ class ScreenRequest:
         """The designs to screen: the CSV's, a seeded sample of the grid of `axes`, or the whole grid."""
         from moesim.simulator.screening.space import MAX_DESIGNS, grid, read_designs, sample, space_size
 
+        points = len(self.grid_batches) * len(self.grid_draft_lens)
         if self.designs_csv:
             if axes or self.sample:
                 raise MoesimError("--designs", "a CSV of designs replaces the field flags and --sample")
-            return read_designs(self.designs_csv)
+            return read_designs(self.designs_csv, lambda count: check_screen(count, points, self.max_minutes))
         count = space_size(axes) if self.sample is None else min(self.sample, space_size(axes))
         if count <= MAX_DESIGNS:  # the time bound before a design is drawn (larger counts are refused below)
-            points = len(self.grid_batches) * len(self.grid_draft_lens)
             check_screen(count, points, self.max_minutes)
         if self.sample is not None:
             return sample(axes, self.sample, self.seed)

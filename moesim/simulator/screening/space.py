@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,14 +179,21 @@ def sample(axes: Mapping[str, Sequence[Value]], n: int, seed: int) -> list[Desig
     return designs
 
 
-def read_designs(path: str | Path) -> list[Design]:
-    """Designs from a CSV file: a header of field names (or flag spellings), one design per row."""
+def read_designs(path: str | Path, check_count: Callable[[int], None] | None = None) -> list[Design]:
+    """Designs from a CSV file: a header of field names (or flag spellings), one design per line.
+
+    The designs are counted from the file's non-blank lines before any row is parsed, so a file of too many
+    designs — more than `MAX_DESIGNS`, or more than `check_count` (the screen's time bound) accepts — is refused
+    before the work of reading it."""
     text = read_text("--designs", path, "CSV of designs")  # binary, non-UTF-8 and empty files refused
+    count = max(sum(1 for line in text.splitlines() if line.strip()) - 1, 0)  # the header is the first
+    if count > MAX_DESIGNS:
+        raise MoesimError(str(path), f"holds {count:,} designs, more than {MAX_DESIGNS:,}")
+    if check_count is not None:
+        check_count(count)
     header, rows = csv_rows("--designs", text, str(path), "CSV of designs")  # duplicate and ragged refused
     if not header:
         raise MoesimError(str(path), "has no header row", "write field names such as experts,top-k")
-    if len(rows) > MAX_DESIGNS:
-        raise MoesimError(str(path), f"holds {len(rows):,} designs, more than {MAX_DESIGNS:,}")
     fields = {column: field_name(column) for column in header}
     designs: list[Design] = []
     for number, row in enumerate(rows, start=1):
