@@ -94,6 +94,7 @@ class ServingState:
         self.last_token_s = np.full(n, math.nan)
         self.waiting: deque[int] = deque()
         self.running: list[int] = []  # in admission order
+        self.prefilling: set[int] = set()  # of the running, those whose prompt is not all computed
         self._running_array: np.ndarray | None = None
         self.done: dict[int, simpy.Event] = {}
         self.wakeup: simpy.Event | None = None
@@ -173,6 +174,7 @@ def request_process(
 
 def _preempt(state: ServingState, victim: int) -> None:
     state.kv.release(victim)
+    state.prefilling.discard(victim)
     state.kv_covered[victim] = 0
     state.computed[victim] = 0
     state.prefill_target[victim] = state.input_len[victim] + state.generated[victim]
@@ -185,9 +187,9 @@ def _all_decode(state: ServingState, running: np.ndarray, budget: int) -> bool:
     """Whether the step decodes every running request and `reserve` succeeds for each (none prefilling,
     their tokens within the budget, the blocks they miss all free); if so, their blocks are taken."""
     t = state.tokens_per_seq
-    computed = state.computed[running]
-    if running.size * t > budget or (computed < state.prefill_target[running]).any():
+    if running.size * t > budget or state.prefilling:
         return False
+    computed = state.computed[running]
     need = computed + t
     short = need > state.kv_covered[running]
     if short.any():
@@ -249,6 +251,8 @@ def schedule_step(state: ServingState) -> tuple[np.ndarray, list[tuple[int, int]
         covered[request] = kv.covered_tokens(request)
         waiting.popleft()
         running.append(request)
+        if int(state.prefill_target[request]) > done:
+            state.prefilling.add(request)
         state.running_changed()
         prefill.append((request, n))
         budget -= n
@@ -282,21 +286,16 @@ def _finish(state: ServingState, request: int, now: float) -> None:
 
 def _emit_decoded(state: ServingState, decode: np.ndarray, gained: np.ndarray) -> None:
     """`_emit` of every decoded request and its accepted tokens (never past its output length), with the
-    step's clock read once: the per-request work of every step, over arrays."""
+    step's clock read once: the per-request work of every step, over arrays. A decoding request has streamed
+    its first token already (the end of its prefill did), so each of these chunks is a gap after one."""
     now = state.env.now
-    generated = state.generated[decode]
-    output = state.output_len[decode]
-    tokens = np.minimum(gained, output - generated)
+    left = state.output_len[decode] - state.generated[decode]
+    tokens = np.minimum(gained, left)
     state.computed[decode] += tokens
-    after = generated + tokens
-    state.generated[decode] = after
-    first = generated == 0
-    streamed = decode[~first] if first.any() else decode
-    for request in decode[first].tolist():
-        state.requests[request].first_token_s = now
-    state.record_gaps(streamed, now - state.last_token_s[streamed])
+    state.generated[decode] += tokens
+    state.record_gaps(decode, now - state.last_token_s[decode])
     state.last_token_s[decode] = now
-    for request in decode[after >= output].tolist():  # in admission order, as the slots free
+    for request in decode[tokens == left].tolist():  # in admission order, as the slots free
         _finish(state, request, now)
 
 
@@ -340,6 +339,7 @@ def scheduler(state: ServingState, n_requests: int, step_limit: int) -> simpy.ev
         for request, n in prefill:
             computed[request] += n
             if computed[request] >= state.prefill_target[request]:
+                state.prefilling.discard(request)
                 _emit(state, request, 1)
 
 
