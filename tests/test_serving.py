@@ -233,31 +233,37 @@ def test_reserve_all_is_reserve_in_turn_or_nothing(
 def test_the_array_step_is_the_request_by_request_step(  # type: ignore[no-untyped-def]
     lengths, kv_tokens, concurrency, budget, draft_len, rate
 ) -> None:
-    """A step in which every running request decodes is scheduled over arrays; the request-by-request path
-    (the only one for steps with prompt chunks or a KV shortage) gives every figure bit for bit alike."""
+    """A step's per-request work runs over arrays from `loop.ARRAY_FROM` running requests, one request at a
+    time below it, and a step in which every running request decodes is scheduled in one array pass; every
+    figure is bit for bit alike whichever path each step takes (the request-by-request scheduling is the only
+    one for steps with prompt chunks or a KV shortage)."""
     from moesim.simulator.serving import loop
 
     requests = tuple(RequestSpec(i, o) for i, o in lengths)
     kv_tokens = max(kv_tokens, max(i + o for i, o in lengths) + 24)
     sends = send_times_s(len(requests), rate, 1.0, 0)
 
-    def run() -> list[object]:
+    def run(array_from: int, one_pass: bool = True) -> list[object]:
         kv = KvBlocks(kv_tokens, 16)
         acceptance = AcceptanceDraws(draft_len, 0.6, seed=1) if draft_len else None
         limits = SchedulerLimits(max_num_batched_tokens=max(budget, draft_len + 1))
-        states, state = loop.run_serving_loop(
-            requests, sends, _LinearCost(), kv, limits, acceptance, concurrency
-        )
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(loop, "ARRAY_FROM", array_from)
+            if not one_pass:
+                patch.setattr(loop, "_all_decode", lambda state, running, budget: False)
+            states, state = loop.run_serving_loop(
+                requests, sends, _LinearCost(), kv, limits, acceptance, concurrency
+            )
         per_request = [
             (r.generated, r.preemptions, r.sent_s, r.first_token_s, r.finish_s, list(r.itls_s))
             for r in states
         ]
         return [per_request, state.steps, state.decode_rows, state.in_system_area, kv.peak_used_blocks]
 
-    arrays = run()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(loop, "_all_decode", lambda state, running, budget: False)
-        assert run() == arrays
+    arrays = run(1)
+    assert run(1, one_pass=False) == arrays
+    assert run(3) == arrays
+    assert run(10**9) == arrays  # every step one request at a time
 
 
 def test_kv_capacity_from_the_memory_model() -> None:

@@ -17,9 +17,10 @@
 
 State lives only here, in `ServingState` and the per-request `RequestState`. While the run goes, the
 numbers every step touches (tokens computed, prefill targets, tokens generated, KV coverage, last token
-times) are arrays over the requests in `ServingState`, so a step in which every running request decodes
-is worked out in a few numpy operations, whatever the batch; steps with prompt chunks to place in the
-running set or a KV shortage take the request-by-request path, the same rules in the same order.
+times) are arrays over the requests in `ServingState`, so from `ARRAY_FROM` running requests a step in
+which every running request decodes is worked out in a few numpy operations, whatever the batch; a handful
+of requests, steps with prompt chunks to place in the running set and a KV shortage go request by request,
+by the same rules in the same order.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ from moesim.simulator.serving.workload import RequestSpec
 # A run stops with an error rather than loop: no workload needs more steps than tokens it generates plus
 # prefill chunks, times this margin for preemptions.
 STEP_LIMIT_FACTOR = 20
+# From this many running requests a step's per-request work goes over arrays (a few numpy calls, whatever
+# the batch); below it, request by request in Python, which is cheaper for a handful.
+ARRAY_FROM = 12
 
 
 @dataclass(slots=True)
@@ -105,9 +109,12 @@ class ServingState:
         self.in_system = 0
         self.in_system_area = 0.0  # ∫ requests in the system dt, kept apart from the latencies
         self.last_change_s = 0.0
-        # every streamed chunk after a request's first: (requests, gaps) in the order they came out
+        # every streamed chunk after a request's first: (requests, gaps) in the order they came out, in
+        # array chunks and, between them, one at a time
         self._gap_owners: list[np.ndarray] = []
         self._gaps_s: list[np.ndarray] = []
+        self._owners_one: list[int] = []
+        self._gaps_one: list[float] = []
 
     @property
     def tokens_per_seq(self) -> int:
@@ -136,11 +143,23 @@ class ServingState:
             self.wakeup.succeed()
 
     def record_gaps(self, owners: np.ndarray, gaps_s: np.ndarray) -> None:
+        self._flush_gaps()
         self._gap_owners.append(owners)
         self._gaps_s.append(gaps_s)
 
+    def record_gap(self, owner: int, gap_s: float) -> None:
+        self._owners_one.append(owner)
+        self._gaps_one.append(gap_s)
+
+    def _flush_gaps(self) -> None:
+        if self._owners_one:
+            self._gap_owners.append(np.array(self._owners_one, dtype=np.intp))
+            self._gaps_s.append(np.array(self._gaps_one))
+            self._owners_one, self._gaps_one = [], []
+
     def write_back(self) -> None:
         """Copy the run's arrays into the `RequestState`s: counts, last token times, each one's gaps."""
+        self._flush_gaps()
         owners = np.concatenate(self._gap_owners) if self._gap_owners else np.zeros(0, dtype=np.intp)
         gaps = np.concatenate(self._gaps_s) if self._gaps_s else np.zeros(0)
         order = np.argsort(owners, kind="stable")  # per request, in the order they came out
@@ -200,16 +219,18 @@ def _all_decode(state: ServingState, running: np.ndarray, budget: int) -> bool:
     return True
 
 
-def schedule_step(state: ServingState) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """The requests one step decodes and the (request, chunk tokens) it prefills (vLLM V1's policy)."""
+def schedule_step(state: ServingState) -> tuple[np.ndarray | list[int], list[tuple[int, int]]]:
+    """The requests one step decodes (an index array, or a list below `ARRAY_FROM` running) and the
+    (request, chunk tokens) it prefills (vLLM V1's policy)."""
     budget = state.limits.max_num_batched_tokens
     t = state.tokens_per_seq
     kv, computed, covered = state.kv, state.computed, state.kv_covered
     running, reserve = state.running, kv.reserve
     prefill: list[tuple[int, int]] = []
     preempted = False
-    array = state.running_array()
-    if _all_decode(state, array, budget):  # the common step: one pass over arrays
+    decode: np.ndarray | list[int]
+    array = state.running_array() if len(running) >= ARRAY_FROM else None
+    if array is not None and _all_decode(state, array, budget):  # the common step: one pass over arrays
         decode = array
         budget -= array.size * t
     else:  # request by request, in admission order
@@ -218,13 +239,13 @@ def schedule_step(state: ServingState) -> tuple[np.ndarray, list[tuple[int, int]
         i = 0
         while i < len(running) and budget > 0:
             request = running[i]
-            done = int(computed[request])
-            remaining = int(targets[request]) - done  # > 0 while the request is prefilling
+            done = computed.item(request)
+            remaining = targets.item(request) - done  # > 0 while the request is prefilling
             n = min(remaining, budget) if remaining > 0 else t
             if n > budget:
                 break
             need = done + n
-            if need > covered[request]:  # within its blocks `reserve` would take nothing: not called
+            if need > covered.item(request):  # within its blocks `reserve` would take nothing: not called
                 placed = True
                 while not reserve(request, need):
                     victim = running.pop()
@@ -240,18 +261,18 @@ def schedule_step(state: ServingState) -> tuple[np.ndarray, list[tuple[int, int]
             (prefill.append((request, n)) if remaining > 0 else decoding.append(request))
             budget -= n
             i += 1
-        decode = np.array(decoding, dtype=np.intp)
+        decode = np.array(decoding, dtype=np.intp) if len(decoding) >= ARRAY_FROM else decoding
     waiting = state.waiting
     while not preempted and waiting and budget > 0 and len(running) < state.limits.max_num_seqs:
         request = waiting[0]
-        done = int(computed[request])
-        n = min(int(state.prefill_target[request]) - done, budget)
+        done = computed.item(request)
+        n = min(state.prefill_target.item(request) - done, budget)
         if not reserve(request, done + n):
             break
         covered[request] = kv.covered_tokens(request)
         waiting.popleft()
         running.append(request)
-        if int(state.prefill_target[request]) > done:
+        if state.prefill_target.item(request) > done:
             state.prefilling.add(request)
         state.running_changed()
         prefill.append((request, n))
@@ -262,14 +283,14 @@ def schedule_step(state: ServingState) -> tuple[np.ndarray, list[tuple[int, int]
 def _emit(state: ServingState, request: int, tokens: int) -> None:
     """`request` streams `tokens` tokens now; it finishes (frees its blocks) once it has all its output."""
     now = state.env.now
-    generated = int(state.generated[request])
+    generated = state.generated.item(request)
     if generated == 0:
         state.requests[request].first_token_s = now
     else:
-        state.record_gaps(np.array([request]), np.array([now - state.last_token_s[request]]))
+        state.record_gap(request, now - state.last_token_s.item(request))
     state.last_token_s[request] = now
     state.generated[request] = generated = generated + tokens
-    if generated >= state.output_len[request]:
+    if generated >= state.output_len.item(request):
         _finish(state, request, now)
 
 
@@ -282,6 +303,22 @@ def _finish(state: ServingState, request: int, now: float) -> None:
     state.finished += 1
     state.count(-1)
     state.done[request].succeed()
+
+
+def _emit_each(state: ServingState, decode: list[int], gained: list[int]) -> None:
+    """`_emit_decoded` one request at a time (a handful of them: cheaper than array calls)."""
+    now = state.env.now
+    computed, generated, output, last = state.computed, state.generated, state.output_len, state.last_token_s
+    for request, tokens in zip(decode, gained, strict=True):
+        done = generated.item(request)
+        left = output.item(request) - done
+        tokens = min(tokens, left)
+        computed[request] = computed.item(request) + tokens
+        generated[request] = done + tokens
+        state.record_gap(request, now - last.item(request))
+        last[request] = now
+        if tokens == left:
+            _finish(state, request, now)
 
 
 def _emit_decoded(state: ServingState, decode: np.ndarray, gained: np.ndarray) -> None:
@@ -310,15 +347,18 @@ def scheduler(state: ServingState, n_requests: int, step_limit: int) -> simpy.ev
             yield state.wakeup
             continue
         decode, prefill = schedule_step(state)
-        rows = decode.size
+        rows = len(decode)
         if not rows and not prefill:
             raise MoesimError(
                 "kv_cache_tokens", "the scheduler could place no token in the KV cache", "raise the capacity"
             )
         computed = state.computed
-        context = round(int(computed[decode].sum()) / rows) if rows else 0
+        if isinstance(decode, list):
+            context = round(sum(computed.item(r) for r in decode) / rows) if rows else 0
+        else:
+            context = round(int(computed[decode].sum()) / rows)
         if prefill:
-            chunks = PrefillChunks.of([(n, int(computed[r])) for r, n in prefill])
+            chunks = PrefillChunks.of([(n, computed.item(r)) for r, n in prefill])
             seconds = state.step_cost(StepShape(rows, t, context, chunks))
         else:  # a step cost is a function of the shape: the loop remembers decode-only shapes itself
             known = decode_costs.get((rows, context))
@@ -330,15 +370,18 @@ def scheduler(state: ServingState, n_requests: int, step_limit: int) -> simpy.ev
         state.decode_rows += rows
         if state.steps > step_limit:
             raise MoesimError("workload", f"the run needed more than {step_limit} steps", "report this")
-        if rows:
-            if state.acceptance is None:
-                gained = np.ones(rows, dtype=np.int64)
-            else:
-                gained = state.acceptance.draw(rows)
+        if isinstance(decode, list):
+            if rows:
+                draws = [1] * rows if state.acceptance is None else state.acceptance.draw(rows).tolist()
+                _emit_each(state, decode, draws)
+        else:
+            gained = (
+                np.ones(rows, dtype=np.int64) if state.acceptance is None else state.acceptance.draw(rows)
+            )
             _emit_decoded(state, decode, gained)
         for request, n in prefill:
-            computed[request] += n
-            if computed[request] >= state.prefill_target[request]:
+            computed[request] = done = computed.item(request) + n
+            if done >= state.prefill_target.item(request):
                 state.prefilling.discard(request)
                 _emit(state, request, 1)
 
