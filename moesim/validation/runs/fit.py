@@ -43,6 +43,8 @@ TYPICAL = {
     "scheduler_per_sequence_us": 1.0,
     "expansion_per_token_us": 0.01,
     "output_per_token_us": 1.0,
+    "plan_scan_us": 1.0,
+    "tp_broadcast_us": 10.0,
     "ngram_base_us": 10.0,
     "ngram_per_sequence_us": 1.0,
 }
