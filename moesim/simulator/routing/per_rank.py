@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from moesim.errors import MoesimError
 from moesim.simulator.routing.base import RoutingModel
+from moesim.simulator.routing.binomial import binomial_pmf  # scipy.special's floats, without scipy
 from moesim.simulator.routing.correlated import (
     CorrelatedRouting,
     LayerRouting,
@@ -99,12 +100,7 @@ def _poisson_binomial_pmf(hit: np.ndarray, uniform: np.ndarray) -> np.ndarray:
     m, n = hit.shape
     pmf = np.zeros((m, n + 1))
     if uniform.any():
-        from scipy.special import gammaln, xlog1py, xlogy  # lazily; lighter than scipy.stats (~0.25 s)
-
-        count = np.arange(n + 1, dtype=float)[None, :]
-        p = hit[uniform, :1]
-        log_choose = gammaln(n + 1.0) - gammaln(count + 1.0) - gammaln(n - count + 1.0)
-        pmf[uniform] = np.exp(log_choose + xlogy(count, p) + xlog1py(n - count, -p))
+        pmf[uniform] = binomial_pmf(n, hit[uniform, 0])
     exact = ~uniform
     if exact.any():
         rows = np.zeros((int(exact.sum()), n + 1))
