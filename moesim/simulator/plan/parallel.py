@@ -309,32 +309,31 @@ def build_parallel_plan(
     templates: dict[tuple[str, str, float, float], tuple[Kernel, ...]] = {}
     segments = [pl.Segment(tuple(prologue_kernels(ctx)))]
     # Layers whose routing parameters are equal do the same per-rank work: compute it once per parameter set.
-    layer_key = getattr(routing, "layer_params", lambda layer: layer)
-    work_cache: dict[object, RankExperts] = {}
-    work_keys: dict[int, tuple[float, float]] = {}  # id(work) -> its template key (rounded once)
-    for layer, (attn, ffn) in enumerate(zip(model.layer_attention, model.layer_ffn, strict=True)):
+    kinds, first_layers = _layer_groups(model, routing, per_layer)
+    works: list[RankExperts] = []
+    work_keys: list[tuple[float, float]] = []  # each work's template key (rounded once)
+    for layer in first_layers:
+        work = shared_work
+        if work is None:
+            work = rank_experts(
+                routing,
+                model.n_experts,
+                model.top_k,
+                batch,
+                tokens_per_seq,
+                layout.ep,
+                layout.placement,
+                layer,
+            )
+        works.append(work)
+        work_keys.append((round(float(work.max_distinct), 6), round(float(work.max_tokens), 6)))
+    for layer, (attn, ffn, group) in enumerate(kinds):
         work = None
-        if ffn == "moe":
-            work = shared_work
-            if work is None:
-                key_params = layer_key(layer)
-                if key_params not in work_cache:
-                    work_cache[key_params] = rank_experts(
-                        routing,
-                        model.n_experts,
-                        model.top_k,
-                        batch,
-                        tokens_per_seq,
-                        layout.ep,
-                        layout.placement,
-                        layer,
-                    )
-                work = work_cache[key_params]
+        if group >= 0:
+            work = works[group]
             work_by_layer.append(work)
             distinct_total.append(float(work.total_distinct))
-        if work is not None and id(work) not in work_keys:  # layers share a few work objects
-            work_keys[id(work)] = (round(float(work.max_distinct), 6), round(float(work.max_tokens), 6))
-        key = (attn, ffn, *(work_keys[id(work)] if work is not None else (0.0, 0.0)))
+        key = (attn, ffn, *(work_keys[group] if work is not None else (0.0, 0.0)))
         if key not in templates:
             templates[key] = tuple(_layer(ctx, layout, attn, ffn, work))
         segments.append(pl.Segment(templates[key], layer))
@@ -358,6 +357,42 @@ def build_parallel_plan(
     if per_layer and work_by_layer:
         collectives.update(_per_layer_all_to_all(model, layout, batch, tokens_per_seq, work_by_layer))
     return ParallelStep(plan, layout, collectives, tuple(work_by_layer))
+
+
+# Per (model, routing): each layer's (attention kind, FFN kind, routing group) and each group's first layer.
+_LAYER_GROUPS: dict[
+    tuple[int, int, bool], tuple[object, object, tuple[tuple[tuple[str, str, int], ...], tuple[int, ...]]]
+] = {}
+
+
+def _layer_groups(
+    model: ModelSpec, routing: RoutingModel, per_layer: bool
+) -> tuple[tuple[tuple[str, str, int], ...], tuple[int, ...]]:
+    """Each layer's (attention, FFN, group) with group −1 for a dense layer and else the index of its MoE
+    routing parameter set (`routing.layer_params`; every layer its own set for a routing model without
+    them; one set when the routing is not per layer), and the first layer of each group."""
+    key = (id(model), id(routing), per_layer)
+    held = _LAYER_GROUPS.get(key)
+    if held is not None and held[0] is model and held[1] is routing:
+        return held[2]
+    layer_key = getattr(routing, "layer_params", lambda layer: layer)
+    groups: dict[object, int] = {}
+    first_layers: list[int] = []
+    kinds: list[tuple[str, str, int]] = []
+    for layer, (attn, ffn) in enumerate(zip(model.layer_attention, model.layer_ffn, strict=True)):
+        group = -1
+        if ffn == "moe":
+            params = layer_key(layer) if per_layer else None
+            if params not in groups:
+                groups[params] = len(first_layers)
+                first_layers.append(layer)
+            group = groups[params]
+        kinds.append((attn, ffn, group))
+    result = (tuple(kinds), tuple(first_layers))
+    if len(_LAYER_GROUPS) >= 256:
+        _LAYER_GROUPS.clear()
+    _LAYER_GROUPS[key] = (model, routing, result)
+    return result
 
 
 def _per_layer_all_to_all(

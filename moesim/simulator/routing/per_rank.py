@@ -385,7 +385,7 @@ def rank_experts(
         if b.size == 1:
             prepared = _PREPARED.get((key, int(b.flat[0]), int(t.flat[0]), ep, placement))
             if prepared is not None:
-                return _reshape(prepared, b.shape)
+                return prepared if b.shape == (1,) else _scalar_view(prepared, b.shape)
         result = _closed_form(routing, n_experts, top_k, b.ravel(), t.ravel(), ep, placement, layer)
         return _reshape(result, b.shape)
     sample: Callable[..., RankExperts] = _sampled_rank_experts
@@ -404,6 +404,21 @@ def rank_experts(
         ranks=ep, ranks_per_token=float(np.mean([p.ranks_per_token for p in parts])), **arrays
     )
     return _reshape(stacked, b.shape)
+
+
+# One reshaped view per prepared result and shape: plan builders ask for the same step's work per layer.
+_VIEWS: dict[tuple[int, tuple[int, ...]], tuple[RankExperts, RankExperts]] = {}
+
+
+def _scalar_view(prepared: RankExperts, shape: tuple[int, ...]) -> RankExperts:
+    """`_reshape(prepared, shape)`, made once per prepared result (results are never written to)."""
+    key = (id(prepared), shape)
+    held = _VIEWS.get(key)
+    if held is None or held[0] is not prepared:
+        if len(_VIEWS) > _MAX_PREPARED:
+            _VIEWS.clear()
+        held = _VIEWS[key] = (prepared, _reshape(prepared, shape))
+    return held[1]
 
 
 def _map_arrays(work: RankExperts, change: Callable[[np.ndarray], np.ndarray]) -> RankExperts:
