@@ -42,7 +42,7 @@ from moesim.simulator.plan.ffn import (
     shared_expert_kernels,
 )
 from moesim.simulator.plan.head import epilogue_kernels, prologue_kernels
-from moesim.simulator.plan.kernels import Collective, Kernel
+from moesim.simulator.plan.kernels import Collective, Kernel, joined
 from moesim.simulator.plan.layout import ParallelLayout, moe_traffic
 from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.routing.base import RoutingModel
@@ -125,7 +125,7 @@ class ParallelStep:
 
 
 def _join(kernel: Kernel) -> Kernel:
-    return kernel if kernel.join else replace(kernel, join=True)
+    return kernel if kernel.join else joined(kernel)
 
 
 def _wait_for_collectives(kernels: list[Kernel]) -> list[Kernel]:
@@ -361,13 +361,14 @@ def build_parallel_plan(
 
 # Per (model, routing): each layer's (attention kind, FFN kind, routing group) and each group's first layer.
 _LAYER_GROUPS: dict[
-    tuple[int, int, bool], tuple[object, object, tuple[tuple[tuple[str, str, int], ...], tuple[int, ...]]]
+    tuple[int, int, bool],
+    tuple[object, object, tuple[tuple[tuple[AttentionLayerKind, FfnLayerKind, int], ...], tuple[int, ...]]],
 ] = {}
 
 
 def _layer_groups(
     model: ModelSpec, routing: RoutingModel, per_layer: bool
-) -> tuple[tuple[tuple[str, str, int], ...], tuple[int, ...]]:
+) -> tuple[tuple[tuple[AttentionLayerKind, FfnLayerKind, int], ...], tuple[int, ...]]:
     """Each layer's (attention, FFN, group) with group −1 for a dense layer and else the index of its MoE
     routing parameter set (`routing.layer_params`; every layer its own set for a routing model without
     them; one set when the routing is not per layer), and the first layer of each group."""
@@ -378,7 +379,7 @@ def _layer_groups(
     layer_key = getattr(routing, "layer_params", lambda layer: layer)
     groups: dict[object, int] = {}
     first_layers: list[int] = []
-    kinds: list[tuple[str, str, int]] = []
+    kinds: list[tuple[AttentionLayerKind, FfnLayerKind, int]] = []
     for layer, (attn, ffn) in enumerate(zip(model.layer_attention, model.layer_ffn, strict=True)):
         group = -1
         if ffn == "moe":
