@@ -359,41 +359,19 @@ def build_parallel_plan(
     return ParallelStep(plan, layout, collectives, tuple(work_by_layer))
 
 
-# Per (model, routing): each layer's (attention kind, FFN kind, routing group) and each group's first layer.
-_LAYER_GROUPS: dict[
-    tuple[int, int, bool],
-    tuple[object, object, tuple[tuple[tuple[AttentionLayerKind, FfnLayerKind, int], ...], tuple[int, ...]]],
-] = {}
-
-
 def _layer_groups(
     model: ModelSpec, routing: RoutingModel, per_layer: bool
-) -> tuple[tuple[tuple[AttentionLayerKind, FfnLayerKind, int], ...], tuple[int, ...]]:
-    """Each layer's (attention, FFN, group) with group −1 for a dense layer and else the index of its MoE
-    routing parameter set (`routing.layer_params`; every layer its own set for a routing model without
-    them; one set when the routing is not per layer), and the first layer of each group."""
-    key = (id(model), id(routing), per_layer)
-    held = _LAYER_GROUPS.get(key)
-    if held is not None and held[0] is model and held[1] is routing:
-        return held[2]
-    layer_key = getattr(routing, "layer_params", lambda layer: layer)
-    groups: dict[object, int] = {}
-    first_layers: list[int] = []
-    kinds: list[tuple[AttentionLayerKind, FfnLayerKind, int]] = []
-    for layer, (attn, ffn) in enumerate(zip(model.layer_attention, model.layer_ffn, strict=True)):
-        group = -1
-        if ffn == "moe":
-            params = layer_key(layer) if per_layer else None
-            if params not in groups:
-                groups[params] = len(first_layers)
-                first_layers.append(layer)
-            group = groups[params]
-        kinds.append((attn, ffn, group))
-    result = (tuple(kinds), tuple(first_layers))
-    if len(_LAYER_GROUPS) >= 256:
-        _LAYER_GROUPS.clear()
-    _LAYER_GROUPS[key] = (model, routing, result)
-    return result
+) -> tuple[list[tuple[AttentionLayerKind, FfnLayerKind, int]], tuple[int, ...]]:
+    """Each layer's (attention, FFN, group): −1 for a dense layer, else its MoE layer's routing parameter
+    set (`step.moe_layer_groups`; one set when the routing is not per layer), and each set's first layer."""
+    kinds = pl.layer_kinds(model)
+    if not per_layer:
+        first = tuple(layer for layer, (_, ffn, _) in enumerate(kinds) if ffn == "moe")[:1]
+        return [(attn, ffn, 0 if index >= 0 else -1) for attn, ffn, index in kinds], first
+    first_layers, group_of_moe = pl.moe_layer_groups(routing, model.layer_ffn)
+    return [
+        (attn, ffn, group_of_moe[index] if index >= 0 else -1) for attn, ffn, index in kinds
+    ], first_layers
 
 
 def _per_layer_all_to_all(
