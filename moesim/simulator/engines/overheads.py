@@ -4,7 +4,8 @@
   per `capture_unit`) is captured; it is padded up to the next captured size (`padded_sequences`); a step
   that is not captured runs `uncaptured` (eager, or piecewise: graph pieces with attention launched
   eagerly between them, `piecewise_step_s`).
-- Host time per step: step_us + per_sequence_us·B + per_token_us·B·q (`host_time_s`); with asynchronous
+- Host time per step: step_us + per_sequence_us·B + per_token_us·B·q, + tp_broadcast_us on a
+  tensor-parallel group (`host_time_s`); with asynchronous
   scheduling a share f of it hides behind the device:
       step = device + host − f·min(host, device)          (`exposed_host_s`: host − f·min(host, device))
   so f = 0 is device + host, f = 1 is max(device, host), and host work never makes a step faster.
@@ -34,9 +35,11 @@
 - A tree's attention-backend metadata (`attention_metadata_s`), for a tree (top-k > 1) on a model
   without MLA, where the engine's backend rebuilds its metadata on the host each round: eager ops, syncs
   and plan() calls (each plan: attention_plan_us on the host and one launch of its copy to the device),
-  priced as the round's own ops are:
+  priced as the round's own ops are; the prefill plans (`tree_metadata_plans`) also walk their batch's
+  host query indptr and KV lengths in Python, 2B + 1 elements for the B sequences the graph runs:
       plans  = tree_metadata_plans + tree_step_plans × (K − 1)
       host   = (ops + plans) × launch_eager + syncs × sync + plans × attention_plan_us
+               + tree_metadata_plans × (2B + 1) × plan_scan_us
       device = (ops + plans) × kernel fixed latency
 """
 
@@ -106,10 +109,13 @@ def padded_sequences(
     return math.ceil(chosen / tokens_per_seq)
 
 
-def host_time_s(profile: ServingEngineProfile, sequences: int, tokens: int) -> float:
-    """Host seconds the engine spends on one step of `sequences` sequences and `tokens` tokens."""
+def host_time_s(profile: ServingEngineProfile, sequences: int, tokens: int, tp: int = 1) -> float:
+    """Host seconds the engine spends on one step of `sequences` sequences and `tokens` tokens, on a
+    tensor-parallel group of `tp` ranks (above 1, the scheduler's broadcast to its ranks,
+    `tp_broadcast_us`)."""
     host = profile.effective_host
-    return (host.step_us + host.per_sequence_us * sequences + host.per_token_us * tokens) * US
+    broadcast_us = host.tp_broadcast_us if tp > 1 else 0.0
+    return (host.step_us + host.per_sequence_us * sequences + host.per_token_us * tokens + broadcast_us) * US
 
 
 def overlap_fraction(profile: ServingEngineProfile, speculative: bool = False) -> float:
@@ -303,7 +309,8 @@ class LaunchCosts:
     engine's own sampler passes run over (`sampler_bytes`, `acceptance_bytes`): the target's and the
     drafter's vocabularies, at the device's elementwise memory bandwidth (bytes per second), for the
     requests' `sampling`; `mla`: the target's attention is MLA (the engine's attention backend, so its
-    metadata, differs)."""
+    metadata, differs); `tp`: the target's tensor-parallel ranks (the scheduler's broadcast to them,
+    `host_time_s`)."""
 
     layers: int
     graph_launch_s: float
@@ -316,6 +323,7 @@ class LaunchCosts:
     elementwise_bytes_per_s: float = math.inf
     sampling: Sampling = GREEDY
     mla: bool = False
+    tp: int = 1
 
     def bytes_s(self, nbytes: float) -> float:
         """Seconds of `nbytes` of elementwise memory traffic."""
@@ -359,17 +367,35 @@ def metadata_counts(style: DrafterStyle, draft_len: int, mla: bool = False) -> t
     return style.tree_metadata_ops, style.tree_metadata_syncs, plans
 
 
+def plan_scan_elements(style: DrafterStyle, sequences: int) -> int:
+    """Host-tensor elements one round's prefill plans walk one at a time for a batch of `sequences` (as the
+    graph runs it, padded): 2B + 1 per plan (flashinfer 0.3.1 prefill.py `plan`: `max(qo_indptr_host)`
+    over B + 1 entries, `max(kv_lens_arr_host)` over B), times `tree_metadata_plans`."""
+    if sequences < 0:
+        raise MoesimError("sequences", f"must be ≥ 0, got {sequences}")
+    return style.tree_metadata_plans * (2 * sequences + 1) if sequences else 0
+
+
 def attention_metadata_s(
-    profile: ServingEngineProfile, draft_len: int, costs: LaunchCosts, device_s: float = 0.0
+    profile: ServingEngineProfile,
+    draft_len: int,
+    costs: LaunchCosts,
+    device_s: float = 0.0,
+    sequences: int = 0,
 ) -> float:
-    """Seconds an SD round of K = `draft_len` spends rebuilding a tree's attention-backend metadata outside
-    its graphs (`metadata_counts`; module docstring), less what the SD overlap hides behind `device_s`."""
+    """Seconds an SD round of K = `draft_len` over `sequences` sequences (as the graphs run them, padded;
+    0: the per-sequence scan not counted) spends rebuilding a tree's attention-backend metadata outside
+    its graphs (`metadata_counts`, `plan_scan_elements`; module docstring), less what the SD overlap hides
+    behind `device_s`."""
     ops, syncs, plans = metadata_counts(profile.drafter, draft_len, costs.mla)
     launched = ops + plans
+    host = profile.effective_host
+    scanned = plan_scan_elements(profile.drafter, sequences) if plans else 0
     host_s = (
         launched * costs.eager_launch_s
         + syncs * costs.sync_s
-        + plans * profile.effective_host.attention_plan_us * US
+        + plans * host.attention_plan_us * US
+        + scanned * host.plan_scan_us * US
     )
     return _ops_s(profile, host_s, launched * costs.kernel_s, device_s)
 
@@ -403,6 +429,7 @@ __all__ = [
     "overlap_fraction",
     "padded_sequences",
     "piecewise_step_s",
+    "plan_scan_elements",
     "proposer_sequences",
     "round_ops_s",
     "sampler_bytes",

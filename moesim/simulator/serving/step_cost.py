@@ -202,7 +202,9 @@ class ScenarioStepCost:
         if not r.drafter.drafts_on_host:
             drafter_launch = ov.drafter_launch(profile.drafter, launch)
             draft_s += ov.round_ops_s(profile, draft_len, drafter_launch, launch_costs, device_s)
-            draft_s += ov.attention_metadata_s(profile, draft_len, launch_costs, device_s)
+            q = ov.verify_tokens(profile.drafter, draft_len)
+            planned = ov.padded_sequences(profile, decode_seqs, q, launch)  # the batch the plans see
+            draft_s += ov.attention_metadata_s(profile, draft_len, launch_costs, device_s, planned)
         return draft_s + ov.accept_sync_s(profile, device_s)
 
     def _mixed_sampler_s(self, shape: StepShape, q: int, speculative: bool) -> float:
@@ -319,14 +321,17 @@ class ScenarioStepCost:
         q = self._verify_tokens(shape)
         launch = self._mixed_launch(shape.decode_seqs * q + shape.chunks.tokens)
         device = self._mixed_device_s(shape, "graph" if launch == "piecewise" else launch)
+        _, _, launch_costs = self._timers_at(shape.context_len)
         if launch == "piecewise":
-            _, _, launch_costs = self._timers_at(shape.context_len)
             device = ov.piecewise_step_s(
                 device, launch_costs.layers, launch_costs.graph_launch_s, launch_costs.eager_launch_s
             )
         speculative = shape.decode_seqs > 0 and shape.tokens_per_seq > 1
         host = ov.host_time_s(
-            profile, shape.decode_seqs + shape.chunks.chunks, shape.decode_seqs * q + shape.chunks.tokens
+            profile,
+            shape.decode_seqs + shape.chunks.chunks,
+            shape.decode_seqs * q + shape.chunks.tokens,
+            launch_costs.tp,
         )
         if speculative:
             host += ov.sd_bookkeeping_s(profile, shape.decode_seqs)

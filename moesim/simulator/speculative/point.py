@@ -285,6 +285,7 @@ def scenario_timers(
         elementwise_bytes_per_s=r.hardware.memory_bandwidth_bytes_per_s * em.elementwise_bandwidth_fraction,
         sampling=r.scenario.sampling,
         mla=r.model.attention.is_mla,
+        tp=r.layout.tp,
     )
     draft_layers = draft_model.n_layers if draft_model is not None else 0
 
@@ -375,7 +376,7 @@ def engine_step(
         )
     padding_s = device_s - steps(rows, tokens_per_seq, timed_launch).step_s if rows_run != rows else 0.0
     sd_host_s = ov.sd_bookkeeping_s(profile, sd_sequences)
-    host_s = ov.host_time_s(profile, rows, rows * tokens_per_seq) + sd_host_s
+    host_s = ov.host_time_s(profile, rows, rows * tokens_per_seq, launch_costs.tp) + sd_host_s
     speculative = sd_sequences > 0
     return EngineStep(
         timed=timed,
@@ -496,7 +497,9 @@ def engine_round(
     if not drafter.drafts_on_host:
         launch = ov.drafter_launch(profile.drafter, verify.launch)
         ops_s = ov.round_ops_s(profile, draft_len, launch, launch_costs, verify.device_s)
-        metadata_s = ov.attention_metadata_s(profile, draft_len, launch_costs, verify.device_s)
+        q = ov.verify_tokens(profile.drafter, draft_len)
+        planned = ov.padded_sequences(profile, batch, q, requested_launch)  # the batch the plans see
+        metadata_s = ov.attention_metadata_s(profile, draft_len, launch_costs, verify.device_s, planned)
         verify = replace(verify, round_ops_s=ops_s, metadata_s=metadata_s)
     share = bonus_row_share(profile, tokens_per_step, draft_len)
     drafting = round_drafting(profile, drafter, batch, draft_len, verify.launch, drafts, share, launch_costs)
