@@ -482,3 +482,28 @@ def test_the_memory_fit_states_where_its_knee_lies() -> None:
     assert low <= mem.cache_bytes <= high
     assert 10 * MIB < low < 40 * MIB < high < 160 * MIB  # the synthetic L3 step at 40 MiB, sharpness 5
     assert mem.confidence()["memory_plateau_rel_iqr"] == 0.0
+
+
+def test_memory_plateau_is_taken_at_the_reference_reads_speed() -> None:
+    """A neighbour slows the DRAM by 40% for every other point beyond the cache; the reference read beside
+    each point saw it too, so the points brought to the suite's median speed give the true plateau."""
+    tables = synthetic_tables()  # memory plateau 12 GB/s, LLC knee at 40 MiB
+    rows = []
+    for i, row in enumerate(tables.memory):
+        if row["kind"] == "working_set" and row["size_bytes"] > 64 * MIB:
+            slow = 0.6 if i % 2 else 1.0
+            row = row | {
+                "bandwidth_gbps": row["bandwidth_gbps"] * slow,
+                "normalised_gbps": row["bandwidth_gbps"],
+                "reference_bytes": 256.0 * MIB,
+                "reference_s": 256 * MIB / 12e9,
+                "beside_s": 256 * MIB / 12e9 / slow,
+            }
+        rows.append(row)
+    mem = fit_memory_table(rows)
+    assert mem.memory_gbps == pytest.approx(12.0, rel=0.03)
+    assert mem.raw_memory_gbps < 0.9 * mem.memory_gbps  # fitted to the points as timed, the drift bends it
+    quality = mem.confidence()
+    assert quality["reference_gbps"] == pytest.approx(256 * MIB / (256 * MIB / 12e9) / 1e9)
+    assert quality["memory_plateau_raw_gbps"] == mem.raw_memory_gbps
+    assert "reference_gbps" not in fit_memory_table(tables.memory).confidence()  # older tables: none
