@@ -134,12 +134,17 @@ def _gemm_times_s(
     half_bytes: float,
     fixed_s: float,
 ) -> np.ndarray:
-    """The cost model's time of GEMMs each at its own efficiency (`kernel_times_s` with e given per point):
-    fixed + max(FLOPs / (peak · e), (bytes + ramp) / bandwidth), a one-row GEMM at GEMV_EFFICIENCY."""
-    e = np.where(m <= GEMV_M_TOKENS, GEMV_EFFICIENCY, efficiency)
-    compute = flops / (peak_flops * e)
-    memory = (nbytes + half_bytes) / memory_bytes_per_s
-    return fixed_s + np.maximum(compute, memory)
+    """The cost model's time (`kernel_times_s`) of GEMMs each at its own efficiency (arrays broadcast
+    together), a one-row GEMM at GEMV_EFFICIENCY: the efficiency enters as the rate, peak × e, over a flat
+    curve of 1."""
+    flops, m, nbytes, efficiency = np.broadcast_arrays(flops, m, nbytes, efficiency)
+    rate = peak_flops * np.where(m <= GEMV_M_TOKENS, GEMV_EFFICIENCY, efficiency)
+    flat = np.ones(2)
+    params = CostParams.for_gemms(fixed_s, memory_bytes_per_s, half_bytes, np.array([1.0, 2.0]), flat, 1.0)
+    total = kernel_times_s(flops.ravel(), m.ravel(), rate.ravel(), nbytes.ravel(), np.zeros(m.size), params)[
+        0
+    ]
+    return total.reshape(m.shape)
 
 
 def measured_efficiency(
