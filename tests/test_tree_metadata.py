@@ -119,3 +119,55 @@ def test_counts_and_plan_cost_are_read_bounded_and_round_trip() -> None:
     data["host"]["attention_plan_us"] = 1e9
     with pytest.raises(MoesimError, match=r"host\.attention_plan_us"):
         profile_from_dict(data, "x.toml")
+
+
+def test_the_prefill_plans_walk_two_host_elements_per_sequence() -> None:
+    """flashinfer 0.3.1's prefill plan takes Python's max() over B + 1 query offsets and B KV lengths: the
+    verification's and the draft extend's plans walk 2B + 1 elements each, at plan_scan_us apiece; a round
+    over 48 sequences (SGLang's SD cap) pays 2 × 97 × 3 µs where batch 1 pays 2 × 3 × 3 µs."""
+    tree = _tree(_v1())
+    assert tree.effective_host.plan_scan_us == 3.0
+    assert ov.plan_scan_elements(tree.drafter, 48) == 2 * 97
+    assert ov.plan_scan_elements(tree.drafter, 0) == 0
+    bare = ov.attention_metadata_s(tree, 4, COSTS, 1.0)
+    for sequences, elements in ((1, 6), (48, 194)):
+        added = ov.attention_metadata_s(tree, 4, COSTS, 1.0, sequences) - bare
+        assert added == pytest.approx(elements * 3e-6)
+    with pytest.raises(MoesimError, match="sequences"):
+        ov.plan_scan_elements(tree.drafter, -1)
+
+
+def test_no_plan_no_scan() -> None:
+    """A chain, a top-1 tree and an MLA model run no FlashInfer plan in 0.5.2, so the batch adds nothing."""
+    profile = _v1()
+    for p, costs in (
+        (profile, COSTS),
+        (_tree(profile, topk=1), COSTS),
+        (_tree(profile), replace(COSTS, mla=True)),
+    ):
+        assert ov.attention_metadata_s(p, 4, costs, 1.0, 48) == 0.0
+
+
+def test_the_round_scans_the_padded_batch_the_graphs_replay() -> None:
+    """The graph runners plan at the captured size: 9 sequences replay the graph of 10 (0.5.2's grid), so
+    the round's metadata grows by 2 × (2·10 + 1) scanned elements."""
+    spec = model("qwen3-30b-a3b")
+    drafter = parse_drafter("eagle")
+    tree = _tree(_v1())
+    unscanned = replace(tree, host=replace(tree.host, plan_scan_us=0.0))
+    scenario = Scenario(
+        model=spec, hardware=h200(), routing="independent", launch="graph", batch=9, serving_engine=tree
+    )
+    timers = scenario_timers(scenario.resolve(check_fit=False), FastTimer(h200()))
+    point, bare = (engine_point(p, drafter, 9, 4, 2.5, "graph", *timers) for p in (tree, unscanned))
+    assert point.verify.rows_run == 10
+    assert point.verify.metadata_s - bare.verify.metadata_s == pytest.approx(2 * 21 * 3e-6)
+    assert point.round_s - bare.round_s == pytest.approx(2 * 21 * 3e-6)
+    assert point.speedup < bare.speedup
+
+
+def test_plan_scan_cost_is_bounded() -> None:
+    data = profile_to_dict(_v1())
+    data["host"]["plan_scan_us"] = 1e4
+    with pytest.raises(MoesimError, match=r"host\.plan_scan_us"):
+        profile_from_dict(data, "x.toml")

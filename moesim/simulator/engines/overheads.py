@@ -4,13 +4,17 @@
   per `capture_unit`) is captured; it is padded up to the next captured size (`padded_sequences`); a step
   that is not captured runs `uncaptured` (eager, or piecewise: graph pieces with attention launched
   eagerly between them, `piecewise_step_s`).
-- Host time per step: step_us + per_sequence_us·B + per_token_us·B·q (`host_time_s`); with asynchronous
+- Host time per step: step_us + per_sequence_us·B + per_token_us·B·q, + tp_broadcast_us on a
+  tensor-parallel group (`host_time_s`); with asynchronous
   scheduling a share f of it hides behind the device:
       step = device + host − f·min(host, device)          (`exposed_host_s`: host − f·min(host, device))
   so f = 0 is device + host, f = 1 is max(device, host), and host work never makes a step faster.
 - Under SD the overlap is f·sd_overlap_kept (`overlap_fraction`): the scheduler may keep its overlap for SD
   rounds (SGLang spec-v2, vLLM V1 async scheduling) or run them synchronously (SGLang spec v1, vLLM V0);
-  an SD round adds host bookkeeping per sequence (`sd_bookkeeping_s`), hidden by the same share.
+  an SD round adds host bookkeeping per sequence (`sd_bookkeeping_s`), hidden by the same share: per
+  sequence, per batch-expansion row and context token (the scorer's copies of the sequence's tokens),
+  per emitted token (output processing an engine runs synchronously under SD); the scheduler's work per
+  running sequence counts its sequences, not an SD round's expanded rows (`host_time_s`).
 - Speculative rounds: a chain verifies K + 1 tokens per sequence, a tree its draft-token count
   (`verify_tokens`), in one pass or as one-token rows by batch expansion (`verify_shape`); a tree's drafter passes extend `tree_topk` candidates per sequence
   (`draft_sequences`); the first pass may run over the positions just verified (`first_draft_pass`); the
@@ -34,9 +38,11 @@
 - A tree's attention-backend metadata (`attention_metadata_s`), for a tree (top-k > 1) on a model
   without MLA, where the engine's backend rebuilds its metadata on the host each round: eager ops, syncs
   and plan() calls (each plan: attention_plan_us on the host and one launch of its copy to the device),
-  priced as the round's own ops are:
+  priced as the round's own ops are; the prefill plans (`tree_metadata_plans`) also walk their batch's
+  host query indptr and KV lengths in Python, 2B + 1 elements for the B sequences the graph runs:
       plans  = tree_metadata_plans + tree_step_plans × (K − 1)
       host   = (ops + plans) × launch_eager + syncs × sync + plans × attention_plan_us
+               + tree_metadata_plans × (2B + 1) × plan_scan_us
       device = (ops + plans) × kernel fixed latency
 """
 
@@ -106,10 +112,27 @@ def padded_sequences(
     return math.ceil(chosen / tokens_per_seq)
 
 
-def host_time_s(profile: ServingEngineProfile, sequences: int, tokens: int) -> float:
-    """Host seconds the engine spends on one step of `sequences` sequences and `tokens` tokens."""
+def host_time_s(
+    profile: ServingEngineProfile,
+    sequences: int,
+    tokens: int,
+    tp: int = 1,
+    scheduled: int | None = None,
+) -> float:
+    """Host seconds the engine spends on one step of `sequences` rows and `tokens` tokens, on a
+    tensor-parallel group of `tp` ranks (above 1, the scheduler's broadcast to its ranks,
+    `tp_broadcast_us`), of which the scheduler handles `scheduled` running sequences (default: one per
+    row; an SD round's batch-expansion rows are rows, its sequences are scheduled)."""
     host = profile.effective_host
-    return (host.step_us + host.per_sequence_us * sequences + host.per_token_us * tokens) * US
+    broadcast_us = host.tp_broadcast_us if tp > 1 else 0.0
+    running = sequences if scheduled is None else scheduled
+    return (
+        host.step_us
+        + host.per_sequence_us * sequences
+        + host.per_token_us * tokens
+        + broadcast_us
+        + host.scheduler_per_sequence_us * running
+    ) * US
 
 
 def overlap_fraction(profile: ServingEngineProfile, speculative: bool = False) -> float:
@@ -129,9 +152,39 @@ def exposed_host_s(
     return host_s - overlap_fraction(profile, speculative) * min(host_s, device_s)
 
 
-def sd_bookkeeping_s(profile: ServingEngineProfile, sequences: int) -> float:
-    """Host seconds of an SD round's per-sequence bookkeeping (acceptance, draft lists, extra outputs)."""
-    return profile.effective_host.sd_per_sequence_us * sequences * US
+def expansion_copies_s(
+    profile: ServingEngineProfile, sequences: int, draft_len: int, context_len: int
+) -> float:
+    """Host seconds a batch-expansion scorer spends copying each of `sequences` sequences' `context_len`
+    tokens into its K + 1 = q expanded rows (`verify_shape`): expansion_per_token_us · S · q · context
+    (0 for a scorer that verifies in one pass, or without a draft length)."""
+    if draft_len < 1 or profile.drafter.verify_mode != "batch_expansion":
+        return 0.0
+    rows = sequences * verify_tokens(profile.drafter, draft_len)
+    return profile.effective_host.expansion_per_token_us * rows * context_len * US
+
+
+def output_processing_s(profile: ServingEngineProfile, sequences: int, tokens_per_step: float) -> float:
+    """Host seconds of an SD round's synchronous output processing: output_per_token_us per token the
+    round emits (`sequences` × `tokens_per_step`)."""
+    return profile.effective_host.output_per_token_us * sequences * tokens_per_step * US
+
+
+def sd_bookkeeping_s(
+    profile: ServingEngineProfile,
+    sequences: int,
+    draft_len: int = 0,
+    context_len: int = 0,
+    tokens_per_step: float = 0.0,
+) -> float:
+    """Host seconds of an SD round's bookkeeping over `sequences` sequences: sd_per_sequence_us per
+    sequence (acceptance, draft lists, extra outputs), batch expansion's row copies
+    (`expansion_copies_s`) and the output processing of the emitted tokens (`output_processing_s`)."""
+    return (
+        profile.effective_host.sd_per_sequence_us * sequences * US
+        + expansion_copies_s(profile, sequences, draft_len, context_len)
+        + output_processing_s(profile, sequences, tokens_per_step)
+    )
 
 
 def piecewise_step_s(
@@ -303,7 +356,9 @@ class LaunchCosts:
     engine's own sampler passes run over (`sampler_bytes`, `acceptance_bytes`): the target's and the
     drafter's vocabularies, at the device's elementwise memory bandwidth (bytes per second), for the
     requests' `sampling`; `mla`: the target's attention is MLA (the engine's attention backend, so its
-    metadata, differs)."""
+    metadata, differs); `tp`: the target's tensor-parallel ranks (the scheduler's broadcast to them,
+    `host_time_s`); `context_len`: cached tokens per sequence (what the host copies per batch-expansion
+    row, `sd_bookkeeping_s`)."""
 
     layers: int
     graph_launch_s: float
@@ -316,6 +371,8 @@ class LaunchCosts:
     elementwise_bytes_per_s: float = math.inf
     sampling: Sampling = GREEDY
     mla: bool = False
+    tp: int = 1
+    context_len: int = 0
 
     def bytes_s(self, nbytes: float) -> float:
         """Seconds of `nbytes` of elementwise memory traffic."""
@@ -359,17 +416,35 @@ def metadata_counts(style: DrafterStyle, draft_len: int, mla: bool = False) -> t
     return style.tree_metadata_ops, style.tree_metadata_syncs, plans
 
 
+def plan_scan_elements(style: DrafterStyle, sequences: int) -> int:
+    """Host-tensor elements one round's prefill plans walk one at a time for a batch of `sequences` (as the
+    graph runs it, padded): 2B + 1 per plan (flashinfer 0.3.1 prefill.py `plan`: `max(qo_indptr_host)`
+    over B + 1 entries, `max(kv_lens_arr_host)` over B), times `tree_metadata_plans`."""
+    if sequences < 0:
+        raise MoesimError("sequences", f"must be ≥ 0, got {sequences}")
+    return style.tree_metadata_plans * (2 * sequences + 1) if sequences else 0
+
+
 def attention_metadata_s(
-    profile: ServingEngineProfile, draft_len: int, costs: LaunchCosts, device_s: float = 0.0
+    profile: ServingEngineProfile,
+    draft_len: int,
+    costs: LaunchCosts,
+    device_s: float = 0.0,
+    sequences: int = 0,
 ) -> float:
-    """Seconds an SD round of K = `draft_len` spends rebuilding a tree's attention-backend metadata outside
-    its graphs (`metadata_counts`; module docstring), less what the SD overlap hides behind `device_s`."""
+    """Seconds an SD round of K = `draft_len` over `sequences` sequences (as the graphs run them, padded;
+    0: the per-sequence scan not counted) spends rebuilding a tree's attention-backend metadata outside
+    its graphs (`metadata_counts`, `plan_scan_elements`; module docstring), less what the SD overlap hides
+    behind `device_s`."""
     ops, syncs, plans = metadata_counts(profile.drafter, draft_len, costs.mla)
     launched = ops + plans
+    host = profile.effective_host
+    scanned = plan_scan_elements(profile.drafter, sequences) if plans else 0
     host_s = (
         launched * costs.eager_launch_s
         + syncs * costs.sync_s
-        + plans * profile.effective_host.attention_plan_us * US
+        + plans * host.attention_plan_us * US
+        + scanned * host.plan_scan_us * US
     )
     return _ops_s(profile, host_s, launched * costs.kernel_s, device_s)
 
@@ -393,6 +468,7 @@ __all__ = [
     "draft_host_s",
     "draft_sequences",
     "drafter_launch",
+    "expansion_copies_s",
     "exposed_host_s",
     "first_draft_pass",
     "host_prepared_passes",
@@ -400,9 +476,11 @@ __all__ = [
     "launch_for",
     "metadata_counts",
     "ngram_draft_s",
+    "output_processing_s",
     "overlap_fraction",
     "padded_sequences",
     "piecewise_step_s",
+    "plan_scan_elements",
     "proposer_sequences",
     "round_ops_s",
     "sampler_bytes",

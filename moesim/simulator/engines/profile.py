@@ -118,6 +118,46 @@ HOST_PARAMETERS: dict[str, HostParameter] = {
         0.0,
         1e4,
     ),
+    "scheduler_per_sequence_us": HostParameter(
+        "µs",
+        "host work of the scheduler per running sequence per engine step (a decode step's sequences, an SD "
+        "round's sequences — not its batch-expansion rows): KV block bookkeeping incl. lookahead slots, "
+        "the sequence's metadata for the workers",
+        0.0,
+        1e3,
+    ),
+    "expansion_per_token_us": HostParameter(
+        "µs",
+        "host work per batch-expansion row of an SD round and per token of the sequence's context: the "
+        "scorer copies each sequence's token ids into every one of its K + 1 expanded rows",
+        0.0,
+        1.0,
+    ),
+    "output_per_token_us": HostParameter(
+        "µs",
+        "host work per token an SD round emits when the engine processes outputs synchronously under SD: "
+        "appending the token, incremental detokenisation, stop checks (a decode step's output processing "
+        "is left to overlap_fraction)",
+        0.0,
+        1e3,
+    ),
+    "tp_broadcast_us": HostParameter(
+        "µs",
+        "host work per scheduler iteration of a tensor-parallel group (TP > 1): rank 0 broadcasts the "
+        "iteration's new requests to the other ranks over a CPU process group (gloo), and every rank waits "
+        "for it before it schedules",
+        0.0,
+        1e4,
+    ),
+    "plan_scan_us": HostParameter(
+        "µs",
+        "host work per host-tensor element one attention-backend plan() call walks in Python one element "
+        "at a time (FlashInfer 0.3.1's prefill plan takes Python's max() over its host query indptr and KV "
+        "lengths: 2B + 1 elements for a batch of B sequences), counted per SD round by `[drafter] "
+        "tree_metadata_plans`",
+        0.0,
+        1e3,
+    ),
     "ngram_base_us": HostParameter("µs", "n-gram (prompt lookup) drafting on the host per round", 0.0, 1e4),
     "ngram_per_sequence_us": HostParameter("µs", "n-gram drafting per sequence per round", 0.0, 1e3),
 }
@@ -148,6 +188,11 @@ class HostCosts:
     runner_pass_us: float = 0.0
     runner_per_row_us: float = 0.0
     attention_plan_us: float = 0.0
+    scheduler_per_sequence_us: float = 0.0
+    expansion_per_token_us: float = 0.0
+    output_per_token_us: float = 0.0
+    plan_scan_us: float = 0.0
+    tp_broadcast_us: float = 0.0
     ngram_base_us: float = NGRAM_BASE_US
     ngram_per_sequence_us: float = NGRAM_PER_SEQUENCE_US
 
@@ -219,7 +264,9 @@ class DrafterStyle:
     mask-index builds, the copies into the graphs' buffers), `tree_metadata_syncs` device-to-host copies
     that drain the queue, and the backend's host-side `plan()` calls: `tree_metadata_plans` per round plus
     `tree_step_plans` per drafter step after the first; each plan costs the host `attention_plan_us` and
-    launches one copy of its plan to the device. 0: not counted."""
+    launches one copy of its plan to the device, and each of the `tree_metadata_plans` (the prefill plans
+    of the verification and the draft extend) walks 2B + 1 host elements of a B-sequence batch one at a
+    time (`[host] plan_scan_us` each). 0: not counted."""
 
     shape: Literal["chain", "tree"] = "chain"
     tree_draft_tokens: int = 0

@@ -103,7 +103,8 @@ class StepShape:
 
 
 class StepCost(Protocol):
-    """Seconds one serving step takes (drafter passes included for a verification step)."""
+    """Seconds one serving step takes (drafter passes included for a verification step): a function of the
+    shape alone, so a caller may remember its answers."""
 
     @property
     def description(self) -> str: ...
@@ -130,6 +131,7 @@ class ScenarioStepCost:
         self.rank = chunk_rank_model(resolved.model, resolved.layout)
         self._costs: dict[StepShape, float] = {}
         self._timers: dict[int, tuple[StepTimes, DraftTimes, LaunchCosts]] = {}
+        self._tokens_per_round: dict[int, float] = {}
 
     @property
     def description(self) -> str:
@@ -163,8 +165,13 @@ class ScenarioStepCost:
     def tokens_per_round(self, draft_len: int) -> float:
         """The scenario's expected tokens per SD round of `draft_len` drafts (what sets the share of
         sequences whose previous round accepted every draft: the bonus rows of an engine that re-runs them)."""
-        s = self.resolved.scenario
-        return expected_tokens(draft_len, s.acceptance, s.acceptance_length)
+        tokens = self._tokens_per_round.get(draft_len)
+        if tokens is None:
+            s = self.resolved.scenario
+            tokens = self._tokens_per_round[draft_len] = expected_tokens(
+                draft_len, s.acceptance, s.acceptance_length
+            )
+        return tokens
 
     def round_s(self, decode_seqs: int, draft_len: int, context_len: int) -> float:
         """One SD round (drafter passes, verification, acceptance sync), as the speculative point has it."""
@@ -202,7 +209,9 @@ class ScenarioStepCost:
         if not r.drafter.drafts_on_host:
             drafter_launch = ov.drafter_launch(profile.drafter, launch)
             draft_s += ov.round_ops_s(profile, draft_len, drafter_launch, launch_costs, device_s)
-            draft_s += ov.attention_metadata_s(profile, draft_len, launch_costs, device_s)
+            q = ov.verify_tokens(profile.drafter, draft_len)
+            planned = ov.padded_sequences(profile, decode_seqs, q, launch)  # the batch the plans see
+            draft_s += ov.attention_metadata_s(profile, draft_len, launch_costs, device_s, planned)
         return draft_s + ov.accept_sync_s(profile, device_s)
 
     def _mixed_sampler_s(self, shape: StepShape, q: int, speculative: bool) -> float:
@@ -319,17 +328,23 @@ class ScenarioStepCost:
         q = self._verify_tokens(shape)
         launch = self._mixed_launch(shape.decode_seqs * q + shape.chunks.tokens)
         device = self._mixed_device_s(shape, "graph" if launch == "piecewise" else launch)
+        _, _, launch_costs = self._timers_at(shape.context_len)
         if launch == "piecewise":
-            _, _, launch_costs = self._timers_at(shape.context_len)
             device = ov.piecewise_step_s(
                 device, launch_costs.layers, launch_costs.graph_launch_s, launch_costs.eager_launch_s
             )
         speculative = shape.decode_seqs > 0 and shape.tokens_per_seq > 1
         host = ov.host_time_s(
-            profile, shape.decode_seqs + shape.chunks.chunks, shape.decode_seqs * q + shape.chunks.tokens
+            profile,
+            shape.decode_seqs + shape.chunks.chunks,
+            shape.decode_seqs * q + shape.chunks.tokens,
+            launch_costs.tp,
         )
         if speculative:
-            host += ov.sd_bookkeeping_s(profile, shape.decode_seqs)
+            k = shape.tokens_per_seq - 1
+            host += ov.sd_bookkeeping_s(
+                profile, shape.decode_seqs, k, shape.context_len, self.tokens_per_round(k)
+            )
         cost = (
             device
             + self._mixed_sampler_s(shape, q, speculative)

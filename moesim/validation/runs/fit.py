@@ -40,6 +40,11 @@ TYPICAL = {
     "runner_pass_us": 100.0,
     "runner_per_row_us": 1.0,
     "attention_plan_us": 10.0,
+    "scheduler_per_sequence_us": 1.0,
+    "expansion_per_token_us": 0.01,
+    "output_per_token_us": 1.0,
+    "plan_scan_us": 1.0,
+    "tp_broadcast_us": 10.0,
     "ngram_base_us": 10.0,
     "ngram_per_sequence_us": 1.0,
 }
