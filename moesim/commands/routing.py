@@ -104,7 +104,7 @@ def inspect_command(
     from moesim.simulator.routing.trace import load_trace
 
     FitSettings(max_distance=max_distance)  # bounded as the fit's
-    if plot:
+    if plot is not None:
         check_plot_path("--plot", plot)
     routing_trace = load_trace(trace, n_experts)
     longest = int(np.diff(routing_trace.sequence_bounds(), axis=1).max())
