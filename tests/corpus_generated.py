@@ -525,7 +525,9 @@ def bound_cases(d: str) -> list[Case]:
     nested["text_config"]["num_local_experts"] = 10**6
     table = [
         ("simulate-experts", ["simulate", "--model", "olmoe-1b-7b", "--experts", "1000000"], {}, ("--max-memory-gb",)),
-        ("simulate-draft-len", ["simulate", "--model", "olmoe-1b-7b", "--draft-len", "100000"], {}, ("--max-memory-gb",)),
+        ("simulate-draft-len", ["simulate", "--model", "olmoe-1b-7b", "--draft-len", "100000"], {}, ("--draft-len",)),
+        ("simulate-draft-len-memory", ["simulate", "--model", "olmoe-1b-7b", "--draft-len", "1024", "--experts", "100000"], {}, ("--max-memory-gb",)),
+        ("sweep-draft-len", ["sweep", "--draft-len", "100000"], {}, ("--draft-len",)),
         ("sweep-batch", ["sweep", "--model", "olmoe-1b-7b", "--batch", "1-100000"], {}, ("--max-configs",)),
         ("serve-num-prompts", ["serve", "--model", "olmoe-1b-7b", "--num-prompts", "10000000"], {}, ("--max-minutes",)),
         ("screen-1e8-designs", ["screen", "--model", "olmoe-1b-7b", "--experts", "1..10000:1", "--top-k", "1..10000:1"], {}, ("--sample",)),

@@ -63,6 +63,13 @@ MAX_LAYERS = 1 << 16
 """Layers one model may have (65,536; the deepest released MoE has 94): the per-layer kinds are tuples, so a
 count past this would be built layer by layer before any other check."""
 
+MAX_DRAFT_LEN = 1024
+"""Draft tokens K one verification step may hold (1,024). Engines verify a few to tens of tokens a round (vLLM's
+`num_speculative_tokens`, SGLang's `speculative_num_draft_tokens`: trees of up to about 64); routing sampling grows
+with K + 1 tokens per sequence: dbrx at batch 1 took 1.9 s at K = 1,000, 11 s (0.6 GB) at 10,000 and 125 s
+(4.3 GB, above the 4 GB `--max-memory-gb` its estimate passed) at 100,000 (h-edges, 2026-12-02, 2 cores under
+load)."""
+
 MAX_EXPERTS = 1 << 20
 """Routed experts per layer the routing models can describe (1,048,576; the largest released model has 384)."""
 
@@ -249,6 +256,7 @@ __all__ = [
     "DEFAULT_MAX_MINUTES",
     "GPU_MAX_MEMORY_GB",
     "MAX_COUNT",
+    "MAX_DRAFT_LEN",
     "MAX_EXPERTS",
     "MAX_LAYERS",
     "MAX_LAYOUT_GPUS",
