@@ -193,6 +193,79 @@ def test_kv_covered_tokens_is_where_reserve_starts_taking_blocks(
     assert kv.covered_tokens(7) <= 0
 
 
+@given(
+    st.integers(0, 40),
+    st.lists(
+        st.tuples(st.integers(1, 100), st.integers(1, 300)), min_size=1, max_size=12, unique_by=lambda x: x[0]
+    ),
+    st.integers(1, 60),
+)
+def test_reserve_all_is_reserve_in_turn_or_nothing(
+    state_tokens: int, asks: list[tuple[int, int]], blocks: int
+) -> None:
+    """A whole step's reservations at once: the blocks and peak of `reserve` called in turn when every call
+    succeeds, else nothing taken."""
+    one, many = (KvBlocks(blocks * 16, 16, state_tokens) for _ in range(2))
+    owners = [owner for owner, _ in asks]
+    for kv in (one, many):  # each owner already holds its first block (the loop reserves on admission)
+        for owner in owners:
+            kv.reserve(owner, 1)
+    before = many.free_blocks
+    ok = many.reserve_all(np.array(owners), np.array([tokens for _, tokens in asks]))
+    if ok:
+        assert all(one.reserve(owner, tokens) for owner, tokens in asks)
+        assert (many.free_blocks, many.peak_used_blocks) == (one.free_blocks, one.peak_used_blocks)
+        assert many.covered_tokens_of(np.array(owners)).tolist() == [one.covered_tokens(o) for o in owners]
+    else:
+        assert many.free_blocks == before
+        assert not all(one.reserve(owner, tokens) for owner, tokens in asks)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lengths=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 60)), min_size=1, max_size=25),
+    kv_tokens=st.integers(400, 4000),
+    concurrency=st.one_of(st.none(), st.integers(1, 12)),
+    budget=st.integers(8, 512),
+    draft_len=st.integers(0, 4),
+    rate=st.sampled_from([math.inf, 300.0]),
+)
+def test_the_array_step_is_the_request_by_request_step(  # type: ignore[no-untyped-def]
+    lengths, kv_tokens, concurrency, budget, draft_len, rate
+) -> None:
+    """A step's per-request work runs over arrays from `loop.ARRAY_FROM` running requests, one request at a
+    time below it, and a step in which every running request decodes is scheduled in one array pass; every
+    figure is bit for bit alike whichever path each step takes (the request-by-request scheduling is the only
+    one for steps with prompt chunks or a KV shortage)."""
+    from moesim.simulator.serving import loop
+
+    requests = tuple(RequestSpec(i, o) for i, o in lengths)
+    kv_tokens = max(kv_tokens, max(i + o for i, o in lengths) + 24)
+    sends = send_times_s(len(requests), rate, 1.0, 0)
+
+    def run(array_from: int, one_pass: bool = True) -> list[object]:
+        kv = KvBlocks(kv_tokens, 16)
+        acceptance = AcceptanceDraws(draft_len, 0.6, seed=1) if draft_len else None
+        limits = SchedulerLimits(max_num_batched_tokens=max(budget, draft_len + 1))
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(loop, "ARRAY_FROM", array_from)
+            if not one_pass:
+                patch.setattr(loop, "_all_decode", lambda state, running, budget: False)
+            states, state = loop.run_serving_loop(
+                requests, sends, _LinearCost(), kv, limits, acceptance, concurrency
+            )
+        per_request = [
+            (r.generated, r.preemptions, r.sent_s, r.first_token_s, r.finish_s, list(r.itls_s))
+            for r in states
+        ]
+        return [per_request, state.steps, state.decode_rows, state.in_system_area, kv.peak_used_blocks]
+
+    arrays = run(1)
+    assert run(1, one_pass=False) == arrays
+    assert run(3) == arrays
+    assert run(10**9) == arrays  # every step one request at a time
+
+
 def test_kv_capacity_from_the_memory_model() -> None:
     qwen = model(MODEL)
     capacity = kv_capacity(qwen, h200())

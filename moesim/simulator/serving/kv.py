@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from moesim.errors import MoesimError
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.models.spec import ModelSpec
@@ -82,8 +84,9 @@ def kv_capacity(
 class KvBlocks:
     """A pool of KV blocks shared by the running requests (the serving loop's one shared resource).
 
-    `reserve(owner, tokens)` makes `owner` hold enough blocks for `tokens` tokens (plus its fixed state),
-    taking only the missing ones, and says whether that was possible; `release(owner)` returns them all.
+    `reserve(owner, tokens)` makes `owner` (a request's index, ≥ 0) hold enough blocks for `tokens` tokens
+    (plus its fixed state), taking only the missing ones, and says whether that was possible;
+    `release(owner)` returns them all. `reserve_all` does a whole step's reservations at once.
     """
 
     def __init__(self, capacity_tokens: int, block_tokens: int = DEFAULT_BLOCK_TOKENS, state_tokens: int = 0):
@@ -98,7 +101,12 @@ class KvBlocks:
         self.state_blocks = math.ceil(state_tokens / block_tokens)
         self.free_blocks = self.total_blocks
         self.peak_used_blocks = 0
-        self._held: dict[int, int] = {}
+        self._held = np.zeros(0, dtype=np.int64)  # blocks per owner index (grown on demand)
+
+    def _holding(self, owner: int) -> int:
+        if owner >= self._held.size:
+            self._held = np.concatenate([self._held, np.zeros(max(owner + 1, 2 * self._held.size), np.int64)])
+        return int(self._held[owner])
 
     def blocks_for(self, tokens: int) -> int:
         return math.ceil(tokens / self.block_tokens) + self.state_blocks
@@ -108,9 +116,8 @@ class KvBlocks:
         return self.blocks_for(tokens) <= self.total_blocks
 
     def reserve(self, owner: int, tokens: int) -> bool:
-        # Called for every running request on every step: `blocks_for` inlined, in integer arithmetic
-        # (equal to it for any count below 2**52).
-        held = self._held.get(owner, 0)
+        # `blocks_for` inlined, in integer arithmetic (equal to it for any count below 2**52).
+        held = self._holding(owner)
         missing = -(-tokens // self.block_tokens) + self.state_blocks - held
         if missing > self.free_blocks:
             return False
@@ -122,13 +129,31 @@ class KvBlocks:
                 self.peak_used_blocks = used
         return True
 
+    def reserve_all(self, owners: np.ndarray, tokens: np.ndarray) -> bool:
+        """`reserve` of every (owner, tokens) in turn (distinct owners, each holding blocks already) when all
+        of them succeed — the blocks they miss are all free —, with the same blocks held and the same peak
+        after; else takes nothing and says False."""
+        missing = np.maximum(-(-tokens // self.block_tokens) + self.state_blocks - self._held[owners], 0)
+        taken = int(missing.sum())
+        if taken > self.free_blocks:
+            return False
+        self._held[owners] += missing
+        self.free_blocks -= taken
+        self.peak_used_blocks = max(self.peak_used_blocks, self.total_blocks - self.free_blocks)
+        return True
+
     def covered_tokens(self, owner: int) -> int:
         """Tokens the blocks `owner` holds cover: `reserve(owner, n)` takes nothing and succeeds for any n up
         to this, so a caller that remembers it may skip those calls."""
-        return (self._held.get(owner, 0) - self.state_blocks) * self.block_tokens
+        return (self._holding(owner) - self.state_blocks) * self.block_tokens
+
+    def covered_tokens_of(self, owners: np.ndarray) -> np.ndarray:
+        """`covered_tokens` of each owner (each holding blocks already)."""
+        return (self._held[owners] - self.state_blocks) * self.block_tokens
 
     def release(self, owner: int) -> None:
-        self.free_blocks += self._held.pop(owner, 0)
+        self.free_blocks += self._holding(owner)
+        self._held[owner] = 0
 
     @property
     def used_blocks(self) -> int:

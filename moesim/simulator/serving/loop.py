@@ -15,7 +15,12 @@
   (1, or the seeded `AcceptanceDraws`, never past its output length) as one streamed chunk, and a request
   whose prompt is now complete gets its first token.
 
-State lives only here, in `ServingState` and the per-request `RequestState`.
+State lives only here, in `ServingState` and the per-request `RequestState`. While the run goes, the
+numbers every step touches (tokens computed, prefill targets, tokens generated, KV coverage, last token
+times) are arrays over the requests in `ServingState`, so from `ARRAY_FROM` running requests a step in
+which every running request decodes is worked out in a few numpy operations, whatever the batch; a handful
+of requests, steps with prompt chunks to place in the running set and a KV shortage go request by request,
+by the same rules in the same order.
 """
 
 from __future__ import annotations
@@ -39,15 +44,18 @@ from moesim.simulator.serving.workload import RequestSpec
 # A run stops with an error rather than loop: no workload needs more steps than tokens it generates plus
 # prefill chunks, times this margin for preemptions.
 STEP_LIMIT_FACTOR = 20
+# From this many running requests a step's per-request work goes over arrays (a few numpy calls, whatever
+# the batch); below it, request by request in Python, which is cheaper for a handful.
+ARRAY_FROM = 12
 
 
 @dataclass(slots=True)
 class RequestState:
-    """One request in flight: what the engine has computed for it and when its tokens came out."""
+    """One request: what the engine computed for it and when its tokens came out (the counts are the
+    run's arrays, written back when it ends)."""
 
     index: int
     spec: RequestSpec
-    output_len: int = field(init=False, default=0)  # the spec's, read on every step
     sent_s: float = math.nan
     first_token_s: float = math.nan
     last_token_s: float = math.nan
@@ -57,40 +65,69 @@ class RequestState:
     generated: int = 0
     preemptions: int = 0
     kv_covered: int = 0  # tokens its KV blocks cover (`KvBlocks.covered_tokens`); 0 while it holds none
-    itls_s: list[float] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.output_len = self.spec.output_len
+    itls_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # gaps between streamed chunks
 
     @property
     def prefilling(self) -> bool:
         return self.computed < self.prefill_target
 
 
-@dataclass
 class ServingState:
-    """Everything the scheduler shares with the request processes."""
+    """Everything the scheduler shares with the request processes: the queues (request indices), the KV
+    pool, and per request (arrays indexed by request) the counts every step reads and writes."""
 
-    env: simpy.Environment
-    kv: KvBlocks
-    step_cost: StepCost
-    limits: SchedulerLimits
-    acceptance: AcceptanceDraws | None
-    waiting: deque[RequestState] = field(default_factory=deque)
-    running: list[RequestState] = field(default_factory=list)
-    done: dict[int, simpy.Event] = field(default_factory=dict)
-    wakeup: simpy.Event | None = None
-    finished: int = 0
-    steps: int = 0
-    decode_rows: int = 0
-    preemptions: int = 0
-    in_system: int = 0
-    in_system_area: float = 0.0  # ∫ requests in the system dt, kept apart from the latencies
-    last_change_s: float = 0.0
+    def __init__(
+        self,
+        env: simpy.Environment,
+        kv: KvBlocks,
+        step_cost: StepCost,
+        limits: SchedulerLimits,
+        acceptance: AcceptanceDraws | None,
+        requests: list[RequestState],
+    ) -> None:
+        self.env, self.kv, self.step_cost = env, kv, step_cost
+        self.limits, self.acceptance = limits, acceptance
+        self.requests = requests
+        n = len(requests)
+        self.input_len = np.array([r.spec.input_len for r in requests], dtype=np.int64)
+        self.output_len = np.array([r.spec.output_len for r in requests], dtype=np.int64)
+        self.computed = np.zeros(n, dtype=np.int64)
+        self.prefill_target = np.zeros(n, dtype=np.int64)
+        self.generated = np.zeros(n, dtype=np.int64)
+        self.kv_covered = np.zeros(n, dtype=np.int64)
+        self.last_token_s = np.full(n, math.nan)
+        self.waiting: deque[int] = deque()
+        self.running: list[int] = []  # in admission order
+        self.prefilling: set[int] = set()  # of the running, those whose prompt is not all computed
+        self._running_array: np.ndarray | None = None
+        self.done: dict[int, simpy.Event] = {}
+        self.wakeup: simpy.Event | None = None
+        self.finished = 0
+        self.steps = 0
+        self.decode_rows = 0
+        self.preemptions = 0
+        self.in_system = 0
+        self.in_system_area = 0.0  # ∫ requests in the system dt, kept apart from the latencies
+        self.last_change_s = 0.0
+        # every streamed chunk after a request's first: (requests, gaps) in the order they came out, in
+        # array chunks and, between them, one at a time
+        self._gap_owners: list[np.ndarray] = []
+        self._gaps_s: list[np.ndarray] = []
+        self._owners_one: list[int] = []
+        self._gaps_one: list[float] = []
 
     @property
     def tokens_per_seq(self) -> int:
         return 1 if self.acceptance is None else self.acceptance.draft_len + 1
+
+    def running_array(self) -> np.ndarray:
+        """The running requests as an index array (rebuilt only when the set changes)."""
+        if self._running_array is None:
+            self._running_array = np.array(self.running, dtype=np.intp)
+        return self._running_array
+
+    def running_changed(self) -> None:
+        self._running_array = None
 
     def count(self, delta: int) -> None:
         now = self.env.now
@@ -98,12 +135,41 @@ class ServingState:
         self.last_change_s = now
         self.in_system += delta
 
-    def submit(self, request: RequestState) -> None:
-        request.prefill_target = request.spec.input_len
-        self.waiting.append(request)
+    def submit(self, index: int) -> None:
+        self.prefill_target[index] = self.input_len[index]
+        self.waiting.append(index)
         self.count(+1)
         if self.wakeup is not None and not self.wakeup.triggered:
             self.wakeup.succeed()
+
+    def record_gaps(self, owners: np.ndarray, gaps_s: np.ndarray) -> None:
+        self._flush_gaps()
+        self._gap_owners.append(owners)
+        self._gaps_s.append(gaps_s)
+
+    def record_gap(self, owner: int, gap_s: float) -> None:
+        self._owners_one.append(owner)
+        self._gaps_one.append(gap_s)
+
+    def _flush_gaps(self) -> None:
+        if self._owners_one:
+            self._gap_owners.append(np.array(self._owners_one, dtype=np.intp))
+            self._gaps_s.append(np.array(self._gaps_one))
+            self._owners_one, self._gaps_one = [], []
+
+    def write_back(self) -> None:
+        """Copy the run's arrays into the `RequestState`s: counts, last token times, each one's gaps."""
+        self._flush_gaps()
+        owners = np.concatenate(self._gap_owners) if self._gap_owners else np.zeros(0, dtype=np.intp)
+        gaps = np.concatenate(self._gaps_s) if self._gaps_s else np.zeros(0)
+        order = np.argsort(owners, kind="stable")  # per request, in the order they came out
+        ends = np.cumsum(np.bincount(owners, minlength=len(self.requests)))
+        per_request = np.split(gaps[order], ends[:-1]) if len(self.requests) else []
+        columns = (self.computed, self.prefill_target, self.generated, self.kv_covered)
+        rows = zip(*(c.tolist() for c in columns), self.last_token_s.tolist(), per_request, strict=True)
+        for r, (computed, target, generated, covered, last, itls) in zip(self.requests, rows, strict=True):
+            r.computed, r.prefill_target, r.generated, r.kv_covered = computed, target, generated, covered
+            r.last_token_s, r.itls_s = last, itls
 
 
 def request_process(
@@ -115,146 +181,208 @@ def request_process(
     done = state.done[request.index] = env.event()
     if slots is None:
         request.sent_s = env.now
-        state.submit(request)
+        state.submit(request.index)
         yield done
         return
     with slots.request() as slot:
         yield slot
         request.sent_s = env.now
-        state.submit(request)
+        state.submit(request.index)
         yield done
 
 
-def _preempt(state: ServingState, victim: RequestState) -> None:
-    state.kv.release(victim.index)
-    victim.kv_covered = 0
-    victim.computed = 0
-    victim.prefill_target = victim.spec.input_len + victim.generated
-    victim.preemptions += 1
+def _preempt(state: ServingState, victim: int) -> None:
+    state.kv.release(victim)
+    state.prefilling.discard(victim)
+    state.kv_covered[victim] = 0
+    state.computed[victim] = 0
+    state.prefill_target[victim] = state.input_len[victim] + state.generated[victim]
+    state.requests[victim].preemptions += 1
     state.preemptions += 1
     state.waiting.appendleft(victim)
 
 
-def schedule_step(state: ServingState) -> tuple[list[RequestState], list[tuple[RequestState, int]]]:
-    """The requests one step decodes and the (request, chunk tokens) it prefills (vLLM V1's policy)."""
+def _all_decode(state: ServingState, running: np.ndarray, budget: int) -> bool:
+    """Whether the step decodes every running request and `reserve` succeeds for each (none prefilling,
+    their tokens within the budget, the blocks they miss all free); if so, their blocks are taken."""
+    t = state.tokens_per_seq
+    if running.size * t > budget or state.prefilling:
+        return False
+    computed = state.computed[running]
+    need = computed + t
+    short = need > state.kv_covered[running]
+    if short.any():
+        owners = running[short]
+        if not state.kv.reserve_all(owners, need[short]):
+            return False
+        state.kv_covered[owners] = state.kv.covered_tokens_of(owners)
+    return True
+
+
+def schedule_step(state: ServingState) -> tuple[np.ndarray | list[int], list[tuple[int, int]]]:
+    """The requests one step decodes (an index array, or a list below `ARRAY_FROM` running) and the
+    (request, chunk tokens) it prefills (vLLM V1's policy)."""
     budget = state.limits.max_num_batched_tokens
     t = state.tokens_per_seq
-    kv = state.kv
-    running, reserve = state.running, kv.reserve  # the hot loop: one lookup each per step
-    decode: list[RequestState] = []
-    prefill: list[tuple[RequestState, int]] = []
+    kv, computed, covered = state.kv, state.computed, state.kv_covered
+    running, reserve = state.running, kv.reserve
+    prefill: list[tuple[int, int]] = []
     preempted = False
-    i = 0
-    while i < len(running) and budget > 0:
-        request = running[i]
-        remaining = request.prefill_target - request.computed  # > 0 while the request is prefilling
-        n = min(remaining, budget) if remaining > 0 else t
-        if n > budget:
+    decode: np.ndarray | list[int]
+    array = state.running_array() if len(running) >= ARRAY_FROM else None
+    if array is not None and _all_decode(state, array, budget):  # the common step: one pass over arrays
+        decode = array
+        budget -= array.size * t
+    else:  # request by request, in admission order
+        decoding: list[int] = []
+        targets = state.prefill_target
+        i = 0
+        while i < len(running) and budget > 0:
+            request = running[i]
+            done = computed.item(request)
+            remaining = targets.item(request) - done  # > 0 while the request is prefilling
+            n = min(remaining, budget) if remaining > 0 else t
+            if n > budget:
+                break
+            need = done + n
+            if need > covered.item(request):  # within its blocks `reserve` would take nothing: not called
+                placed = True
+                while not reserve(request, need):
+                    victim = running.pop()
+                    state.running_changed()
+                    _preempt(state, victim)
+                    preempted = True
+                    if victim == request:
+                        placed = False
+                        break
+                if not placed:
+                    continue
+                covered[request] = kv.covered_tokens(request)
+            (prefill.append((request, n)) if remaining > 0 else decoding.append(request))
+            budget -= n
+            i += 1
+        decode = np.array(decoding, dtype=np.intp) if len(decoding) >= ARRAY_FROM else decoding
+    waiting = state.waiting
+    while not preempted and waiting and budget > 0 and len(running) < state.limits.max_num_seqs:
+        request = waiting[0]
+        done = computed.item(request)
+        n = min(state.prefill_target.item(request) - done, budget)
+        if not reserve(request, done + n):
             break
-        need = request.computed + n
-        if need > request.kv_covered:  # within its blocks `reserve` would take nothing: not called
-            placed = True
-            while not reserve(request.index, need):
-                victim = running.pop()
-                _preempt(state, victim)
-                preempted = True
-                if victim is request:
-                    placed = False
-                    break
-            if not placed:
-                continue
-            request.kv_covered = kv.covered_tokens(request.index)
-        (prefill.append((request, n)) if remaining > 0 else decode.append(request))
-        budget -= n
-        i += 1
-    while not preempted and state.waiting and budget > 0 and len(running) < state.limits.max_num_seqs:
-        request = state.waiting[0]
-        n = min(request.prefill_target - request.computed, budget)
-        if not reserve(request.index, request.computed + n):
-            break
-        request.kv_covered = kv.covered_tokens(request.index)
-        state.waiting.popleft()
+        covered[request] = kv.covered_tokens(request)
+        waiting.popleft()
         running.append(request)
+        if state.prefill_target.item(request) > done:
+            state.prefilling.add(request)
+        state.running_changed()
         prefill.append((request, n))
         budget -= n
     return decode, prefill
 
 
-def _emit(state: ServingState, request: RequestState, tokens: int) -> None:
+def _emit(state: ServingState, request: int, tokens: int) -> None:
     """`request` streams `tokens` tokens now; it finishes (frees its blocks) once it has all its output."""
     now = state.env.now
-    if request.generated == 0:
-        request.first_token_s = now
+    generated = state.generated.item(request)
+    if generated == 0:
+        state.requests[request].first_token_s = now
     else:
-        request.itls_s.append(now - request.last_token_s)
-    request.last_token_s = now
-    request.generated += tokens
-    if request.generated >= request.output_len:
+        state.record_gap(request, now - state.last_token_s.item(request))
+    state.last_token_s[request] = now
+    state.generated[request] = generated = generated + tokens
+    if generated >= state.output_len.item(request):
         _finish(state, request, now)
 
 
-def _finish(state: ServingState, request: RequestState, now: float) -> None:
-    request.finish_s = now
-    state.kv.release(request.index)
-    request.kv_covered = 0
+def _finish(state: ServingState, request: int, now: float) -> None:
+    state.requests[request].finish_s = now
+    state.kv.release(request)
+    state.kv_covered[request] = 0
     state.running.remove(request)
+    state.running_changed()
     state.finished += 1
     state.count(-1)
-    state.done[request.index].succeed()
+    state.done[request].succeed()
 
 
-def _emit_decoded(state: ServingState, decode: list[RequestState], gained: list[int]) -> None:
-    """`_emit` of every decoded request and its accepted tokens (never past its output length), with the
-    step's clock read once: the per-request work of every step."""
+def _emit_each(state: ServingState, decode: list[int], gained: list[int]) -> None:
+    """`_emit_decoded` one request at a time (a handful of them: cheaper than array calls)."""
     now = state.env.now
+    computed, generated, output, last = state.computed, state.generated, state.output_len, state.last_token_s
     for request, tokens in zip(decode, gained, strict=True):
-        generated = request.generated
-        tokens = min(tokens, request.output_len - generated)
-        request.computed += tokens
-        if generated == 0:
-            request.first_token_s = now
-        else:
-            request.itls_s.append(now - request.last_token_s)
-        request.last_token_s = now
-        request.generated = generated = generated + tokens
-        if generated >= request.output_len:
+        done = generated.item(request)
+        left = output.item(request) - done
+        tokens = min(tokens, left)
+        computed[request] = computed.item(request) + tokens
+        generated[request] = done + tokens
+        state.record_gap(request, now - last.item(request))
+        last[request] = now
+        if tokens == left:
             _finish(state, request, now)
+
+
+def _emit_decoded(state: ServingState, decode: np.ndarray, gained: np.ndarray) -> None:
+    """`_emit` of every decoded request and its accepted tokens (never past its output length), with the
+    step's clock read once: the per-request work of every step, over arrays. A decoding request has streamed
+    its first token already (the end of its prefill did), so each of these chunks is a gap after one."""
+    now = state.env.now
+    left = state.output_len[decode] - state.generated[decode]
+    tokens = np.minimum(gained, left)
+    state.computed[decode] += tokens
+    state.generated[decode] += tokens
+    state.record_gaps(decode, now - state.last_token_s[decode])
+    state.last_token_s[decode] = now
+    for request in decode[tokens == left].tolist():  # in admission order, as the slots free
+        _finish(state, request, now)
 
 
 def scheduler(state: ServingState, n_requests: int, step_limit: int) -> simpy.events.ProcessGenerator:
     """Run steps until every request has finished."""
     env = state.env
+    t = state.tokens_per_seq
+    decode_costs: dict[tuple[int, int], float] = {}
     while state.finished < n_requests:
         if not state.running and not state.waiting:
             state.wakeup = env.event()
             yield state.wakeup
             continue
         decode, prefill = schedule_step(state)
-        if not decode and not prefill:
+        rows = len(decode)
+        if not rows and not prefill:
             raise MoesimError(
                 "kv_cache_tokens", "the scheduler could place no token in the KV cache", "raise the capacity"
             )
-        contexts = [r.computed for r in decode]
-        shape = StepShape(
-            len(decode),
-            state.tokens_per_seq,
-            round(sum(contexts) / len(contexts)) if contexts else 0,
-            PrefillChunks.of([(n, r.computed) for r, n in prefill]) if prefill else None,
-        )
-        yield env.timeout(state.step_cost(shape))
+        computed = state.computed
+        if isinstance(decode, list):
+            context = round(sum(computed.item(r) for r in decode) / rows) if rows else 0
+        else:
+            context = round(int(computed[decode].sum()) / rows)
+        if prefill:
+            chunks = PrefillChunks.of([(n, computed.item(r)) for r, n in prefill])
+            seconds = state.step_cost(StepShape(rows, t, context, chunks))
+        else:  # a step cost is a function of the shape: the loop remembers decode-only shapes itself
+            known = decode_costs.get((rows, context))
+            if known is None:
+                known = decode_costs[rows, context] = state.step_cost(StepShape(rows, t, context))
+            seconds = known
+        yield env.timeout(seconds)
         state.steps += 1
-        state.decode_rows += len(decode)
+        state.decode_rows += rows
         if state.steps > step_limit:
             raise MoesimError("workload", f"the run needed more than {step_limit} steps", "report this")
-        if decode:
-            if state.acceptance is None:
-                gained = [1] * len(decode)
-            else:
-                gained = state.acceptance.draw(len(decode)).tolist()
+        if isinstance(decode, list):
+            if rows:
+                draws = [1] * rows if state.acceptance is None else state.acceptance.draw(rows).tolist()
+                _emit_each(state, decode, draws)
+        else:
+            gained = (
+                np.ones(rows, dtype=np.int64) if state.acceptance is None else state.acceptance.draw(rows)
+            )
             _emit_decoded(state, decode, gained)
         for request, n in prefill:
-            request.computed += n
-            if not request.prefilling:
+            computed[request] = done = computed.item(request) + n
+            if done >= state.prefill_target.item(request):
+                state.prefilling.discard(request)
                 _emit(state, request, 1)
 
 
@@ -282,9 +410,9 @@ def run_serving_loop(
                 "use shorter requests, a larger device or a higher --gpu-memory-utilization",
             )
     env = simpy.Environment()
-    state = ServingState(env, kv, step_cost, limits, acceptance)
-    slots = simpy.Resource(env, capacity=max_concurrency) if max_concurrency else None
     states = [RequestState(index, spec) for index, spec in enumerate(requests)]
+    state = ServingState(env, kv, step_cost, limits, acceptance, states)
+    slots = simpy.Resource(env, capacity=max_concurrency) if max_concurrency else None
     for request, send_s in zip(states, send_times_s.tolist(), strict=True):
         env.process(request_process(state, request, send_s, slots))
     if progress is not None:
@@ -293,6 +421,7 @@ def run_serving_loop(
     step_limit = STEP_LIMIT_FACTOR * (tokens // max(1, limits.max_num_batched_tokens) + tokens)
     env.run(until=env.process(scheduler(state, len(states), step_limit)))
     state.count(0)
+    state.write_back()
     return states, state
 
 

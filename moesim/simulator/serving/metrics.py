@@ -58,7 +58,7 @@ class ServingMetrics:
         }
 
 
-def _stats(name: str, values_s: Sequence[float]) -> dict[str, float]:
+def _stats(name: str, values_s: Sequence[float] | np.ndarray) -> dict[str, float]:
     data = np.asarray(values_s if len(values_s) else [0.0], dtype=float) * 1e3
     return {
         f"mean_{name}_ms": float(np.mean(data)),
@@ -83,7 +83,7 @@ def serving_metrics(
     tpot = [
         (r.finish_s - r.first_token_s) / (r.spec.output_len - 1) for r in requests if r.spec.output_len > 1
     ]
-    itl = [gap for r in requests for gap in r.itls_s]
+    itl = np.concatenate([np.asarray(r.itls_s, dtype=float) for r in requests] or [np.zeros(0)])
     n_in = sum(r.spec.input_len for r in requests)
     n_out = sum(r.spec.output_len for r in requests)
     values = {

@@ -103,7 +103,8 @@ class StepShape:
 
 
 class StepCost(Protocol):
-    """Seconds one serving step takes (drafter passes included for a verification step)."""
+    """Seconds one serving step takes (drafter passes included for a verification step): a function of the
+    shape alone, so a caller may remember its answers."""
 
     @property
     def description(self) -> str: ...
@@ -130,6 +131,7 @@ class ScenarioStepCost:
         self.rank = chunk_rank_model(resolved.model, resolved.layout)
         self._costs: dict[StepShape, float] = {}
         self._timers: dict[int, tuple[StepTimes, DraftTimes, LaunchCosts]] = {}
+        self._tokens_per_round: dict[int, float] = {}
 
     @property
     def description(self) -> str:
@@ -163,8 +165,13 @@ class ScenarioStepCost:
     def tokens_per_round(self, draft_len: int) -> float:
         """The scenario's expected tokens per SD round of `draft_len` drafts (what sets the share of
         sequences whose previous round accepted every draft: the bonus rows of an engine that re-runs them)."""
-        s = self.resolved.scenario
-        return expected_tokens(draft_len, s.acceptance, s.acceptance_length)
+        tokens = self._tokens_per_round.get(draft_len)
+        if tokens is None:
+            s = self.resolved.scenario
+            tokens = self._tokens_per_round[draft_len] = expected_tokens(
+                draft_len, s.acceptance, s.acceptance_length
+            )
+        return tokens
 
     def round_s(self, decode_seqs: int, draft_len: int, context_len: int) -> float:
         """One SD round (drafter passes, verification, acceptance sync), as the speculative point has it."""
@@ -334,7 +341,10 @@ class ScenarioStepCost:
             launch_costs.tp,
         )
         if speculative:
-            host += ov.sd_bookkeeping_s(profile, shape.decode_seqs)
+            k = shape.tokens_per_seq - 1
+            host += ov.sd_bookkeeping_s(
+                profile, shape.decode_seqs, k, shape.context_len, self.tokens_per_round(k)
+            )
         cost = (
             device
             + self._mixed_sampler_s(shape, q, speculative)
