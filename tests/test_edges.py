@@ -112,3 +112,48 @@ def test_oversized_steps_still_simulate_without_a_distribution(tmp_path: Path) -
     )  # fmt: skip
     assert code == 0, out
     assert "distinct experts / MoE layer" in out
+
+
+def test_a_config_of_a_billion_layers_is_refused_on_its_count_before_a_layer_is_built(tmp_path: Path) -> None:
+    import json
+
+    root = Path(__file__).resolve().parent / "data" / "hf_configs"
+    for name in ("deepseek-v3", "qwen3-30b-a3b", "mixtral-8x7b"):
+        config = json.loads((root / f"{name}.json").read_text()) | {"num_hidden_layers": 10**9}
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(config))
+        code, out = invoke("models", str(path))
+        assert code == 2
+        assert "num_hidden_layers: must be ≤ 65,536, got 1,000,000,000" in out
+
+
+@pytest.mark.parametrize(("value", "problem"), [("", "model: is empty"), (" ", "model: is empty")])
+def test_an_empty_model_name_is_named_so(value: str, problem: str) -> None:
+    code, out = invoke("simulate", "--model", value)
+    assert code == 2 and problem in out
+
+
+def test_a_device_given_as_a_model_config_is_described_not_called_missing() -> None:
+    code, out = invoke("simulate", "--model-config", "/dev/null")
+    assert code == 2
+    assert "/dev/null: is empty" in out and "does not exist" not in out
+
+
+def test_a_runs_csv_of_too_many_rows_is_refused_before_a_row_is_parsed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import moesim.validation.runs.schema as schema
+    from moesim.simulator.bounds import MAX_RUN_ROWS
+
+    bundled = (Path(schema.__file__).resolve().parents[2] / "data" / "measured_runs.csv").read_text()
+    header, row = bundled.splitlines()[:2]
+    path = tmp_path / "runs.csv"
+    path.write_text(header + "\n" + (row + "\n") * (MAX_RUN_ROWS + 1))
+
+    def parse(*args: object) -> None:
+        raise AssertionError("the rows were parsed before the row bound")
+
+    monkeypatch.setattr(schema, "csv_rows", parse)
+    code, out = invoke("validate", "runs", str(path))
+    assert code == 2
+    assert f"has {MAX_RUN_ROWS + 1:,} rows, above the {MAX_RUN_ROWS:,}" in out
