@@ -157,3 +157,27 @@ def test_a_runs_csv_of_too_many_rows_is_refused_before_a_row_is_parsed(
     code, out = invoke("validate", "runs", str(path))
     assert code == 2
     assert f"has {MAX_RUN_ROWS + 1:,} rows, above the {MAX_RUN_ROWS:,}" in out
+
+
+def test_a_trace_output_of_an_unknown_type_is_refused_before_generating(tmp_path: Path) -> None:
+    import json
+
+    trace = tmp_path / "trace.jsonl"
+    lines = [
+        json.dumps({"sequence": s, "experts": [[t % 8, (t + 1) % 8]]}) for s in range(4) for t in range(8)
+    ]
+    trace.write_text("\n".join(lines) + "\n")
+    stats = tmp_path / "stats.json"
+    code, out = invoke(
+        "routing", "fit", str(trace), "-o", str(stats), "--experts", "8", "--max-distance", "4"
+    )
+    assert code == 0, out
+    code, out = invoke("routing", "generate", "--stats", str(stats), "--sequences", "2", "--tokens", "4",
+                       "-o", str(tmp_path / "trace.xyz"))  # fmt: skip
+    assert code == 2
+    assert "unsupported file type '.xyz'" in out and ".npz, .jsonl, .json" in out
+    assert not (tmp_path / "trace.xyz").exists()
+    code, out = invoke("routing", "generate", "--stats", str(stats), "--sequences", "2", "--tokens", "4",
+                       "-o", str(tmp_path / "trace.NPZ"))  # fmt: skip
+    assert code == 0, out
+    assert (tmp_path / "trace.NPZ").read_bytes()[:2] == b"PK"  # an .npz archive whatever the suffix's case
