@@ -181,3 +181,17 @@ def test_a_trace_output_of_an_unknown_type_is_refused_before_generating(tmp_path
                        "-o", str(tmp_path / "trace.NPZ"))  # fmt: skip
     assert code == 0, out
     assert (tmp_path / "trace.NPZ").read_bytes()[:2] == b"PK"  # an .npz archive whatever the suffix's case
+
+
+def test_calibrate_refuses_a_profile_path_that_is_not_toml_before_loading_the_suites() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom moesim.cli import cli\ntry:\n    cli(['calibrate', '--device', 'cpu', '--quick', "
+        "'--output', 'out.xyz'])\nexcept SystemExit as e:\n    print(e.code)\n"
+        "print('moesim.calibrate.suites.runner' in sys.modules, 'torch' in sys.modules)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "profile files end in .toml, got 'out.xyz'" in run.stderr
+    assert run.stdout.split() == ["2", "False", "False"]
