@@ -22,7 +22,9 @@ noise). A figure's *normalised* value across runs is its as-measured value times
 the probe's rate of the figure's part (memory, compute or dispatch; a time divides instead) during the suite
 that measured it in run i (the geometric mean of the probes before and after it) and P_ref the median of
 those over the runs: what run i would have measured on a machine at the runs' median speed. If the probe
-tracks the machine, normalised spreads are smaller than raw ones.
+tracks the machine, normalised spreads are smaller than raw ones. The memory plateau's P_i is the median of
+the reference reads the memory suite times beside its working sets (`suites/memory.py`), where the profile
+records them: those sample the moments the plateau was measured.
 
 **Validation.** Each loop's measured rows are scored against both profiles of its run, raw and
 drift-corrected (each row predicted with the profile at the speed the probe measured beside it, in each part
@@ -105,6 +107,16 @@ def suite_speeds(probe_csv: Path) -> dict[str, dict[str, float]]:
         during = between_sample(d.before, d.after)
         out[suite] = {part: float(getattr(during, key)) for part, key in PART_FIGURES.items()}
     return out
+
+
+def with_in_suite_reference(profile: Any, speeds: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """The run's probe speeds, with the memory suite's memory speed taken from the reference reads timed
+    beside its working sets (`fit_quality.memory_cache_knee.reference_gbps`) where the profile has them: they
+    sample the moments the plateau was measured, the probes before and after the suite do not."""
+    reference = float(profile.fit_quality.get("memory_cache_knee", {}).get("reference_gbps", 0.0) or 0.0)
+    if reference <= 0 or "memory" not in speeds:
+        return speeds
+    return speeds | {"memory": speeds["memory"] | {"memory": reference}}
 
 
 def normalised(
@@ -280,6 +292,7 @@ def main() -> int:
             progress(started, f"validation under load: {loaded['seconds']:.0f} s")
         profiles = [loop["profiles"]["as_measured"] for loop in loops]
         speeds = [loop["speeds"] for loop in loops]
+    speeds = [with_in_suite_reference(p, s) for p, s in zip(profiles, speeds, strict=True)]
     raw = [figures(p) for p in profiles]
     rows = spread_rows(raw)
     at_median = normalised(raw, speeds) if all(speeds) else []

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from moesim.calibrate.fits import primitives as fit
 from moesim.calibrate.fits.build import Measurements, build_profile
-from moesim.calibrate.fits.gemm import fit_gemm_table
+from moesim.calibrate.fits.gemm import fit_gemm_points, fit_gemm_table
 from moesim.calibrate.fits.launch import fit_launch_table
 from moesim.calibrate.fits.memory import fit_memory_table
 from moesim.calibrate.fits.moe import fit_moe_table
@@ -191,6 +191,29 @@ def test_gemm_roofline_fit_recovers_the_compute_curve() -> None:
     )
     assert list(g.efficiency.efficiency) == sorted(g.efficiency.efficiency)
     assert all(0 < e <= 1 for e in g.efficiency.efficiency)
+
+
+def test_gemm_points_fit_keeps_a_step_the_saturating_curve_smooths_over() -> None:
+    # A CPU-like kernel: M = 4 takes as long as M = 8 (efficiency doubles from 4 to 8), then saturates.
+    grid = np.array([1.0, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64])
+    truth = np.array([0.02, 0.04, 0.05, 0.06, 0.075, 0.09, 0.105, 0.12, 0.2, 0.3, 0.4])
+    peak, bw = 100e9, 15e9
+    rows = []
+    for k, n in ((1024, 1024), (1024, 2816), (512, 256), (2048, 512)):
+        for m, e in zip(grid, truth, strict=True):
+            flops, nbytes = 2.0 * m * k * n, 4.0 * (m * k + k * n + m * n)
+            t = 3e-6 + max(flops / (peak * (1.0 if m == 1 else e)), nbytes / bw)
+            rows.append(
+                {"dtype": "fp32", "k": k, "n": n, "m": m, "flops": flops, "bytes": nbytes, "median_s": t}
+            )
+    g = fit_gemm_points(rows, "fp32", peak / 1e12, bw / 1e9, 0.0, 3.0)
+    eff = dict(zip(g.efficiency.m_tokens, g.efficiency.efficiency, strict=True))
+    for m, e in zip(grid[1:], truth[1:], strict=True):
+        assert eff[m] == pytest.approx(e, rel=0.01)  # every measured M, the step at 4-8 included
+    assert g.fit.extra["log_rmse"] < 0.01
+    assert g.fit.extra["heldout_log_rmse"] < 0.01  # each shape scored by the curve of the other three
+    assert g.fit.extra["heldout_log_rmse_saturating"] > 5 * g.fit.extra["heldout_log_rmse"]
+    assert list(g.efficiency.efficiency) == sorted(g.efficiency.efficiency)
 
 
 def test_moe_plane_fit_recovers_per_expert_cost() -> None:
@@ -459,3 +482,28 @@ def test_the_memory_fit_states_where_its_knee_lies() -> None:
     assert low <= mem.cache_bytes <= high
     assert 10 * MIB < low < 40 * MIB < high < 160 * MIB  # the synthetic L3 step at 40 MiB, sharpness 5
     assert mem.confidence()["memory_plateau_rel_iqr"] == 0.0
+
+
+def test_memory_plateau_is_taken_at_the_reference_reads_speed() -> None:
+    """A neighbour slows the DRAM by 40% for every other point beyond the cache; the reference read beside
+    each point saw it too, so the points brought to the suite's median speed give the true plateau."""
+    tables = synthetic_tables()  # memory plateau 12 GB/s, LLC knee at 40 MiB
+    rows = []
+    for i, row in enumerate(tables.memory):
+        if row["kind"] == "working_set" and row["size_bytes"] > 64 * MIB:
+            slow = 0.6 if i % 2 else 1.0
+            row = row | {
+                "bandwidth_gbps": row["bandwidth_gbps"] * slow,
+                "normalised_gbps": row["bandwidth_gbps"],
+                "reference_bytes": 256.0 * MIB,
+                "reference_s": 256 * MIB / 12e9,
+                "beside_s": 256 * MIB / 12e9 / slow,
+            }
+        rows.append(row)
+    mem = fit_memory_table(rows)
+    assert mem.memory_gbps == pytest.approx(12.0, rel=0.03)
+    assert mem.raw_memory_gbps < 0.9 * mem.memory_gbps  # fitted to the points as timed, the drift bends it
+    quality = mem.confidence()
+    assert quality["reference_gbps"] == pytest.approx(256 * MIB / (256 * MIB / 12e9) / 1e9)
+    assert quality["memory_plateau_raw_gbps"] == mem.raw_memory_gbps
+    assert "reference_gbps" not in fit_memory_table(tables.memory).confidence()  # older tables: none

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moesim.calibrate.fits.build import build_profile
-from moesim.calibrate.fits.gemm import cpu_bandwidths, m1_gemm_streaming_gbps
+from moesim.calibrate.fits.gemm import MIN_GEMM_STREAM_SHARE, cpu_bandwidths, m1_gemm_streaming_gbps
 from moesim.calibrate.fits.launch import fit_launch_table
 from moesim.simulator.execution.cost import CostParams
 from moesim.simulator.execution.launch import LaunchParams
@@ -149,8 +149,8 @@ def test_m1_streaming_rate_is_the_median_memory_bound_gemm_over_shapes() -> None
 @given(sum_gbps=st.floats(1.0, 100.0), gemm_gbps=st.floats(0.0, 100.0))
 def test_cpu_bandwidths_keep_the_sum_rate_for_elementwise(sum_gbps: float, gemm_gbps: float) -> None:
     memory, fraction = cpu_bandwidths(sum_gbps, gemm_gbps)
-    plausible = gemm_gbps >= 0.5 * sum_gbps
-    assert memory == (gemm_gbps if plausible else sum_gbps) and 0.0 < fraction <= 2.0
+    plausible = gemm_gbps >= MIN_GEMM_STREAM_SHARE * sum_gbps
+    assert memory == (gemm_gbps if plausible else sum_gbps) and 0.0 < fraction <= 1 / MIN_GEMM_STREAM_SHARE
     assert memory * fraction == pytest.approx(sum_gbps)
 
 

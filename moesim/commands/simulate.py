@@ -195,7 +195,7 @@ def _print_point(
         console.print(
             f"{serving['name']} scheduler under SD: hides {serving['sd_overlap_fraction']:.0%} of host work "
             f"(decode steps: {serving['overlap_fraction']:.0%}); SD bookkeeping "
-            f"{serving['verify']['sd_host_s'] * 1e6:.1f} µs for {served} sequences"
+            f"{serving['verify']['sd_host_s'] * 1e6:.1f} µs for {served} sequences{_bookkeeping_parts(serving['verify'])}"
         )
     share = f" × {served} / {batch}" if served != batch else ""
     if share:
@@ -208,6 +208,16 @@ def _print_point(
         f"(= {data['tokens_per_step']:.3f} × {_ms(decode['step_s'])} ms ÷ ({_ms(data['draft_s'])} + {_ms(verify['step_s'])}{sync}) ms{share})"
     )
     console.print(nearby.text)
+
+
+def _bookkeeping_parts(verify: dict[str, Any]) -> str:
+    """Of an SD round's bookkeeping, batch expansion's copies and the output processing, where priced."""
+    parts = [
+        f"{label} {verify[key] * 1e6:.1f} µs"
+        for key, label in (("sd_expansion_s", "batch-expansion copies"), ("sd_output_s", "output processing"))
+        if verify.get(key)
+    ]
+    return f" (of it {', '.join(parts)})" if parts else ""
 
 
 def _draft_rows(drafter: dict[str, Any], served: int) -> str:

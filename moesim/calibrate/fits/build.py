@@ -14,7 +14,7 @@ from typing import Any
 
 from moesim.calibrate.fits import drift
 from moesim.calibrate.fits import primitives as fit
-from moesim.calibrate.fits.gemm import cpu_bandwidths, fit_gemm_table, m1_gemm_streaming_gbps
+from moesim.calibrate.fits.gemm import cpu_bandwidths, fit_gemm_points, m1_gemm_streaming_gbps
 from moesim.calibrate.fits.launch import LaunchParams, fit_launch_table
 from moesim.calibrate.fits.memory import MemoryParams, fit_memory_table
 from moesim.calibrate.fits.moe import fit_moe_table
@@ -297,7 +297,7 @@ def _gemm_part(
         assert meas.gemm is not None
         if not len(fit.column(meas.gemm, "m", dtype=dtype)):
             continue
-        g = fit_gemm_table(meas.gemm, dtype, peaks.get(dtype), achieved_gbps, half, fixed_us)
+        g = fit_gemm_points(meas.gemm, dtype, peaks.get(dtype), achieved_gbps, half, fixed_us)
         asm.record(f"gemm_efficiency_{dtype}", g.fit)
         if dtype not in peaks:
             peaks[dtype] = round(g.peak_tflops, 4)
@@ -307,7 +307,8 @@ def _gemm_part(
         if gemm_curve is None:  # the first dtype measured: the primary calibration dtype
             gemm_curve = g.efficiency
             asm.notes.append(
-                f"empirical.gemm_efficiency: fitted on {dtype} GEMMs (the primary calibration dtype)"
+                f"empirical.gemm_efficiency: measured on {dtype} GEMMs (the primary calibration dtype), one "
+                "value per measured M (fits.gemm.fit_gemm_points)"
             )
     if gemm_curve is None:
         gemm_curve = asm.fallback("gemm_efficiency", "gemm")

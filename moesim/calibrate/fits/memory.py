@@ -25,15 +25,22 @@ class MemoryParams:
     # one (the knee lies between them), and the timings' relative IQR on the memory plateau.
     knee_range_bytes: tuple[float, float] = (0.0, 0.0)
     plateau_rel_iqr: float = 0.0
+    # The reference read's median rate over the suite (GB/s; 0: no reference reads in this table) and the
+    # plateau fitted to the points as timed, before each was brought to that speed.
+    reference_gbps: float = 0.0
+    raw_memory_gbps: float = 0.0
 
     def confidence(self) -> dict[str, float]:
         """The memory fit's stated confidence, for the profile's fit_quality table."""
         low, high = self.knee_range_bytes
-        return {
+        out = {
             "knee_low_bytes": low,
             "knee_high_bytes": high,
             "memory_plateau_rel_iqr": self.plateau_rel_iqr,
         }
+        if self.reference_gbps > 0:
+            out |= {"reference_gbps": self.reference_gbps, "memory_plateau_raw_gbps": self.raw_memory_gbps}
+        return out
 
 
 def knee_range_bytes(sizes: np.ndarray, bw: np.ndarray, knee: fit.CacheFit) -> tuple[float, float]:
@@ -80,7 +87,23 @@ def outermost_cache_level(sizes: np.ndarray, bw: np.ndarray) -> fit.CacheFit:
 def fit_memory_table(rows: list[Row]) -> MemoryParams:
     """Cache knee and plateaus from the warm sweep; the ramp from the cold single reads."""
     sizes = column(rows, "size_bytes", kind="working_set")
-    bw = column(rows, "bandwidth_gbps", kind="working_set")
+    raw_bw = column(rows, "bandwidth_gbps", kind="working_set")
+    # Points read beside the reference set are taken at the suite's median memory speed (suites/memory.py).
+    normalised_bw = column(rows, "normalised_gbps", kind="working_set")
+    bw = np.where(np.isfinite(normalised_bw) & (normalised_bw > 0), normalised_bw, raw_bw)
+    reference_s = column(rows, "reference_s", kind="working_set")
+    reference_b = column(rows, "reference_bytes", kind="working_set")
+    has_reference = np.isfinite(reference_s) & (reference_s > 0)
+    reference_gbps = (
+        float(reference_b[has_reference][0] / reference_s[has_reference][0] / 1e9)
+        if has_reference.any()
+        else 0.0
+    )
+    raw_memory_gbps = 0.0
+    if reference_gbps:
+        raw_ok = np.isfinite(raw_bw) & (raw_bw > 0)
+        raw_order = np.argsort(sizes[raw_ok])
+        raw_memory_gbps = _plateau_gbps(sizes[raw_ok][raw_order], raw_bw[raw_ok][raw_order])
     ok = np.isfinite(bw) & (bw > 0)
     if ok.sum() < 5:
         raise MoesimError(
@@ -132,7 +155,18 @@ def fit_memory_table(rows: list[Row]) -> MemoryParams:
         notes=tuple(notes),
         knee_range_bytes=knee_range,
         plateau_rel_iqr=plateau_rel_iqr,
+        reference_gbps=reference_gbps,
+        raw_memory_gbps=raw_memory_gbps,
     )
+
+
+def _plateau_gbps(sizes: np.ndarray, bw: np.ndarray) -> float:
+    """The memory plateau the knee fit finds in one sweep (sizes ascending), from the bandwidth peak on."""
+    if len(bw) < 5:
+        return float("nan")
+    smooth = np.array([np.median(bw[max(i - 1, 0) : i + 2]) for i in range(len(bw))])
+    start = min(int(np.argmax(smooth)), len(bw) - 5)
+    return outermost_cache_level(sizes[start:], bw[start:]).memory_gbps
 
 
 __all__ = ["MemoryParams", "fit_memory_table", "outermost_cache_level"]

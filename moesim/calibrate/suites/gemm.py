@@ -1,18 +1,20 @@
 """GEMM suite: achieved FLOP/s and bytes/s of y = x·W against the token count M, per (K, N) shape and dtype.
 
 Weights rotate through a pool larger than the last-level cache, so every call reads its W from memory as a
-decode-time GEMM does; x is small and stays resident.
+decode-time GEMM does; x is small and stays resident. On a CPU the points are timed in interleaved rounds
+(`_run_gemm_interleaved`), as the memory suite's working sets are.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from moesim.calibrate.suites.plan import Plan
-from moesim.calibrate.suites.timing import DeviceInfo, Timer, torch_dtype
+from moesim.calibrate.suites.timing import DeviceInfo, Timer, summarise, torch_dtype
 
 Row = dict[str, Any]
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -58,13 +60,14 @@ def run_gemm(
     progress: Callable[[float], None] = lambda f: None,
 ) -> list[Row]:
     """Rows: dtype, k, n, m, median_s, iqr_s, flops, bytes, tflops, gbps."""
+    if not device.is_gpu:
+        return _run_gemm_interleaved(timer, device, plan, dtypes, progress)
     torch = timer.torch
     rows: list[Row] = []
     total = len(dtypes) * len(plan.gemm_shapes) * len(plan.gemm_m)
     done = 0
     for dtype_name in dtypes:
         dtype = torch_dtype(dtype_name)
-        bpe = BYTES_PER_ELEMENT[dtype_name]
         for k, n in plan.gemm_shapes:
             pool = weight_pool(
                 torch, k, n, dtype, device.torch_device, plan.rotate_bytes, plan.memory_budget_bytes // 2
@@ -91,24 +94,81 @@ def run_gemm(
                 one = timer.time_once(call, 1)
                 inner = int(min(max(plan.min_timed_s / max(one, 1e-7), 1), len(pool), 200))
                 sample = timer.measure(call, inner=inner, repeats=plan.gemm_repeats, warmup=1)
-                flops = 2.0 * m * k * n
-                nbytes = float((m * k + k * n) * bpe + m * n * (2 if dtype_name == "fp8" else bpe))
-                rows.append(
-                    {
-                        "dtype": dtype_name,
-                        "k": k,
-                        "n": n,
-                        "m": m,
-                        "median_s": sample.median_s,
-                        "iqr_s": sample.iqr_s,
-                        "flops": flops,
-                        "bytes": nbytes,
-                        "tflops": flops / sample.median_s / 1e12,
-                        "gbps": nbytes / sample.median_s / 1e9,
-                    }
-                )
+                rows.append(_gemm_row(dtype_name, k, n, m, sample.median_s, sample.iqr_s))
                 done += 1
                 progress(done / total)
             del pool
+    progress(1.0)
+    return rows
+
+
+def _gemm_row(dtype_name: str, k: int, n: int, m: int, median_s: float, iqr_s: float) -> Row:
+    bpe = BYTES_PER_ELEMENT[dtype_name]
+    flops = 2.0 * m * k * n
+    nbytes = float((m * k + k * n) * bpe + m * n * (2 if dtype_name == "fp8" else bpe))
+    return {
+        "dtype": dtype_name,
+        "k": k,
+        "n": n,
+        "m": m,
+        "median_s": median_s,
+        "iqr_s": iqr_s,
+        "flops": flops,
+        "bytes": nbytes,
+        "tflops": flops / median_s / 1e12,
+        "gbps": nbytes / median_s / 1e9,
+    }
+
+
+def _run_gemm_interleaved(
+    timer: Timer,
+    device: DeviceInfo,
+    plan: Plan,
+    dtypes: list[str],
+    progress: Callable[[float], None],
+) -> list[Row]:
+    """The CPU suite: every (shape, M) timed once per round, in a shuffled order, for `gemm_repeats` rounds,
+    so a stretch of contention from a neighbour spreads over all the points instead of bending a few
+    (a whole shape's M sweep took ~1 s, several rows of it inside one slow second); the median of the
+    rounds is each point's time. Each timed batch follows one untimed call (the previous point's weights
+    and activations have just left the caches)."""
+    torch = timer.torch
+    points: list[tuple[str, int, int, int, Callable[[], Any], int]] = []
+    pools: list[list[Any]] = []
+    for dtype_name in dtypes:
+        dtype = torch_dtype(dtype_name)
+        budget = plan.memory_budget_bytes // (2 * max(len(plan.gemm_shapes), 1))
+        for k, n in plan.gemm_shapes:
+            pool = weight_pool(torch, k, n, dtype, device.torch_device, plan.rotate_bytes, budget)
+            if dtype_name == "fp8":
+                pool = [w.t().contiguous().t() for w in pool]  # _scaled_mm wants a column-major B
+            pools.append(pool)
+            cursor = itertools.count()
+            for m in plan.gemm_m:
+                x = torch.empty((m, k), dtype=torch.float32, device=device.torch_device).uniform_(-1, 1)
+                call = _rotating_gemm(torch, x.to(dtype), pool, cursor, dtype_name)
+                try:
+                    call()
+                except RuntimeError:
+                    if dtype_name != "fp8":
+                        raise
+                    continue  # as on a GPU: skip an M the fp8 kernel refuses
+                one = timer.time_once(call, 1)
+                inner = int(min(max(plan.min_timed_s / max(one, 1e-7), 1), len(pool), 200))
+                points.append((dtype_name, k, n, m, call, inner))
+    times: list[list[float]] = [[] for _ in points]
+    rng = random.Random(0)
+    order = list(range(len(points)))
+    for r in range(plan.gemm_repeats):
+        rng.shuffle(order)
+        for i in order:
+            call, inner = points[i][4], points[i][5]
+            times[i].append(timer.time_once(call, inner, before=call))
+        progress((r + 1) / plan.gemm_repeats)
+    rows = []
+    for (dtype_name, k, n, m, _, _), ts in zip(points, times, strict=True):
+        sample = summarise(ts)
+        rows.append(_gemm_row(dtype_name, k, n, m, sample.median_s, sample.iqr_s))
+    del pools
     progress(1.0)
     return rows

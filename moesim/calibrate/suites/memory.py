@@ -6,11 +6,17 @@ rounds and subtracted, so the bandwidths are of the bytes alone. On a GPU every 
 (`Timer.time_once`), so the fixed cost is the kernel's own latency, not the host's launch time. A GPU with
 triton reads each cache-sized working set several times in ONE launch (`triton_kernels.l2_read`): one
 `torch.sum` pass of an L2-sized buffer lasts about a kernel's fixed latency, which hides the L2 plateau.
+
+On a CPU each timing of a working set beyond the last-level cache is followed by one read of a reference set
+(4 x the cache, the drift probe's read): its time is the DRAM speed of that moment, and the point's
+`normalised_gbps` divides each timing by it (times the suite's median reference time), so a neighbour that
+slows the memory for part of the suite no longer bends the points it fell on.
 """
 
 from __future__ import annotations
 
 import random
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -69,7 +75,12 @@ def run_memory(
         inner[size] = _inner_for(min(timer.time_once(fn, 1) for _ in range(3)), plan.min_timed_s, cap)
 
     # Interleaved rounds: a burst of interference spreads over all sizes instead of bending one of them.
+    # Beside every working set beyond the cache, one read of the reference set (the probe's DRAM read)
+    # measures the memory speed of that moment, so each point can be brought to the suite's median speed.
     times: dict[int, list[float]] = {size: [] for size in [TINY_BYTES, *sizes]}
+    beside: dict[int, list[float]] = {size: [] for size in sizes}
+    reference = reference_bytes(sizes, llc)
+    reference_fn = read(buffer[: reference // 4], passes_for(reference))
     rng = random.Random(0)
     total = plan.rounds * (len(sizes) + 1) + len(plan.transfer_bytes) + 1
     done = 0
@@ -79,13 +90,29 @@ def run_memory(
         for size in order:
             fn = read(buffer[: size // 4], passes_for(size))
             times[size].append(timer.time_once(fn, inner[size], before=fn))
+            if size in beside and size > llc and not device.is_gpu:
+                beside[size].append(timer.time_once(reference_fn, 1))
             done += 1
             progress(done / total)
     fixed = summarise(times[TINY_BYTES])
     rows.append(_row("fixed_warm", TINY_BYTES, fixed, 0.0))
+    all_reference = [t for ts in beside.values() for t in ts]
+    reference_s = statistics.median(all_reference) if all_reference else float("nan")
     for size in sizes:
         sample = summarise(times[size])
-        rows.append(_row("working_set", size, sample, fixed.median_s, passes_for(size)))
+        row = _row("working_set", size, sample, fixed.median_s, passes_for(size))
+        if beside[size]:
+            net = [
+                (t - fixed.median_s) * reference_s / r for t, r in zip(times[size], beside[size], strict=True)
+            ]
+            net_s = statistics.median(net)
+            row |= {
+                "reference_bytes": reference,
+                "reference_s": reference_s,
+                "beside_s": statistics.median(beside[size]),
+                "normalised_gbps": passes_for(size) * size / net_s / 1e9 if net_s > 0 else float("nan"),
+            }
+        rows.append(row)
 
     # Cold single reads: flush the caches before every timed read.
     cold_repeats = max(3, plan.rounds)
@@ -103,6 +130,13 @@ def run_memory(
     timer._flush_buffer = None
     progress(1.0)
     return rows
+
+
+def reference_bytes(sizes: list[int], llc_bytes: float) -> int:
+    """The working set read beside the others as the memory-speed reference: the smallest at least 4 x the
+    last-level cache (the drift probe's DRAM read, `probe.probe_plan`), else the largest."""
+    beyond = [s for s in sizes if s >= 4 * llc_bytes]
+    return min(beyond) if beyond else max(sizes)
 
 
 def _row(kind: str, size: int, sample: Any, fixed_s: float, passes: int = 1) -> Row:

@@ -85,12 +85,15 @@ def make_plan(is_gpu: bool, llc_bytes: float, memory_bytes: float, quick: bool) 
         launch_repeats=31 if quick else 41,
         launch_gemm_mkn=(1, 64, 64),  # tiny, so the time is the matmul's dispatch, not its arithmetic
         launch_gemm_counts=(25, 50, 100, 200) if quick else (25, 50, 100, 200, 400),
-        gemm_m=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+        # Every M up to 8 (CPU GEMM kernels step there: M = 4 takes as long as M = 8), then octaves.
+        gemm_m=(1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128, 256, 512)
         if quick
-        else (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048),
-        gemm_shapes=((1024, 1024), (1024, 2816))
+        else (1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128, 256, 512, 1024, 2048),
+        # Wide and narrow weights (N = 256, 512 outputs: an MoE expert's projections), so the one-row
+        # stream rate and the per-M efficiencies are medians over both kinds.
+        gemm_shapes=((1024, 1024), (1024, 2816), (512, 256), (2048, 512))
         if quick
-        else ((1024, 1024), (1024, 2816), (2816, 1024), (2048, 4096)),
+        else ((1024, 1024), (1024, 2816), (2816, 1024), (2048, 4096), (512, 256), (2048, 512)),
         gemm_repeats=7 if quick else 9,
         moe_m=(1, 2, 4, 8, 16) if quick else (1, 2, 4, 8, 16, 32, 64),
         moe_small=(256, 128, 16, 2),  # 384 KiB fp32 per expert: all of them fit in L2/L3

@@ -11,7 +11,10 @@
   so f = 0 is device + host, f = 1 is max(device, host), and host work never makes a step faster.
 - Under SD the overlap is f·sd_overlap_kept (`overlap_fraction`): the scheduler may keep its overlap for SD
   rounds (SGLang spec-v2, vLLM V1 async scheduling) or run them synchronously (SGLang spec v1, vLLM V0);
-  an SD round adds host bookkeeping per sequence (`sd_bookkeeping_s`), hidden by the same share.
+  an SD round adds host bookkeeping per sequence (`sd_bookkeeping_s`), hidden by the same share: per
+  sequence, per batch-expansion row and context token (the scorer's copies of the sequence's tokens),
+  per emitted token (output processing an engine runs synchronously under SD); the scheduler's work per
+  running sequence counts its sequences, not an SD round's expanded rows (`host_time_s`).
 - Speculative rounds: a chain verifies K + 1 tokens per sequence, a tree its draft-token count
   (`verify_tokens`), in one pass or as one-token rows by batch expansion (`verify_shape`); a tree's drafter passes extend `tree_topk` candidates per sequence
   (`draft_sequences`); the first pass may run over the positions just verified (`first_draft_pass`); the
@@ -109,13 +112,27 @@ def padded_sequences(
     return math.ceil(chosen / tokens_per_seq)
 
 
-def host_time_s(profile: ServingEngineProfile, sequences: int, tokens: int, tp: int = 1) -> float:
-    """Host seconds the engine spends on one step of `sequences` sequences and `tokens` tokens, on a
+def host_time_s(
+    profile: ServingEngineProfile,
+    sequences: int,
+    tokens: int,
+    tp: int = 1,
+    scheduled: int | None = None,
+) -> float:
+    """Host seconds the engine spends on one step of `sequences` rows and `tokens` tokens, on a
     tensor-parallel group of `tp` ranks (above 1, the scheduler's broadcast to its ranks,
-    `tp_broadcast_us`)."""
+    `tp_broadcast_us`), of which the scheduler handles `scheduled` running sequences (default: one per
+    row; an SD round's batch-expansion rows are rows, its sequences are scheduled)."""
     host = profile.effective_host
     broadcast_us = host.tp_broadcast_us if tp > 1 else 0.0
-    return (host.step_us + host.per_sequence_us * sequences + host.per_token_us * tokens + broadcast_us) * US
+    running = sequences if scheduled is None else scheduled
+    return (
+        host.step_us
+        + host.per_sequence_us * sequences
+        + host.per_token_us * tokens
+        + broadcast_us
+        + host.scheduler_per_sequence_us * running
+    ) * US
 
 
 def overlap_fraction(profile: ServingEngineProfile, speculative: bool = False) -> float:
@@ -135,9 +152,39 @@ def exposed_host_s(
     return host_s - overlap_fraction(profile, speculative) * min(host_s, device_s)
 
 
-def sd_bookkeeping_s(profile: ServingEngineProfile, sequences: int) -> float:
-    """Host seconds of an SD round's per-sequence bookkeeping (acceptance, draft lists, extra outputs)."""
-    return profile.effective_host.sd_per_sequence_us * sequences * US
+def expansion_copies_s(
+    profile: ServingEngineProfile, sequences: int, draft_len: int, context_len: int
+) -> float:
+    """Host seconds a batch-expansion scorer spends copying each of `sequences` sequences' `context_len`
+    tokens into its K + 1 = q expanded rows (`verify_shape`): expansion_per_token_us · S · q · context
+    (0 for a scorer that verifies in one pass, or without a draft length)."""
+    if draft_len < 1 or profile.drafter.verify_mode != "batch_expansion":
+        return 0.0
+    rows = sequences * verify_tokens(profile.drafter, draft_len)
+    return profile.effective_host.expansion_per_token_us * rows * context_len * US
+
+
+def output_processing_s(profile: ServingEngineProfile, sequences: int, tokens_per_step: float) -> float:
+    """Host seconds of an SD round's synchronous output processing: output_per_token_us per token the
+    round emits (`sequences` × `tokens_per_step`)."""
+    return profile.effective_host.output_per_token_us * sequences * tokens_per_step * US
+
+
+def sd_bookkeeping_s(
+    profile: ServingEngineProfile,
+    sequences: int,
+    draft_len: int = 0,
+    context_len: int = 0,
+    tokens_per_step: float = 0.0,
+) -> float:
+    """Host seconds of an SD round's bookkeeping over `sequences` sequences: sd_per_sequence_us per
+    sequence (acceptance, draft lists, extra outputs), batch expansion's row copies
+    (`expansion_copies_s`) and the output processing of the emitted tokens (`output_processing_s`)."""
+    return (
+        profile.effective_host.sd_per_sequence_us * sequences * US
+        + expansion_copies_s(profile, sequences, draft_len, context_len)
+        + output_processing_s(profile, sequences, tokens_per_step)
+    )
 
 
 def piecewise_step_s(
@@ -310,7 +357,8 @@ class LaunchCosts:
     drafter's vocabularies, at the device's elementwise memory bandwidth (bytes per second), for the
     requests' `sampling`; `mla`: the target's attention is MLA (the engine's attention backend, so its
     metadata, differs); `tp`: the target's tensor-parallel ranks (the scheduler's broadcast to them,
-    `host_time_s`)."""
+    `host_time_s`); `context_len`: cached tokens per sequence (what the host copies per batch-expansion
+    row, `sd_bookkeeping_s`)."""
 
     layers: int
     graph_launch_s: float
@@ -324,6 +372,7 @@ class LaunchCosts:
     sampling: Sampling = GREEDY
     mla: bool = False
     tp: int = 1
+    context_len: int = 0
 
     def bytes_s(self, nbytes: float) -> float:
         """Seconds of `nbytes` of elementwise memory traffic."""
@@ -419,6 +468,7 @@ __all__ = [
     "draft_host_s",
     "draft_sequences",
     "drafter_launch",
+    "expansion_copies_s",
     "exposed_host_s",
     "first_draft_pass",
     "host_prepared_passes",
@@ -426,6 +476,7 @@ __all__ = [
     "launch_for",
     "metadata_counts",
     "ngram_draft_s",
+    "output_processing_s",
     "overlap_fraction",
     "padded_sequences",
     "piecewise_step_s",

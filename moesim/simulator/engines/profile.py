@@ -118,6 +118,29 @@ HOST_PARAMETERS: dict[str, HostParameter] = {
         0.0,
         1e4,
     ),
+    "scheduler_per_sequence_us": HostParameter(
+        "µs",
+        "host work of the scheduler per running sequence per engine step (a decode step's sequences, an SD "
+        "round's sequences — not its batch-expansion rows): KV block bookkeeping incl. lookahead slots, "
+        "the sequence's metadata for the workers",
+        0.0,
+        1e3,
+    ),
+    "expansion_per_token_us": HostParameter(
+        "µs",
+        "host work per batch-expansion row of an SD round and per token of the sequence's context: the "
+        "scorer copies each sequence's token ids into every one of its K + 1 expanded rows",
+        0.0,
+        1.0,
+    ),
+    "output_per_token_us": HostParameter(
+        "µs",
+        "host work per token an SD round emits when the engine processes outputs synchronously under SD: "
+        "appending the token, incremental detokenisation, stop checks (a decode step's output processing "
+        "is left to overlap_fraction)",
+        0.0,
+        1e3,
+    ),
     "tp_broadcast_us": HostParameter(
         "µs",
         "host work per scheduler iteration of a tensor-parallel group (TP > 1): rank 0 broadcasts the "
@@ -165,6 +188,9 @@ class HostCosts:
     runner_pass_us: float = 0.0
     runner_per_row_us: float = 0.0
     attention_plan_us: float = 0.0
+    scheduler_per_sequence_us: float = 0.0
+    expansion_per_token_us: float = 0.0
+    output_per_token_us: float = 0.0
     plan_scan_us: float = 0.0
     tp_broadcast_us: float = 0.0
     ngram_base_us: float = NGRAM_BASE_US

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from moesim.simulator.models.spec import ModelSpec
-from moesim.simulator.plan.kernels import Category, Kernel, TensorRead
+from moesim.simulator.plan.kernels import Category, Kernel, TensorRead, new_kernel, new_read
 from moesim.simulator.plan.shapes import Matrix, ffn_matrices
 
 ACT_BYTES = 2  # activations in bf16
@@ -103,11 +103,11 @@ def make_kernel(
     attention_units: float = 0.0,
     attention_kind: str = "",
 ) -> Kernel:
-    return Kernel(
-        name=name,
-        category=category,
-        flops=float(flops),
-        reads=reads,
+    return new_kernel(
+        name,
+        category,
+        float(flops),
+        reads,
         write_bytes=float(write[1]),
         write_tensor=write[0],
         m_tokens=m,
@@ -121,7 +121,7 @@ def make_kernel(
 
 
 def activation_read(name: str, elements: float) -> TensorRead:
-    return TensorRead(name, elements * ACT_BYTES)
+    return new_read(name, elements * ACT_BYTES)
 
 
 def weight_read(
@@ -136,7 +136,7 @@ def weight_read(
     working set one panel of one copy (expert)."""
     tiles = max(1.0, math.ceil(m_tokens / (tile_m or device.gemm_tile_m_dense)))
     panel = matrix.bytes * min(1.0, device.gemm_panel_rows / max(1, matrix.rows))
-    return TensorRead(tensor, copies * matrix.bytes, tiles, panel)
+    return new_read(tensor, copies * matrix.bytes, tiles, panel)
 
 
 def gemm_kernel(

@@ -42,7 +42,7 @@ from moesim.simulator.plan.ffn import (
     shared_expert_kernels,
 )
 from moesim.simulator.plan.head import epilogue_kernels, prologue_kernels
-from moesim.simulator.plan.kernels import Collective, Kernel
+from moesim.simulator.plan.kernels import Collective, Kernel, joined
 from moesim.simulator.plan.layout import ParallelLayout, moe_traffic
 from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.routing.base import RoutingModel
@@ -125,7 +125,7 @@ class ParallelStep:
 
 
 def _join(kernel: Kernel) -> Kernel:
-    return kernel if kernel.join else replace(kernel, join=True)
+    return kernel if kernel.join else joined(kernel)
 
 
 def _wait_for_collectives(kernels: list[Kernel]) -> list[Kernel]:
@@ -309,32 +309,31 @@ def build_parallel_plan(
     templates: dict[tuple[str, str, float, float], tuple[Kernel, ...]] = {}
     segments = [pl.Segment(tuple(prologue_kernels(ctx)))]
     # Layers whose routing parameters are equal do the same per-rank work: compute it once per parameter set.
-    layer_key = getattr(routing, "layer_params", lambda layer: layer)
-    work_cache: dict[object, RankExperts] = {}
-    work_keys: dict[int, tuple[float, float]] = {}  # id(work) -> its template key (rounded once)
-    for layer, (attn, ffn) in enumerate(zip(model.layer_attention, model.layer_ffn, strict=True)):
+    kinds, first_layers = _layer_groups(model, routing, per_layer)
+    works: list[RankExperts] = []
+    work_keys: list[tuple[float, float]] = []  # each work's template key (rounded once)
+    for layer in first_layers:
+        work = shared_work
+        if work is None:
+            work = rank_experts(
+                routing,
+                model.n_experts,
+                model.top_k,
+                batch,
+                tokens_per_seq,
+                layout.ep,
+                layout.placement,
+                layer,
+            )
+        works.append(work)
+        work_keys.append((round(float(work.max_distinct), 6), round(float(work.max_tokens), 6)))
+    for layer, (attn, ffn, group) in enumerate(kinds):
         work = None
-        if ffn == "moe":
-            work = shared_work
-            if work is None:
-                key_params = layer_key(layer)
-                if key_params not in work_cache:
-                    work_cache[key_params] = rank_experts(
-                        routing,
-                        model.n_experts,
-                        model.top_k,
-                        batch,
-                        tokens_per_seq,
-                        layout.ep,
-                        layout.placement,
-                        layer,
-                    )
-                work = work_cache[key_params]
+        if group >= 0:
+            work = works[group]
             work_by_layer.append(work)
             distinct_total.append(float(work.total_distinct))
-        if work is not None and id(work) not in work_keys:  # layers share a few work objects
-            work_keys[id(work)] = (round(float(work.max_distinct), 6), round(float(work.max_tokens), 6))
-        key = (attn, ffn, *(work_keys[id(work)] if work is not None else (0.0, 0.0)))
+        key = (attn, ffn, *(work_keys[group] if work is not None else (0.0, 0.0)))
         if key not in templates:
             templates[key] = tuple(_layer(ctx, layout, attn, ffn, work))
         segments.append(pl.Segment(templates[key], layer))
@@ -358,6 +357,21 @@ def build_parallel_plan(
     if per_layer and work_by_layer:
         collectives.update(_per_layer_all_to_all(model, layout, batch, tokens_per_seq, work_by_layer))
     return ParallelStep(plan, layout, collectives, tuple(work_by_layer))
+
+
+def _layer_groups(
+    model: ModelSpec, routing: RoutingModel, per_layer: bool
+) -> tuple[list[tuple[AttentionLayerKind, FfnLayerKind, int]], tuple[int, ...]]:
+    """Each layer's (attention, FFN, group): −1 for a dense layer, else its MoE layer's routing parameter
+    set (`step.moe_layer_groups`; one set when the routing is not per layer), and each set's first layer."""
+    kinds = pl.layer_kinds(model)
+    if not per_layer:
+        first = tuple(layer for layer, (_, ffn, _) in enumerate(kinds) if ffn == "moe")[:1]
+        return [(attn, ffn, 0 if index >= 0 else -1) for attn, ffn, index in kinds], first
+    first_layers, group_of_moe = pl.moe_layer_groups(routing, model.layer_ffn)
+    return [
+        (attn, ffn, group_of_moe[index] if index >= 0 else -1) for attn, ffn, index in kinds
+    ], first_layers
 
 
 def _per_layer_all_to_all(

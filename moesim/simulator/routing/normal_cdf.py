@@ -7,8 +7,8 @@ library's `cephes/ndtr.h`: `ndtr`, `erf`, `erfc` with their rational approximati
 coefficients, branches and order of floating-point operations, vectorised with numpy, so it returns the
 same floats: the figures that depend on it do not move by one bit (the C library's `erf`, which `math.erf`
 calls, differs from Cephes' in the last bit for about half of all inputs). `tests/test_routing_root.py`
-checks the agreement with `scipy.special.ndtr` bit for bit. Where `scipy.special` is loaded anyway (the
-binomial pmfs of `per_rank` load it), its C function is used instead: the same floats, faster.
+checks the agreement with `scipy.special.ndtr` bit for bit. Where `scipy.special` is loaded anyway (trace
+fitting, a user's own import), its C function is used instead: the same floats, faster.
 """
 
 from __future__ import annotations

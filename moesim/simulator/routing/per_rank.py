@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from moesim.errors import MoesimError
 from moesim.simulator.routing.base import RoutingModel
+from moesim.simulator.routing.binomial import binomial_pmf  # scipy.special's floats, without scipy
 from moesim.simulator.routing.correlated import (
     CorrelatedRouting,
     LayerRouting,
@@ -99,12 +100,7 @@ def _poisson_binomial_pmf(hit: np.ndarray, uniform: np.ndarray) -> np.ndarray:
     m, n = hit.shape
     pmf = np.zeros((m, n + 1))
     if uniform.any():
-        from scipy.special import gammaln, xlog1py, xlogy  # lazily; lighter than scipy.stats (~0.25 s)
-
-        count = np.arange(n + 1, dtype=float)[None, :]
-        p = hit[uniform, :1]
-        log_choose = gammaln(n + 1.0) - gammaln(count + 1.0) - gammaln(n - count + 1.0)
-        pmf[uniform] = np.exp(log_choose + xlogy(count, p) + xlog1py(n - count, -p))
+        pmf[uniform] = binomial_pmf(n, hit[uniform, 0])
     exact = ~uniform
     if exact.any():
         rows = np.zeros((int(exact.sum()), n + 1))
@@ -389,7 +385,7 @@ def rank_experts(
         if b.size == 1:
             prepared = _PREPARED.get((key, int(b.flat[0]), int(t.flat[0]), ep, placement))
             if prepared is not None:
-                return _reshape(prepared, b.shape)
+                return prepared if b.shape == (1,) else _scalar_view(prepared, b.shape)
         result = _closed_form(routing, n_experts, top_k, b.ravel(), t.ravel(), ep, placement, layer)
         return _reshape(result, b.shape)
     sample: Callable[..., RankExperts] = _sampled_rank_experts
@@ -408,6 +404,21 @@ def rank_experts(
         ranks=ep, ranks_per_token=float(np.mean([p.ranks_per_token for p in parts])), **arrays
     )
     return _reshape(stacked, b.shape)
+
+
+# One reshaped view per prepared result and shape: plan builders ask for the same step's work per layer.
+_VIEWS: dict[tuple[int, tuple[int, ...]], tuple[RankExperts, RankExperts]] = {}
+
+
+def _scalar_view(prepared: RankExperts, shape: tuple[int, ...]) -> RankExperts:
+    """`_reshape(prepared, shape)`, made once per prepared result (results are never written to)."""
+    key = (id(prepared), shape)
+    held = _VIEWS.get(key)
+    if held is None or held[0] is not prepared:
+        if len(_VIEWS) > _MAX_PREPARED:
+            _VIEWS.clear()
+        held = _VIEWS[key] = (prepared, _reshape(prepared, shape))
+    return held[1]
 
 
 def _map_arrays(work: RankExperts, change: Callable[[np.ndarray], np.ndarray]) -> RankExperts:

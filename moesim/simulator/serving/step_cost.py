@@ -341,7 +341,10 @@ class ScenarioStepCost:
             launch_costs.tp,
         )
         if speculative:
-            host += ov.sd_bookkeeping_s(profile, shape.decode_seqs)
+            k = shape.tokens_per_seq - 1
+            host += ov.sd_bookkeeping_s(
+                profile, shape.decode_seqs, k, shape.context_len, self.tokens_per_round(k)
+            )
         cost = (
             device
             + self._mixed_sampler_s(shape, q, speculative)

@@ -90,7 +90,9 @@ class EngineStep:
     padding_s: float  # of device_s, what the dummy rows up to the captured size add
     host_s: float  # the engine's host work for the step
     engine_host_s: float  # the part of it the device does not hide
-    sd_host_s: float = 0.0  # of host_s, an SD round's per-sequence bookkeeping
+    sd_host_s: float = 0.0  # of host_s, an SD round's bookkeeping (`ov.sd_bookkeeping_s`)
+    sd_expansion_s: float = 0.0  # of sd_host_s, batch expansion's copies of the sequences' tokens
+    sd_output_s: float = 0.0  # of sd_host_s, the synchronous output processing of the emitted tokens
     sampler_s: float = 0.0  # the engine's sampler (and a verification's acceptance) passes beyond the plan
     round_ops_s: float = 0.0  # an SD round's own ops outside its graphs and its syncs (`ov.round_ops_s`)
     metadata_s: float = 0.0  # a tree's attention metadata outside its graphs (`ov.attention_metadata_s`)
@@ -136,6 +138,8 @@ class EngineStep:
             "host_s": self.host_s,
             "engine_host_s": self.engine_host_s,
             "sd_host_s": self.sd_host_s,
+            "sd_expansion_s": self.sd_expansion_s,
+            "sd_output_s": self.sd_output_s,
             "sampler_s": self.sampler_s,
             "round_ops_s": self.round_ops_s,
             "metadata_s": self.metadata_s,
@@ -286,6 +290,7 @@ def scenario_timers(
         sampling=r.scenario.sampling,
         mla=r.model.attention.is_mla,
         tp=r.layout.tp,
+        context_len=r.context_len,
     )
     draft_layers = draft_model.n_layers if draft_model is not None else 0
 
@@ -362,10 +367,13 @@ def engine_step(
     sd_sequences: int = 0,
     round_ops_s: float = 0.0,
     acceptance_bytes: float = 0.0,
+    draft_len: int = 0,
+    tokens_per_step: float = 0.0,
 ) -> EngineStep:
     """A step of `rows` × `tokens_per_seq` as the serving engine runs it (see the module docstring); the
     verification of an SD round over `sd_sequences` sequences adds their bookkeeping, runs under the
-    engine's SD overlap and carries the round's own ops (`round_ops_s`, from `ov.round_ops_s`); the
+    engine's SD overlap and carries the round's own ops (`round_ops_s`, from `ov.round_ops_s`); its
+    bookkeeping counts the round's `draft_len` and `tokens_per_step` (`ov.sd_bookkeeping_s`); the
     engine's sampler passes (and a verification's `acceptance_bytes`) run after the step's kernels."""
     launch, rows_run, timed_launch = _engine_launch(profile, rows, tokens_per_seq, requested_launch)
     timed = steps(rows_run, tokens_per_seq, timed_launch)
@@ -375,8 +383,11 @@ def engine_step(
             device_s, launch_costs.layers, launch_costs.graph_launch_s, launch_costs.eager_launch_s
         )
     padding_s = device_s - steps(rows, tokens_per_seq, timed_launch).step_s if rows_run != rows else 0.0
-    sd_host_s = ov.sd_bookkeeping_s(profile, sd_sequences)
-    host_s = ov.host_time_s(profile, rows, rows * tokens_per_seq, launch_costs.tp) + sd_host_s
+    sd_host_s = ov.sd_bookkeeping_s(
+        profile, sd_sequences, draft_len, launch_costs.context_len, tokens_per_step
+    )
+    scheduled = sd_sequences if sd_sequences > 0 else rows
+    host_s = ov.host_time_s(profile, rows, rows * tokens_per_seq, launch_costs.tp, scheduled) + sd_host_s
     speculative = sd_sequences > 0
     return EngineStep(
         timed=timed,
@@ -389,6 +400,8 @@ def engine_step(
         host_s=host_s,
         engine_host_s=ov.exposed_host_s(profile, host_s, device_s, speculative),
         sd_host_s=sd_host_s,
+        sd_expansion_s=ov.expansion_copies_s(profile, sd_sequences, draft_len, launch_costs.context_len),
+        sd_output_s=ov.output_processing_s(profile, sd_sequences, tokens_per_step),
         round_ops_s=round_ops_s,
         sampler_s=launch_costs.bytes_s(
             ov.sampler_bytes(
@@ -493,6 +506,8 @@ def engine_round(
         launch_costs,
         batch,
         acceptance_bytes=acceptance,
+        draft_len=draft_len,
+        tokens_per_step=tokens_per_step,
     )
     if not drafter.drafts_on_host:
         launch = ov.drafter_launch(profile.drafter, verify.launch)
