@@ -126,3 +126,38 @@ def test_the_terms_bring_moesd_s_peaks_within_twenty_percent() -> None:
     assert with_terms.by_source()["R2"]["speedup_mape"] < 0.15
     assert all(abs(row["speedup_error"]) < 0.20 for row in with_terms.rows)
     assert validate_runs(runs, _without_new_terms(v0)).by_source()["R2"]["speedup_mape"] > 0.20
+
+
+def test_a_serving_sd_step_with_prefill_chunks_pays_the_terms_as_the_point_does() -> None:
+    """`moesim serve`'s mixed steps (an SD round beside prefill chunks) add the same host terms: the
+    scheduler per scheduled sequence and chunk, the expansion copies at the step's context, the output
+    processing of the round's expected tokens, all exposed (V0 keeps no overlap under SD)."""
+    from moesim.simulator.plan.mixed import PrefillChunks
+    from moesim.simulator.serving.run import resolve_serving
+    from moesim.simulator.serving.step_cost import ScenarioStepCost, StepShape, bucket
+    from moesim.simulator.speculative.acceptance import expected_tokens
+
+    v0 = load_serving_engine("vllm-v0")
+
+    def cost(profile: ServingEngineProfile) -> float:
+        scenario = Scenario(
+            model=model("qwen2-57b-a14b"),
+            hardware=load_profile("a800"),
+            drafter="model:qwen2-0.5b",
+            layout=ParallelLayout(gpus=2, tp=2),
+            routing="independent",
+            draft_len=3,
+            serving_engine=profile,
+        )
+        return ScenarioStepCost(resolve_serving(scenario))(
+            StepShape(16, 4, 1000, PrefillChunks.of([(512, 0)]))
+        )
+
+    host = v0.host
+    context = int(bucket(1000))
+    expected_us = (
+        host.scheduler_per_sequence_us * (16 + 1)
+        + host.expansion_per_token_us * 16 * 4 * context
+        + host.output_per_token_us * 16 * expected_tokens(3, 0.8, None)
+    )
+    assert cost(v0) - cost(_without_new_terms(v0)) == pytest.approx(expected_us * 1e-6, rel=1e-9)
