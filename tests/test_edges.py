@@ -195,3 +195,79 @@ def test_calibrate_refuses_a_profile_path_that_is_not_toml_before_loading_the_su
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "profile files end in .toml, got 'out.xyz'" in run.stderr
     assert run.stdout.split() == ["2", "False", "False"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("screen", "--model", "qwen3-30b-a3b", "--experts", "64,128", "--workers", "100000"),
+        (
+            "sweep",
+            "--model",
+            "olmoe-1b-7b,qwen3-30b-a3b",
+            "--batch",
+            "1",
+            "--draft-len",
+            "1",
+            "--workers",
+            "100000",
+        ),
+    ],
+)
+def test_a_pool_of_more_workers_than_the_machine_can_run_is_refused_before_one_starts(
+    args: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import concurrent.futures
+    import os
+
+    from moesim.simulator.bounds import WORKERS_PER_CPU
+
+    def pool(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a process pool was started")
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", pool)
+    code, out = invoke(*args)
+    assert code == 2
+    assert f"must be ≤ {WORKERS_PER_CPU * (os.cpu_count() or 1):,}, got 100,000" in out
+
+
+def test_standard_output_on_a_full_disk_is_one_line() -> None:
+    import subprocess
+    import sys
+
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this system")
+    with open("/dev/full", "w") as full:
+        run = subprocess.run(
+            [sys.executable, "-m", "moesim", "models", "--json"], stdout=full, stderr=subprocess.PIPE, text=True,
+            timeout=120,
+        )  # fmt: skip
+    assert run.returncode == 2
+    assert (
+        run.stderr.strip()
+        == "error: output: No space left on device (free some disk space or choose another location)"
+    )
+
+
+def test_profiles_derive_names_its_own_flags_and_writes_only_toml(tmp_path: Path) -> None:
+    code, out = invoke(
+        "profiles", "derive", "--from", "nope", "--to", "h100-sxm", "--output", str(tmp_path / "d.toml")
+    )
+    assert code == 2 and out.startswith("error: --from: unknown hardware profile 'nope'")
+    code, out = invoke(
+        "profiles", "derive", "--from", "h200", "--to", "h100", "--output", str(tmp_path / "d.toml")
+    )
+    assert code == 2 and out.startswith("error: --to: unknown hardware profile 'h100'")
+    code, out = invoke(
+        "profiles", "derive", "--from", "h200", "--to", "h100-sxm", "--output", str(tmp_path / "d.xyz")
+    )
+    assert code == 2 and "unsupported file type '.xyz'" in out
+    assert not (tmp_path / "d.xyz").exists()
+
+
+def test_experts_on_a_dense_model_without_a_top_k_name_the_model_and_the_flag() -> None:
+    code, out = invoke("simulate", "--model", "llama-3.2-1b", "--experts", "64")
+    assert code == 2
+    assert "top_k: llama-3.2-1b is dense" in out and "--top-k" in out
+    code, out = invoke("simulate", "--model", "llama-3.2-1b", "--experts", "64", "--top-k", "2")
+    assert code == 0, out

@@ -57,7 +57,7 @@ def handle_errors(func: F) -> F:
         except PermissionError as error:
             fail(f"{error.filename}: permission denied")
         except OSError as error:
-            if error.filename is None:
+            if error.filename is None and error.errno not in OUTPUT_ERRNOS:
                 raise
             fail(os_error_line(error, kwargs))
         except KeyboardInterrupt:
@@ -75,6 +75,10 @@ OS_ERROR_FIXES = {
 }
 
 
+OUTPUT_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EROFS, errno.EDQUOT)
+"""Errors of a write with no file named: standard output on a full disk (`> /dev/full`) or a failing device."""
+
+
 def _shown_path(path: str, limit: int = 80) -> str:
     return path if len(path) <= limit else f"{path[: limit // 2]}…{path[-8:]} ({len(path):,} characters)"
 
@@ -82,6 +86,9 @@ def _shown_path(path: str, limit: int = 80) -> str:
 def os_error_line(error: OSError, params: dict[str, Any]) -> str:
     """One line for an operating-system error on a path the user gave: the flag whose value holds the path,
     the path (shortened), what went wrong and the fix."""
+    if error.filename is None:
+        fix = OS_ERROR_FIXES.get(error.errno or 0, "check where the output goes")
+        return f"output: {error.strerror or 'cannot be written'} ({fix})"
     path = os.fsdecode(error.filename)
     context = click.get_current_context(silent=True)
     options = {param.name: param for param in context.command.params} if context else {}

@@ -75,6 +75,10 @@ MAX_RUN_ROWS = 2_000
 cores), so 2,000 rows take about 2 minutes; counted from the text before a row is parsed (a 461 MB file of a
 million rows took 15 s and 4.6 GB to be refused on its third line)."""
 
+WORKERS_PER_CPU = 4
+"""Most worker processes per CPU of this machine (`os.cpu_count()`) a pool may start: more only wait for a core,
+and each is an interpreter of about 100 MB (`screen --workers 100000` forked until the machine stalled)."""
+
 MAX_EXPERTS = 1 << 20
 """Routed experts per layer the routing models can describe (1,048,576; the largest released model has 384)."""
 
@@ -254,6 +258,19 @@ def check_rows(text: str, limit: int, field: str, where: str, kind: str) -> None
         )
 
 
+def check_workers(workers: Any, field: str = "--workers") -> int:
+    """`workers` as a process count in [1, WORKERS_PER_CPU × the CPUs], or a refusal naming `field`."""
+    import os
+
+    cpus = os.cpu_count() or 1
+    return check_count(
+        workers,
+        field,
+        high=WORKERS_PER_CPU * cpus,
+        fix=f"give 1 to {WORKERS_PER_CPU * cpus}: {WORKERS_PER_CPU} per CPU ({cpus} here); 1 runs in this process",
+    )
+
+
 def check_configs(n_configs: int, max_configs: int) -> None:
     """Refuse a sweep of more configurations than `max_configs`."""
     check_count(max_configs, "max_configs", fix="give --max-configs as a positive integer")
@@ -279,6 +296,7 @@ __all__ = [
     "MAX_MEMORY_GB_LIMIT",
     "MAX_RUN_ROWS",
     "SEED_LIMIT",
+    "WORKERS_PER_CPU",
     "check_bytes",
     "check_configs",
     "check_count",
@@ -292,5 +310,6 @@ __all__ = [
     "check_screen",
     "check_seed",
     "check_serving",
+    "check_workers",
     "sampling_bytes",
 ]

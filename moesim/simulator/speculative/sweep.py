@@ -16,7 +16,7 @@ from typing import Any
 
 from moesim.atomic import atomic_write_text
 from moesim.errors import DoesNotFit, MoesimError
-from moesim.simulator.bounds import DEFAULT_MAX_CONFIGS, check_configs
+from moesim.simulator.bounds import DEFAULT_MAX_CONFIGS, check_configs, check_workers
 from moesim.simulator.engines.profile import load_serving_engine
 from moesim.simulator.execution.timer import FastTimer, StepTimer
 from moesim.simulator.models.spec import ModelSpec
@@ -154,6 +154,7 @@ def run_sweep(
     configurations, or routing sampling above the scenario's memory limit, are refused before any work.
     """
     check_configs(len(models) * len(batches) * len(draft_lens), max_configs)
+    check_workers(workers, "workers")
     for k in draft_lens:
         check_draft_len(k)
     for model in models:  # every model's routing sampling bounded before the first is swept
