@@ -521,15 +521,21 @@ def bound_cases(d: str) -> list[Case]:
     huge = json.loads((ROOT / "tests/data/hf_configs/mixtral-8x7b.json").read_text()) | {
         "num_local_experts": 10**12
     }
+    deep = json.loads((ROOT / "tests/data/hf_configs/deepseek-v3.json").read_text()) | {
+        "num_hidden_layers": 10**9
+    }
     nested = json.loads((ROOT / "tests/data/hf_configs/llama-4-scout-17b-16e.json").read_text())
     nested["text_config"]["num_local_experts"] = 10**6
     table = [
         ("simulate-experts", ["simulate", "--model", "olmoe-1b-7b", "--experts", "1000000"], {}, ("--max-memory-gb",)),
-        ("simulate-draft-len", ["simulate", "--model", "olmoe-1b-7b", "--draft-len", "100000"], {}, ("--max-memory-gb",)),
+        ("simulate-draft-len", ["simulate", "--model", "olmoe-1b-7b", "--draft-len", "100000"], {}, ("--draft-len",)),
+        ("simulate-draft-len-memory", ["simulate", "--model", "olmoe-1b-7b", "--draft-len", "1024", "--experts", "100000"], {}, ("--max-memory-gb",)),
+        ("sweep-draft-len", ["sweep", "--draft-len", "100000"], {}, ("--draft-len",)),
         ("sweep-batch", ["sweep", "--model", "olmoe-1b-7b", "--batch", "1-100000"], {}, ("--max-configs",)),
         ("serve-num-prompts", ["serve", "--model", "olmoe-1b-7b", "--num-prompts", "10000000"], {}, ("--max-minutes",)),
         ("screen-1e8-designs", ["screen", "--model", "olmoe-1b-7b", "--experts", "1..10000:1", "--top-k", "1..10000:1"], {}, ("--sample",)),
         ("config-1e12-experts", ["simulate", "--model-config", f"{d}/huge.json"], {"huge.json": _json(huge)}, ("num_local_experts",)),
+        ("config-1e9-layers", ["simulate", "--model-config", f"{d}/deep.json"], {"deep.json": _json(deep)}, ("num_hidden_layers",)),
         ("config-text-config-1e6-experts", ["simulate", "--model-config", f"{d}/nested.json"], {"nested.json": _json(nested)}, ("--max-memory-gb",)),
         ("routing-generate", ["routing", "generate", "--stats", f"{d}/base_stats.json", "--sequences", "100000", "--tokens", "100000", "-o", f"{d}/out.npz"], {}, ("--max-memory-gb", "--sequences", "--tokens")),
         ("routing-predict", ["routing", "predict", "--experts", "128", "--top-k", "8", "--batch", "1000000", "--tokens", "1000"], {}, ("--max-memory-gb",)),

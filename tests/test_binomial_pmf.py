@@ -64,3 +64,19 @@ def test_expert_parallel_sweep_loads_no_scipy() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_normal_cdf_saturates_where_per_rank_skips_it() -> None:
+    from scipy.special import ndtr as scipy_ndtr
+
+    from moesim.simulator.routing.normal_cdf import cephes_ndtr
+    from moesim.simulator.routing.per_rank import NDTR_ONE_FROM, NDTR_ZERO_TO, _saturated_ndtr
+
+    tail = np.concatenate([np.linspace(0.0, 60.0, 600_001), np.geomspace(60.0, 1e300, 2000), [np.inf]])
+    with np.errstate(over="ignore"):
+        for ndtr in (scipy_ndtr, cephes_ndtr):
+            assert np.all(ndtr(NDTR_ONE_FROM + tail) == 1.0)
+            assert np.all(ndtr(NDTR_ZERO_TO - tail) == 0.0)
+    rng = np.random.default_rng(5)
+    z = np.concatenate([rng.normal(0.0, 20.0, (50, 40)).ravel(), [NDTR_ONE_FROM, NDTR_ZERO_TO, math.nan]])
+    assert np.array_equal(_saturated_ndtr(z), scipy_ndtr(z), equal_nan=True)

@@ -29,7 +29,13 @@ def invoke(*args: str) -> tuple[int, str]:
 @pytest.mark.parametrize(
     ("args", "flag", "estimate"),
     [
-        (("simulate", "--model", "olmoe-1b-7b", "--draft-len", "100000"), "--max-memory-gb", "4.3 GB"),
+        (
+            ("simulate", "--model", "olmoe-1b-7b", "--draft-len", "1024", "--experts", "100000"),
+            "--max-memory-gb",
+            "5.4 GB",
+        ),
+        (("simulate", "--model", "olmoe-1b-7b", "--draft-len", "100000"), "--draft-len ≤ 1,024", "100,000"),
+        (("simulate", "--model", "dbrx", "--draft-len", "100000"), "--draft-len ≤ 1,024", "100,000"),
         (("simulate", "--model", "olmoe-1b-7b", "--experts", "1000000"), "--max-memory-gb", "53.2 GB"),
         (
             ("sweep", "--model", "olmoe-1b-7b", "--batch", "1-100000"),
@@ -91,6 +97,25 @@ def test_oversized_runs_are_refused_with_estimate_limit_and_flag(
     assert code == 2
     assert flag in out and estimate in out
     assert len(out.strip().splitlines()) == 1
+
+
+def test_a_sweep_refuses_any_model_whose_routing_sampling_is_too_large_before_it_sweeps_the_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """olmoe-1b-7b's bank at K = 1,024 (64 experts, 70.5 MB) is under 72 MB, qwen3-30b-a3b's (128, 73.9 MB)
+    above: the refusal comes before olmoe is swept."""
+    import moesim.simulator.speculative.sweep as sweep
+
+    def prepare(*args: object) -> None:
+        raise AssertionError("a model was swept before every model's routing was bounded")
+
+    monkeypatch.setattr(sweep, "prepare_points", prepare)
+    code, out = invoke(
+        "sweep", "--model", "olmoe-1b-7b,qwen3-30b-a3b", "--batch", "1", "--draft-len", "1024",
+        "--max-memory-gb", "0.072",
+    )  # fmt: skip
+    assert code == 2
+    assert "qwen3-30b-a3b with draft length 1024" in out and "--max-memory-gb" in out
 
 
 def test_a_csv_of_a_million_designs_is_refused_on_its_count_before_a_row_is_parsed(

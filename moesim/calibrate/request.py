@@ -137,6 +137,12 @@ class CalibrationRequest:
             raise MoesimError("--threads", "only applies to --device cpu", "drop --threads")
         if self.threads is not None:  # before torch is imported (torch crashes on 10⁵ threads)
             check_count(self.threads, "--threads", high=MAX_THREADS, fix="give at most the machine's cores")
+        if Path(self.output).suffix != ".toml":  # before the suites and fits load (2–4 s)
+            raise MoesimError(
+                "--output",
+                f"profile files end in .toml, got {Path(self.output).name!r}",
+                "e.g. --output cpu.toml",
+            )
         if self.from_csv is not None:
             self._refuse_with("with --from-csv (nothing is measured)", *self._measuring())
             return "from_csv"

@@ -204,6 +204,16 @@ def profiles_group(ctx: click.Context, as_json: bool) -> None:
     make_console().print(table)
 
 
+def _flagged(flag: str, load: Any, name: str) -> Any:
+    """`load(name)`, its refusal of the name under `flag` (the loaders name the field `hardware`)."""
+    try:
+        return load(name)
+    except MoesimError as error:
+        if error.field != "hardware":
+            raise
+        raise MoesimError(flag, error.problem, error.fix) from None
+
+
 @profiles_group.command("derive")
 @click.option(
     "--from",
@@ -232,9 +242,9 @@ def derive_command(source: str, target: str, name: str | None, output: str) -> N
     from moesim.simulator.hardware.derive import derive_profile, load_derive_target
     from moesim.simulator.hardware.profile import load_profile, save_profile
 
-    check_output_path("--output", output)
-    measured = load_profile(source)
-    target_profile = load_derive_target(target)
+    check_output_path("--output", output, suffixes=(".toml",))
+    measured = _flagged("--from", load_profile, source)
+    target_profile = _flagged("--to", load_derive_target, target)
     target_name = name or f"{Path(target).stem}-derived"
     derived = derive_profile(measured, target_profile, target_name, node=target_profile.node)
     save_profile(derived, output)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import math
@@ -55,10 +56,57 @@ def handle_errors(func: F) -> F:
             fail(f"{error.filename}: is a directory, expected a file")
         except PermissionError as error:
             fail(f"{error.filename}: permission denied")
+        except OSError as error:
+            if error.filename is None and error.errno not in OUTPUT_ERRNOS:
+                raise
+            fail(os_error_line(error, kwargs))
         except KeyboardInterrupt:
             interrupted()
 
     return wrapper  # type: ignore[return-value]
+
+
+OS_ERROR_FIXES = {
+    errno.ENAMETOOLONG: "give a shorter path: a name is at most 255 bytes",
+    errno.ELOOP: "fix the symbolic links on the path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder: fix the path",
+    errno.EROFS: "choose a writable location",
+    errno.ENOSPC: "free some disk space or choose another location",
+}
+
+
+OUTPUT_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EROFS, errno.EDQUOT)
+"""Errors of a write with no file named: standard output on a full disk (`> /dev/full`) or a failing device."""
+
+
+def _shown_path(path: str, limit: int = 80) -> str:
+    return path if len(path) <= limit else f"{path[: limit // 2]}…{path[-8:]} ({len(path):,} characters)"
+
+
+def os_error_line(error: OSError, params: dict[str, Any]) -> str:
+    """One line for an operating-system error on a path the user gave: the flag whose value holds the path,
+    the path (shortened), what went wrong and the fix."""
+    if error.filename is None:
+        fix = OS_ERROR_FIXES.get(error.errno or 0, "check where the output goes")
+        return f"output: {error.strerror or 'cannot be written'} ({fix})"
+    path = os.fsdecode(error.filename)
+    context = click.get_current_context(silent=True)
+    options = {param.name: param for param in context.command.params} if context else {}
+    flags = []
+    for name, value in {**(context.params if context else {}), **params}.items():
+        values = value if isinstance(value, tuple | list) else (value,)
+        texts = [os.fsdecode(os.fspath(v)) for v in values if isinstance(v, str | bytes | os.PathLike)]
+        if any(text and (text in path or path in text) for text in texts):
+            param = options.get(name)
+            if isinstance(param, click.Option):
+                flags.append(param.opts[0])
+            elif param is not None:
+                flags.append(param.human_readable_name)
+            else:
+                flags.append("--" + name.replace("_", "-"))
+    where = f"{flags[0]}: " if flags else ""
+    fix = OS_ERROR_FIXES.get(error.errno or 0, "check the path")
+    return f"{where}{_shown_path(path)}: {error.strerror or 'cannot be used'} ({fix})"
 
 
 def _json_default(value: Any) -> Any:
@@ -199,15 +247,17 @@ def check_outputs(
             to_stdout[1], f"{' and '.join(to_stdout)} both write to standard output", "send one to a file"
         )
     files = [
-        (flag, name) for flag, name in (("--csv", csv), ("--parquet", parquet), ("--plot", plot)) if name
+        (flag, name)
+        for flag, name in (("--csv", csv), ("--parquet", parquet), ("--plot", plot))
+        if name is not None
     ]
     for index, (first, name) in enumerate(files):  # one file each: a later writer would overwrite the first
         for other, other_name in files[index + 1 :]:
             if name != "-" and os.path.abspath(name) == os.path.abspath(other_name):
                 raise MoesimError(other, f"writes {name}, as {first} does", f"give {other} a path of its own")
     for flag, path in (("--csv", csv), ("--parquet", parquet)):
-        if path:
+        if path is not None:  # an empty path is refused, not taken for no output
             check_output_path(flag, path)
-    if plot:
+    if plot is not None:
         check_plot_path("--plot", plot)
     return bool(to_stdout)

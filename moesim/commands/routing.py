@@ -18,6 +18,7 @@ from moesim.options import option_fields
 from moesim.reading import read_text
 from moesim.simulator.routing.predict import DistinctQuery
 from moesim.simulator.routing.settings import FitSettings, GenerateSettings, RecordSettings
+from moesim.simulator.routing.trace import TRACE_SUFFIXES
 
 
 @click.group("routing")
@@ -104,7 +105,7 @@ def inspect_command(
     from moesim.simulator.routing.trace import load_trace
 
     FitSettings(max_distance=max_distance)  # bounded as the fit's
-    if plot:
+    if plot is not None:
         check_plot_path("--plot", plot)
     routing_trace = load_trace(trace, n_experts)
     longest = int(np.diff(routing_trace.sequence_bounds(), axis=1).max())
@@ -225,7 +226,7 @@ def generate_command(
     from moesim.simulator.routing.trace import save_trace
 
     settings = GenerateSettings(seed=seed, max_memory_gb=max_memory_gb)
-    check_output_path("--output", output)
+    check_output_path("--output", output, suffixes=TRACE_SUFFIXES)
     model = load_routing_stats(stats, field="--stats")
     trace = generate_trace(model, sequences, tokens, settings.seed, max_memory_gb=settings.max_memory_gb)
     save_trace(trace, output)
@@ -250,7 +251,7 @@ def record_command(hf_model: str, prompts: str, output: str, **flags: Any) -> No
     from moesim.simulator.routing.trace import save_trace
 
     settings = RecordSettings(**fields_of(RecordSettings, flags))
-    check_output_path("--output", output)
+    check_output_path("--output", output, suffixes=TRACE_SUFFIXES)
     text = read_text("--prompts", prompts, "prompts file")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:

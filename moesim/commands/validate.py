@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from moesim.commands.common import emit_json, handle_errors
+from moesim.commands.common import check_outputs, emit_json, handle_errors
 from moesim.commands.fields import field_options, fields_of
 from moesim.commands.renamed import deprecation
 from moesim.errors import MoesimError
@@ -169,7 +169,7 @@ def reference_command(
     from moesim.validation.reference.run import run_torch_validation
 
     hardware = _load_profile(profile)
-    if report_dir:
+    if report_dir is not None:
         check_output_dir("--report", report_dir)
     options = ValidationOptions(**fields_of(ValidationOptions, flags)).checked()
     progress = None if as_json else (lambda text: click.echo(f"  measuring {text}", err=True))
@@ -198,7 +198,7 @@ def measured_command(
     if path is None:
         raise MoesimError("--measured", "needs the measurements CSV", "moesim validate measured FILE.csv")
     _load_profile(profile)
-    if report_dir:
+    if report_dir is not None:
         check_output_dir("--report", report_dir)
     options = ValidationOptions(**fields_of(ValidationOptions, flags)).checked()
     result = measured_result(path, str(profile), options, flags["kernel_style"])
@@ -221,7 +221,7 @@ def repredict_command(
     from moesim.validation.reference.repredict import load_result, repredict_result
 
     hardware = _load_profile(profile)
-    if report_dir:
+    if report_dir is not None:
         check_output_dir("--report", report_dir)
     cross = {name: load_profile(name) for name in cross_profiles}
     _finish(repredict_result(load_result(path), hardware, cross, source=path), report_dir, as_json)
@@ -259,8 +259,9 @@ def runs_command(
     if schema:
         print_runs_schema(as_json)
         return
+    check_outputs(plot=plot_path)
     data = validate_runs_under(path, serving_engine, silicon=silicon)
-    if plot_path:
+    if plot_path is not None:
         plot_runs_validation(data, plot_path)
     if as_json:
         emit_json(data)

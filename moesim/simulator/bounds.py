@@ -63,6 +63,22 @@ MAX_LAYERS = 1 << 16
 """Layers one model may have (65,536; the deepest released MoE has 94): the per-layer kinds are tuples, so a
 count past this would be built layer by layer before any other check."""
 
+MAX_DRAFT_LEN = 1024
+"""Draft tokens K one verification step may hold (1,024). Engines verify a few to tens of tokens a round (vLLM's
+`num_speculative_tokens`, SGLang's `speculative_num_draft_tokens`: trees of up to about 64); routing sampling grows
+with K + 1 tokens per sequence: dbrx at batch 1 took 1.9 s at K = 1,000, 11 s (0.6 GB) at 10,000 and 125 s
+(4.3 GB, above the 4 GB `--max-memory-gb` its estimate passed) at 100,000 (h-edges, 2026-12-02, 2 cores under
+load)."""
+
+MAX_RUN_ROWS = 2_000
+"""Rows one measured-runs CSV may hold (2,000): the bundled file has 32, priced in about 2 s (60 ms a row on two
+cores), so 2,000 rows take about 2 minutes; counted from the text before a row is parsed (a 461 MB file of a
+million rows took 15 s and 4.6 GB to be refused on its third line)."""
+
+WORKERS_PER_CPU = 4
+"""Most worker processes per CPU of this machine (`os.cpu_count()`) a pool may start: more only wait for a core,
+and each is an interpreter of about 100 MB (`screen --workers 100000` forked until the machine stalled)."""
+
 MAX_EXPERTS = 1 << 20
 """Routed experts per layer the routing models can describe (1,048,576; the largest released model has 384)."""
 
@@ -231,6 +247,30 @@ def check_routing_bytes(
     )
 
 
+def check_rows(text: str, limit: int, field: str, where: str, kind: str) -> None:
+    """Refuse CSV `text` of more than `limit` lines after its header, counted before any row is parsed."""
+    lines = text.count("\n") + (0 if text.endswith("\n") else 1) - 1
+    if lines > limit:
+        raise MoesimError(
+            field,
+            f"{where} has {lines:,} rows, above the {limit:,} a {kind} may hold",
+            f"split it into files of at most {limit:,} rows",
+        )
+
+
+def check_workers(workers: Any, field: str = "--workers") -> int:
+    """`workers` as a process count in [1, WORKERS_PER_CPU × the CPUs], or a refusal naming `field`."""
+    import os
+
+    cpus = os.cpu_count() or 1
+    return check_count(
+        workers,
+        field,
+        high=WORKERS_PER_CPU * cpus,
+        fix=f"give 1 to {WORKERS_PER_CPU * cpus}: {WORKERS_PER_CPU} per CPU ({cpus} here); 1 runs in this process",
+    )
+
+
 def check_configs(n_configs: int, max_configs: int) -> None:
     """Refuse a sweep of more configurations than `max_configs`."""
     check_count(max_configs, "max_configs", fix="give --max-configs as a positive integer")
@@ -249,11 +289,14 @@ __all__ = [
     "DEFAULT_MAX_MINUTES",
     "GPU_MAX_MEMORY_GB",
     "MAX_COUNT",
+    "MAX_DRAFT_LEN",
     "MAX_EXPERTS",
     "MAX_LAYERS",
     "MAX_LAYOUT_GPUS",
     "MAX_MEMORY_GB_LIMIT",
+    "MAX_RUN_ROWS",
     "SEED_LIMIT",
+    "WORKERS_PER_CPU",
     "check_bytes",
     "check_configs",
     "check_count",
@@ -263,8 +306,10 @@ __all__ = [
     "check_memory",
     "check_minutes",
     "check_routing_bytes",
+    "check_rows",
     "check_screen",
     "check_seed",
     "check_serving",
+    "check_workers",
     "sampling_bytes",
 ]

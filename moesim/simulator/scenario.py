@@ -26,6 +26,7 @@ from moesim.options import option
 from moesim.simulator.bounds import (
     DEFAULT_MAX_CONFIGS,
     DEFAULT_MAX_MEMORY_GB,
+    MAX_DRAFT_LEN,
     check_finite,
     check_max_memory_gb,
     check_memory,
@@ -391,6 +392,13 @@ def _launch_modes() -> tuple[str, ...]:
 def check_draft_len(draft_len: int) -> None:
     if not isinstance(draft_len, int) or isinstance(draft_len, bool) or draft_len < 1:
         raise MoesimError("draft_len", f"must be a positive integer, got {draft_len!r}")
+    if draft_len > MAX_DRAFT_LEN:
+        raise MoesimError(
+            "draft_len",
+            f"is {draft_len:,} draft tokens per verification step, above the {MAX_DRAFT_LEN:,} a scenario may "
+            "ask (engines verify tens; routing sampling grows with K)",
+            f"give --draft-len ≤ {MAX_DRAFT_LEN:,}",
+        )
 
 
 def resolve_model(model: ModelSpec | str) -> ModelSpec:

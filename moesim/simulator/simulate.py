@@ -49,6 +49,11 @@ if TYPE_CHECKING:  # sweeps load with the first `sweep`: `simulate` needs neithe
 
 # Sampled routing draws (steps × tokens × experts) for the distinct-expert distribution of one layer.
 DISTRIBUTION_DRAWS = 2_000_000
+DISTRIBUTION_MIN_SAMPLES = 8
+DISTRIBUTION_MAX_DRAWS = 64_000_000
+"""Most draws (steps × tokens × experts) the distribution may sample (about 0.5 GB of float64 noise).
+A step beyond it (qwen3-30b-a3b at batch 4096 × 1,001 tokens asked for 31 GB) gets no distribution; its mean
+distinct experts per layer still comes from the plan."""
 DISTRIBUTION_SEED = 0
 
 
@@ -61,13 +66,18 @@ def _scenario(scenario: Scenario | None, fields: dict[str, Any]) -> Scenario:
 def distinct_distribution(
     model: ModelSpec, batch: int, tokens_per_seq: int, routing: RoutingModel
 ) -> DistinctExperts | None:
-    """Distribution of distinct experts in the middle MoE layer, from seeded routing samples."""
+    """Distribution of distinct experts in the middle MoE layer, from seeded routing samples (None for a dense
+    model, or a step too large to sample: `DISTRIBUTION_MAX_DRAWS`)."""
     if not model.is_moe:
         return None
     moe_layers = [i for i, kind in enumerate(model.layer_ffn) if kind == "moe"]
     layer = moe_layers[len(moe_layers) // 2]
     tokens = batch * tokens_per_seq
-    n_samples = int(np.clip(DISTRIBUTION_DRAWS // max(1, tokens * model.n_experts), 8, 256))
+    if DISTRIBUTION_MIN_SAMPLES * tokens * model.n_experts > DISTRIBUTION_MAX_DRAWS:
+        return None
+    n_samples = int(
+        np.clip(DISTRIBUTION_DRAWS // max(1, tokens * model.n_experts), DISTRIBUTION_MIN_SAMPLES, 256)
+    )
     rng = np.random.default_rng(DISTRIBUTION_SEED)
     loads = routing.sample_expert_loads(
         model.n_experts, model.top_k, batch, tokens_per_seq, n_samples, rng, layer

@@ -305,33 +305,32 @@ def residency(tensor: np.ndarray, size: np.ndarray, capacity: float) -> np.ndarr
     if structure is None:
         return None
     if np.ndim(size) == 2:
-        return _residency_rows(tensor, np.asarray(size, dtype=float), capacity, structure)
-    return _residency_rows(tensor, np.asarray(size, dtype=float)[None, :], capacity, structure)[0]
+        return np.array([_residency_row(tensor, row, capacity, structure) for row in size]).reshape(
+            size.shape
+        )
+    return _residency_row(tensor, size, capacity, structure)
 
 
-def _residency_rows(
+def _residency_row(
     tensor: np.ndarray, size: np.ndarray, capacity: float, structure: _StackStructure
 ) -> np.ndarray:
-    """`residency` of each row of `size` (plans × accesses) in one pass: maxima, running sums along a row
-    and per-row bincounts add the same numbers in the same order as one row alone."""
-    plans, n = size.shape
-    n_tensors = int(tensor.max()) + 1
-    footprint = np.zeros(plans * n_tensors)
-    np.maximum.at(footprint, (tensor[None, :] + n_tensors * np.arange(plans)[:, None]).ravel(), size.ravel())
-    inserted = np.minimum(footprint.reshape(plans, n_tensors)[:, np.concatenate([tensor, tensor])], capacity)
+    n = tensor.size
+    footprint = np.zeros(int(tensor.max()) + 1)
+    np.maximum.at(footprint, tensor, size)
+    inserted = np.minimum(footprint[np.concatenate([tensor, tensor])], capacity)
     p = structure.previous
-    running = np.cumsum(np.where(structure.single, inserted, 0.0), axis=1)
-    cumulative = np.concatenate([np.zeros((plans, 1)), running], axis=1)
-    y = cumulative[:, n : 2 * n] - cumulative[:, p + 1]
+    cumulative = np.concatenate([[0.0], np.cumsum(np.where(structure.single, inserted, 0.0))])
+    y = cumulative[n : 2 * n] - cumulative[p + 1]
     if structure.pair_rows.size:
-        pairs = np.broadcast_to(structure.pair_rows, (plans, structure.pair_rows.size))
-        y += _row_bincount_2d(pairs, inserted[:, structure.pair_cols], n)
-    return np.asarray(np.clip(capacity - y, 0.0, inserted[:, p]))
+        y += np.bincount(structure.pair_rows, weights=inserted[structure.pair_cols], minlength=n)
+    return np.clip(capacity - y, 0.0, inserted[p])
 
 
 def _row_bincount(index: np.ndarray, weights: np.ndarray, length: int) -> np.ndarray:
     """`np.bincount(index, weights=row, minlength=length)` of every row of `weights`."""
-    return _row_bincount_2d(np.broadcast_to(index, weights.shape), weights, length)
+    return np.array([np.bincount(index, weights=row, minlength=length) for row in weights]).reshape(
+        weights.shape[0], length
+    )
 
 
 def kernel_traffic(arrays: KernelArrays, capacity: float) -> tuple[np.ndarray, np.ndarray]:

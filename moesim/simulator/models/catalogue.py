@@ -264,8 +264,8 @@ def load_model(name_or_path: str) -> ModelSpec:
     """A model by catalogue name (case-insensitive), or from a path to a catalogue-style .toml or an HF
     config.json. An unknown name raises MoesimError listing close matches."""
     candidate = Path(name_or_path)
-    if candidate.is_file():
-        return load_model_file(candidate)
+    if not name_or_path.strip():
+        raise MoesimError("model", "is empty", "give a catalogue name (`moesim models` lists them) or a file")
     if candidate.is_dir():
         if (candidate / "config.json").is_file():
             return load_model_file(candidate / "config.json")
@@ -274,6 +274,8 @@ def load_model(name_or_path: str) -> ModelSpec:
             f"{name_or_path} is a folder without a config.json",
             "give a model folder or a config file",
         )
+    if candidate.exists():  # a file, or a device or FIFO the reading layer describes
+        return load_model_file(candidate)
     if name_or_path.endswith((".toml", ".json")) or "/" in name_or_path:
         raise MoesimError("model", f"file {name_or_path} does not exist", "check the path")
     names = list_models()

@@ -134,6 +134,12 @@ def apply_overrides(spec: ModelSpec, overrides: dict[str, object]) -> ModelSpec:
         and not spec.shared_expert_width
     ):
         values["shared_expert_width"] = values.get("expert_width", spec.expert_width)
+    if not spec.is_moe and values.get("n_experts") and not values.get("top_k"):
+        raise MoesimError(
+            "top_k",
+            f"{spec.name} is dense: routed experts need a top-k to route",
+            "add --top-k K (experts per token), or drop --experts for this model",
+        )
     if not spec.is_moe and values.get("n_experts"):
         values.setdefault("expert_width", spec.expert_width or spec.dense_ffn_width)
         spec = replace(spec, layer_ffn=tuple("moe" for _ in spec.layer_ffn))

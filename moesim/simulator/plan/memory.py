@@ -164,18 +164,34 @@ def kv_cache_bytes_per_rank(
 ) -> float:
     """KV cache (and linear-attention state) on the busiest rank for `batch` sequences of `context_len` tokens."""
     sequences = layout.sequences_per_group(batch)
+    return sequences * _sequence_bytes_per_rank(spec, layout.tp, context_len, kv_dtype_bytes)
+
+
+# Per (model, TP, context, KV bytes): a sweep checks the memory of every (model, batch) at one context.
+_SEQUENCE_BYTES: dict[tuple[int, int, int, float], tuple[ModelSpec, float]] = {}
+
+
+def _sequence_bytes_per_rank(spec: ModelSpec, tp: int, context_len: int, kv_dtype_bytes: float) -> float:
+    """One sequence's KV cache and linear-attention state on one rank of a TP group, remembered."""
+    key = (id(spec), tp, context_len, kv_dtype_bytes)
+    held = _SEQUENCE_BYTES.get(key)
+    if held is not None and held[0] is spec:
+        return held[1]
     per_sequence = 0.0
     for kind in spec.layer_attention:
         if kind == "linear":
-            per_sequence += linear_state_bytes(spec, kv_dtype_bytes) / layout.tp
+            per_sequence += linear_state_bytes(spec, kv_dtype_bytes) / tp
             continue
         att = attention_for(spec, kind)
         per_token = kv_cache_bytes_per_token(spec, kind, kv_dtype_bytes)
         if not att.is_mla:  # KV heads split over tensor-parallel ranks (replicated below one per rank)
-            per_token *= max(1, math.ceil(att.num_kv_heads / layout.tp)) / att.num_kv_heads
+            per_token *= max(1, math.ceil(att.num_kv_heads / tp)) / att.num_kv_heads
         per_sequence += cached_tokens(spec, kind, context_len) * per_token
         per_sequence += indexed_tokens(spec, kind, context_len) * index_key_bytes_per_token(spec, kind)
-    return sequences * per_sequence
+    if len(_SEQUENCE_BYTES) >= 4096:
+        _SEQUENCE_BYTES.clear()
+    _SEQUENCE_BYTES[key] = (spec, per_sequence)
+    return per_sequence
 
 
 def drafter_memory_bytes(draft: ModelSpec, batch: int, context_len: int, kv_dtype_bytes: float = 2) -> float:

@@ -140,12 +140,27 @@ def _rank_pmfs(hit: np.ndarray, members: list[np.ndarray]) -> list[np.ndarray]:
     return pmfs
 
 
+# The normal cdf is exactly 1.0 in floating point from 8.3 up and exactly 0.0 from −38.5 down (scipy's and
+# Cephes' ndtr alike; tests/test_binomial_pmf.py checks both), so those arguments need no evaluation.
+NDTR_ONE_FROM = 8.3
+NDTR_ZERO_TO = -38.5
+
+
+def _saturated_ndtr(z: np.ndarray) -> np.ndarray:
+    """`ndtr(z)`, evaluated only where it is neither exactly 0 nor exactly 1 (about a fifth of a sweep's
+    quadrature points are not); NaN goes through `ndtr`."""
+    values = np.where(z >= NDTR_ONE_FROM, 1.0, 0.0)
+    inside = ~((z >= NDTR_ONE_FROM) | (z <= NDTR_ZERO_TO))
+    values[inside] = ndtr(z[inside])
+    return values
+
+
 def _expected_max_normal(mean: np.ndarray, std: np.ndarray) -> np.ndarray:
     """E[max_r X_r] for independent normals X_r ~ N(mean[:, r], std[:, r]) floored at 0, by quadrature."""
     upper = np.max(mean + 8 * std, axis=1, keepdims=True)
     grid = np.linspace(0.0, 1.0, 513)[None, :] * upper  # [m, g]
     z = (grid[:, :, None] - mean[:, None, :]) / np.maximum(std[:, None, :], 1e-12)
-    cdf = np.prod(ndtr(z), axis=2)  # P(max ≤ x)
+    cdf = np.prod(_saturated_ndtr(z), axis=2)  # P(max ≤ x)
     return np.trapezoid(1.0 - cdf, grid, axis=1)
 
 

@@ -141,7 +141,7 @@ class RoutingTrace:
 def load_trace(path: str | Path, n_experts: int | None = None) -> RoutingTrace:
     """Load and validate a `.npz` or JSON-lines trace; `n_experts` overrides/supplies the expert count."""
     path = Path(path)
-    if path.suffix == ".npz":
+    if path.suffix.lower() == ".npz":
         data = read_npz("trace", path, "routing trace (.npz)")
         for key in ("experts", "sequence_ids"):
             if key not in data:
@@ -188,10 +188,15 @@ def load_trace(path: str | Path, n_experts: int | None = None) -> RoutingTrace:
     return RoutingTrace.create(array, np.array(sequences, dtype=np.int64), n_experts, source=str(path))
 
 
+TRACE_SUFFIXES = (".npz", ".jsonl", ".json")
+"""File types a trace is written as: `.npz`, or JSON lines (`.jsonl`, `.json`; standard output and other special
+targets too)."""
+
+
 def save_trace(trace: RoutingTrace, path: str | Path) -> None:
-    """Write a trace as `.npz` (anything else: JSON lines), atomically."""
+    """Write a trace as `.npz` (JSON lines otherwise: see `TRACE_SUFFIXES`), atomically."""
     path = Path(path)
-    if path.suffix == ".npz":
+    if path.suffix.lower() == ".npz":
         with open_output(path, binary=True) as handle:
             np.savez_compressed(
                 handle,

@@ -15,6 +15,7 @@ from moesim.simulator.bounds import (
     check_finite,
     check_screen,
     check_seed,
+    check_workers,
 )
 from moesim.simulator.screening.backends import BACKENDS
 from moesim.simulator.screening.constraints import DEFAULT_TOLERANCE, Constraint
@@ -77,6 +78,8 @@ class ScreenRequest:
         check_seed(self.seed, "--seed")
         check_count(self.free_multiple, "--free-multiple")
         check_finite(self.tolerance, "--tolerance", low=0.0, low_open=True, high=1.0)
+        if self.workers is not None:
+            check_workers(self.workers)
         if self.sample is not None:
             check_count(self.sample, "--sample")
         if self.address and self.backend != "ray":

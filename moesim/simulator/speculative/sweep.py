@@ -16,12 +16,18 @@ from typing import Any
 
 from moesim.atomic import atomic_write_text
 from moesim.errors import DoesNotFit, MoesimError
-from moesim.simulator.bounds import DEFAULT_MAX_CONFIGS, check_configs
+from moesim.simulator.bounds import DEFAULT_MAX_CONFIGS, check_configs, check_workers
 from moesim.simulator.engines.profile import load_serving_engine
 from moesim.simulator.execution.timer import FastTimer, StepTimer
 from moesim.simulator.models.spec import ModelSpec
 from moesim.simulator.plan.layout import ParallelLayout
-from moesim.simulator.scenario import ResolvedScenario, Scenario, check_draft_len, resolve_hardware
+from moesim.simulator.scenario import (
+    ResolvedScenario,
+    Scenario,
+    check_draft_len,
+    check_routing_size,
+    resolve_hardware,
+)
 from moesim.simulator.speculative.acceptance import best_draft_len, capped_draft_lens, peak_batch
 from moesim.simulator.speculative.drafters import parse_drafter
 from moesim.simulator.speculative.point import (
@@ -148,14 +154,20 @@ def run_sweep(
     configurations, or routing sampling above the scenario's memory limit, are refused before any work.
     """
     check_configs(len(models) * len(batches) * len(draft_lens), max_configs)
+    check_workers(workers, "workers")
+    for k in draft_lens:
+        check_draft_len(k)
+    for model in models:  # every model's routing sampling bounded before the first is swept
+        check_routing_size(
+            model, base.routing, base.overlap, base.baseline_overlap, max(draft_lens) + 1, base.max_memory_gb,
+            f"{model.name} with draft length {max(draft_lens)}",
+        )  # fmt: skip
     if workers > 1 and len(models) > 1:
         if timer is not None:
             raise MoesimError("workers", "a custom step timer runs in this process only", "use workers=1")
         return _sweep_in_processes(base, models, batches, draft_lens, check_fit, progress, workers)
     if workers < 1:
         raise MoesimError("workers", f"must be ≥ 1, got {workers}")
-    for k in draft_lens:
-        check_draft_len(k)
     hardware = resolve_hardware(base.hardware)
     timer = timer or FastTimer(hardware)
     max_k = max(draft_lens)

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from moesim.errors import MoesimError
-from moesim.reading import csv_rows, read_text
-from moesim.simulator.bounds import check_count, check_finite
+from moesim.reading import MAX_TABLE_BYTES, csv_rows, read_text
+from moesim.simulator.bounds import MAX_RUN_ROWS, check_count, check_finite, check_rows
 
 
 @dataclass(frozen=True)
@@ -168,6 +168,7 @@ def _parse_cell(column: Column, text: str, where: str) -> Any:
 
 def parse_runs(text: str, source: str) -> list[MeasuredRun]:
     """Rows of a runs CSV, each cell checked against the schema (errors name the file, row and column)."""
+    check_rows(text, MAX_RUN_ROWS, "runs", source, "runs CSV")
     header, rows = csv_rows(source, text, source, "runs CSV")  # duplicate columns and ragged rows refused
     missing = [c.name for c in SCHEMA if c.required and c.name not in header]
     if missing:
@@ -257,7 +258,8 @@ def read_runs(path: str | None = None) -> list[MeasuredRun]:
     if path is None:
         text = resources.files("moesim").joinpath("data", BUNDLED_RUNS).read_text(encoding="utf-8")
         return parse_runs(text, BUNDLED_RUNS)
-    return parse_runs(read_text("runs", Path(path).expanduser(), "CSV of measured runs"), path)
+    text = read_text("runs", Path(path).expanduser(), "CSV of measured runs", max_bytes=MAX_TABLE_BYTES)
+    return parse_runs(text, path)
 
 
 def unrepresentable_reason(run: MeasuredRun) -> str | None:

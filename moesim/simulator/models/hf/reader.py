@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from moesim.errors import MoesimError
-from moesim.simulator.bounds import check_count
+from moesim.simulator.bounds import MAX_LAYERS, check_count
 from moesim.simulator.models.spec import AttentionLayerKind, AttentionSpec, FfnLayerKind, LinearAttentionSpec
 
 _MISSING = object()
@@ -259,6 +259,10 @@ class HfConfig:
             value = value[0]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise MoesimError(self.field(key), f"expects an integer, got {value!r}", "write a whole number")
+        if key in LAYER_KEYS:  # the layers are built one by one: bounded before any is
+            return check_count(
+                value, self.field(key), low=0, high=MAX_LAYERS, fix="write the model's layer count"
+            )
         return check_count(value, self.field(key), low=0, fix="write a whole number ≥ 0 a model can have")
 
     def boolean(self, key: str, default: bool) -> bool:
