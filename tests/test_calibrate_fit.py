@@ -507,3 +507,26 @@ def test_memory_plateau_is_taken_at_the_reference_reads_speed() -> None:
     assert quality["reference_gbps"] == pytest.approx(256 * MIB / (256 * MIB / 12e9) / 1e9)
     assert quality["memory_plateau_raw_gbps"] == mem.raw_memory_gbps
     assert "reference_gbps" not in fit_memory_table(tables.memory).confidence()  # older tables: none
+
+
+def test_console_memory_plateau_is_the_sum_plateau_not_the_gemm_stream(capsys: pytest.CaptureFixture) -> None:
+    """On a CPU whose one-row GEMMs stream slower than torch.sum, the profile's bandwidth is the GEMM rate;
+    the console's "memory plateau" line must still print the memory suite's plateau."""
+    from types import SimpleNamespace
+
+    from moesim.commands.calibrate import _print_result, memory_plateau_gbps
+
+    tables = synthetic_tables()  # memory plateau 12 GB/s
+    tables.gemm = [dict(r, dtype="fp32") for r in gemm_rows(1.0, 40.0, 1.0, 0.13, 8.0)]
+    profile, _ = build_profile(tables, "test-cpu")
+    assert profile.datasheet.memory_bandwidth_gbps == pytest.approx(8.0, rel=0.05)  # the GEMM stream
+    assert profile.empirical.elementwise_bandwidth_fraction == pytest.approx(1.5, rel=0.05)
+    plateau = fit_memory_table(tables.memory).memory_gbps
+    assert memory_plateau_gbps(profile) == pytest.approx(plateau, rel=1e-4)
+    result = SimpleNamespace(profile=profile, output="p.toml", wall_s={}, notes=[], failures={})
+    _print_result(result)
+    lines = capsys.readouterr().out.splitlines()
+    printed = next(line for line in lines if "memory plateau" in line)
+    assert float(printed.split()[2]) == pytest.approx(plateau, abs=0.05)
+    stream = next(line for line in lines if "GEMM weight stream" in line)
+    assert float(stream.split()[3]) == pytest.approx(profile.datasheet.memory_bandwidth_gbps, abs=0.05)

@@ -286,8 +286,12 @@ def test_each_suite_runs_at_tiny_size_on_cpu() -> None:
     timer = Timer(device, MICRO.flush_bytes)
     fractions: list[float] = []
     mem_rows = memory.run_memory(timer, device, MICRO, fractions.append)
-    assert {r["kind"] for r in mem_rows} == {"working_set", "transfer", "fixed_warm", "fixed_cold"}
+    kinds = {"working_set", "transfer", "fixed_warm", "fixed_cold", "transcendental"}
+    assert {r["kind"] for r in mem_rows} == kinds
     assert all(r["median_s"] > 0 for r in mem_rows)
+    evaluated = [r for r in mem_rows if r["kind"] == "transcendental"]
+    assert sorted(r["op"] for r in evaluated) == ["exp", "rsqrt", "silu"]
+    assert all(r["elements"] == memory.TRANSCENDENTAL_ELEMENTS for r in evaluated)
     assert fractions[-1] == 1.0 and fractions == sorted(fractions)
     launch_rows = launch.run_launch(timer, device, MICRO)
     eager = [r["n_kernels"] for r in launch_rows if r["kind"] == "eager_host"]

@@ -271,3 +271,18 @@ def test_experts_on_a_dense_model_without_a_top_k_name_the_model_and_the_flag() 
     assert "top_k: llama-3.2-1b is dense" in out and "--top-k" in out
     code, out = invoke("simulate", "--model", "llama-3.2-1b", "--experts", "64", "--top-k", "2")
     assert code == 0, out
+
+
+def test_a_parquet_output_of_another_type_is_refused_before_screening(tmp_path: Path) -> None:
+    code, out = invoke(
+        "screen",
+        "--model",
+        "qwen3-30b-a3b",
+        "--experts",
+        "64,128",
+        "--parquet",
+        str(tmp_path / "designs.xyz"),
+    )
+    assert code == 2
+    assert "--parquet: unsupported file type '.xyz'" in out and ".parquet, .pq" in out
+    assert not (tmp_path / "designs.xyz").exists()

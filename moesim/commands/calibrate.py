@@ -99,15 +99,24 @@ def _measure(request: CalibrationRequest, way: Way, quiet: bool) -> Any:
         )
 
 
+def memory_plateau_gbps(profile: Any) -> float:
+    """The memory suite's streaming plateau (GB/s) as the profile carries it: the achieved bandwidth times the
+    element-wise fraction (on a CPU the achieved bandwidth is the one-row GEMMs' weight stream)."""
+    em = profile.empirical
+    achieved_gbps: float = profile.datasheet.memory_bandwidth_gbps * em.memory_bandwidth_fraction
+    return achieved_gbps * em.elementwise_bandwidth_fraction
+
+
 def _print_result(result: Any) -> None:
     """The fitted parameters of a calibration, one per line, with the probe's drift and any warnings."""
     em = result.profile.empirical
     ds = result.profile.datasheet
     console = make_console()
     console.print(f"[bold]{result.profile.name}[/bold] → {result.output}")
-    console.print(
-        f"  memory plateau        {ds.memory_bandwidth_gbps * em.memory_bandwidth_fraction:10.1f} GB/s"
-    )
+    achieved_gbps = ds.memory_bandwidth_gbps * em.memory_bandwidth_fraction
+    console.print(f"  memory plateau        {memory_plateau_gbps(result.profile):10.1f} GB/s")
+    if em.elementwise_bandwidth_fraction != 1.0:
+        console.print(f"  GEMM weight stream    {achieved_gbps:10.1f} GB/s")
     console.print(f"  cache bandwidth       {em.cache_bandwidth_gbps:10.1f} GB/s")
     console.print(
         f"  cache capacity (knee) {em.cache_effective_bytes / 2**20:10.1f} MiB"

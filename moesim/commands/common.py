@@ -231,6 +231,10 @@ def make_console() -> Any:
     return Console(width=None if sys.stdout.isatty() else 140)
 
 
+PARQUET_SUFFIXES = (".parquet", ".pq")
+"""File types `--parquet` writes (a special target such as - or /dev/stdout takes the bytes whatever its name)."""
+
+
 def check_outputs(
     *, csv: str | None = None, parquet: str | None = None, plot: str | None = None, as_json: bool = False
 ) -> bool:
@@ -255,9 +259,10 @@ def check_outputs(
         for other, other_name in files[index + 1 :]:
             if name != "-" and os.path.abspath(name) == os.path.abspath(other_name):
                 raise MoesimError(other, f"writes {name}, as {first} does", f"give {other} a path of its own")
-    for flag, path in (("--csv", csv), ("--parquet", parquet)):
-        if path is not None:  # an empty path is refused, not taken for no output
-            check_output_path(flag, path)
+    if csv is not None:  # an empty path is refused, not taken for no output
+        check_output_path("--csv", csv)
+    if parquet is not None:
+        check_output_path("--parquet", parquet, suffixes=PARQUET_SUFFIXES)
     if plot is not None:
         check_plot_path("--plot", plot)
     return bool(to_stdout)

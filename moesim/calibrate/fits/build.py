@@ -16,7 +16,7 @@ from moesim.calibrate.fits import drift
 from moesim.calibrate.fits import primitives as fit
 from moesim.calibrate.fits.gemm import cpu_bandwidths, fit_gemm_points, m1_gemm_streaming_gbps
 from moesim.calibrate.fits.launch import LaunchParams, fit_launch_table
-from moesim.calibrate.fits.memory import MemoryParams, fit_memory_table
+from moesim.calibrate.fits.memory import MemoryParams, fit_memory_table, transcendental_rates
 from moesim.calibrate.fits.moe import fit_moe_table
 from moesim.calibrate.fits.primitives import Row
 from moesim.calibrate.suites.timing import name_slug
@@ -211,6 +211,22 @@ def _memory_part(asm: _Assembly, drifts: dict[str, drift.SuiteDrift]) -> tuple[M
     return mem, cache_measured
 
 
+def _transcendental_part(asm: _Assembly, drifts: dict[str, drift.SuiteDrift]) -> dict[str, float] | None:
+    """Each transcendental op's element rate from the memory suite's rows (a CPU's), at the run's median
+    machine speed (× the compute factor: the evaluation runs on the core, like a cache read); None: none."""
+    rates = transcendental_rates(asm.meas.memory or [])
+    if not rates:
+        return None
+    factor = drifts["memory"].factor.compute if "memory" in drifts else 1.0
+    rates = {op: round(rate * factor, 1) for op, rate in rates.items()}
+    asm.notes.append(
+        "empirical.transcendental_elements_per_s: the memory suite's in-cache float32 "
+        + ", ".join(f"{op} {rate / 1e9:.2f}" for op, rate in rates.items())
+        + " G elements/s; an element-wise kernel of that function computes for at least its elements / rate"
+    )
+    return rates
+
+
 def _launch_part(asm: _Assembly) -> LaunchParams | None:
     """Dispatch, fixed latency, graph gap and sync from the launch suite, if it ran."""
     meas = asm.meas
@@ -365,6 +381,7 @@ def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[
     empirical = Empirical(
         memory_bandwidth_fraction=round(float(fraction), 6),
         elementwise_bandwidth_fraction=round(float(elementwise_fraction), 6),
+        transcendental_elements_per_s=_transcendental_part(asm, drifts),
         cache_bandwidth_gbps=round(float(mem.cache_gbps), 3)
         if mem and cache_taken
         else asm.fallback("cache_bandwidth_gbps", "memory", why_no_cache),

@@ -342,7 +342,8 @@ def at_speed(profile: HardwareProfile, ratio: SpeedRatio) -> HardwareProfile:
     Memory streaming × ratio.memory; the GEMM peaks × ratio.stream_gemm (a step's GEMMs run at small M over
     weights streamed from memory: the probe's streaming GEMM times that regime, while its in-cache GEMM ran
     11-14% faster than the validation rows on the 2-core EPYC VM at times the rows were not faster); cache
-    bandwidth × ratio.compute (a cache read runs at the core's load rate); host launch, graph launch and sync
+    bandwidth and transcendental element rates × ratio.compute (a cache read runs at the core's load rate,
+    a function's evaluation on the core); host launch, graph launch and sync
     ÷ ratio.dispatch; kernel fixed latency and device gaps ÷ ratio.compute on a GPU, ÷ ratio.dispatch on a
     CPU (where a kernel's fixed cost is its dispatch on the same core).
     """
@@ -362,6 +363,9 @@ def at_speed(profile: HardwareProfile, ratio: SpeedRatio) -> HardwareProfile:
         launch_eager_gemm_us=None if eager_gemm is None else eager_gemm * host,
         graph_launch_us=em.graph_launch_us * host,
         sync_us=em.sync_us * host,
+        transcendental_elements_per_s=None
+        if em.transcendental_elements_per_s is None
+        else {op: rate * ratio.compute for op, rate in em.transcendental_elements_per_s.items()},
     )
     datasheet = replace(
         ds,

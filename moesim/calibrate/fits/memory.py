@@ -10,6 +10,7 @@ from sklearn.isotonic import IsotonicRegression
 from moesim.calibrate.fits import primitives as fit
 from moesim.calibrate.fits.primitives import Row, column
 from moesim.errors import MoesimError
+from moesim.simulator.hardware.sections import MAX_TRANSCENDENTAL_ELEMENTS_PER_S, TRANSCENDENTAL_OPS
 
 
 @dataclass(frozen=True)
@@ -169,4 +170,18 @@ def _plateau_gbps(sizes: np.ndarray, bw: np.ndarray) -> float:
     return outermost_cache_level(sizes[start:], bw[start:]).memory_gbps
 
 
-__all__ = ["MemoryParams", "fit_memory_table", "outermost_cache_level"]
+def transcendental_rates(rows: list[Row]) -> dict[str, float]:
+    """Elements per second of each op's `transcendental` rows (the memory suite on a CPU): elements over
+    the median call's time less the suite's warm fixed time; an op whose net time is not positive is left
+    out (unbounded), a rate above MAX_TRANSCENDENTAL_ELEMENTS_PER_S is clipped to it."""
+    rates: dict[str, float] = {}
+    for row in rows:
+        if row.get("kind") != "transcendental" or row.get("op") not in TRANSCENDENTAL_OPS:
+            continue
+        net_s = float(row["median_s"]) - float(row.get("fixed_s") or 0.0)
+        if np.isfinite(net_s) and net_s > 0:
+            rates[str(row["op"])] = min(float(row["elements"]) / net_s, MAX_TRANSCENDENTAL_ELEMENTS_PER_S)
+    return rates
+
+
+__all__ = ["MemoryParams", "fit_memory_table", "outermost_cache_level", "transcendental_rates"]

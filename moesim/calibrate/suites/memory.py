@@ -114,6 +114,10 @@ def run_memory(
             }
         rows.append(row)
 
+    if not device.is_gpu:
+        rows += _transcendental_rows(timer, plan, fixed.median_s)
+        progress(done / total)
+
     # Cold single reads: flush the caches before every timed read.
     cold_repeats = max(3, plan.rounds)
     tiny_fn = read(tiny)
@@ -129,6 +133,50 @@ def run_memory(
     del buffer
     timer._flush_buffer = None
     progress(1.0)
+    return rows
+
+
+# On a CPU the element-wise functions the reference model evaluates (SiLU, softmax's exp, RMSNorm's rsqrt)
+# run far below the bytes' rate (SiLU ~2 G elements/s on one core of a 2-core EPYC VM against ~10 G/s for a
+# multiply of the same tensor): each op is timed over a float32 tensor of this many elements (512 KiB, in
+# any last-level cache), on inputs in the range it meets there.
+TRANSCENDENTAL_ELEMENTS = 131072
+
+
+def _transcendental_rows(timer: Timer, plan: Plan, fixed_s: float) -> list[Row]:
+    """One `transcendental` row per op: the median time of one call over TRANSCENDENTAL_ELEMENTS elements,
+    with the suite's warm fixed time (dispatch) to subtract."""
+    torch = timer.torch
+    n = TRANSCENDENTAL_ELEMENTS
+    gate, scores, mean_square = torch.linspace(-4, 4, n), torch.linspace(-8, 0, n), torch.linspace(1, 4, n)
+    out = torch.empty(n)
+    ops: dict[str, Callable[[], Any]] = {
+        "silu": lambda: torch.nn.functional.silu(gate),
+        "exp": lambda: torch.exp(scores, out=out),
+        "rsqrt": lambda: torch.rsqrt(mean_square, out=out),
+    }
+    times: dict[str, list[float]] = {op: [] for op in ops}
+    inner = {}
+    for op, fn in ops.items():
+        fn()
+        inner[op] = _inner_for(min(timer.time_once(fn, 1) for _ in range(3)), plan.min_timed_s)
+    for _ in range(max(3, plan.rounds)):  # interleaved, like the reads
+        for op, fn in ops.items():
+            times[op].append(timer.time_once(fn, inner[op], before=fn))
+    rows = []
+    for op, ts in times.items():
+        sample = summarise(ts)
+        rows.append(
+            {
+                "kind": "transcendental",
+                "op": op,
+                "elements": n,
+                "median_s": sample.median_s,
+                "iqr_s": sample.iqr_s,
+                "n": sample.n,
+                "fixed_s": fixed_s,
+            }
+        )
     return rows
 
 

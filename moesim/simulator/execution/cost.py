@@ -23,6 +23,12 @@ the profile's attention terms in its fixed part, where it has them (`hardware.se
 
     time = fixed latency + attention fixed + units × per-unit + max(compute, memory)
 
+An element-wise kernel evaluating a transcendental function (`Kernel.transcendental_op`, e.g. SiLU, exp)
+computes for at least its elements / the profile's element rate of that function
+(`Empirical.transcendental_elements_per_s`; measured on a CPU, unbounded elsewhere):
+
+    compute = max(FLOPs / vector rate, elements / element rate)
+
 The ramp charges small transfers: a kernel moving x bytes from memory reaches x / (x + h) of the streaming
 bandwidth, h = half_bandwidth_transfer_bytes, which is the same as adding h bytes (h / bandwidth = one
 memory latency) to every kernel that reads memory; calibration fits h with exactly this formula.
@@ -39,7 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moesim.simulator.hardware.profile import HardwareProfile
-from moesim.simulator.hardware.sections import ATTENTION_KERNEL_KINDS, expert_gemm_terms
+from moesim.simulator.hardware.sections import ATTENTION_KERNEL_KINDS, TRANSCENDENTAL_OPS, expert_gemm_terms
 from moesim.simulator.plan.kernels import Kernel
 
 # A GEMM with one row uses each weight once (0.5 FLOP per fp32 byte, 1 per bf16 byte: far below any
@@ -74,6 +80,8 @@ class CostParams:
     attention_flops_fraction: dict[str, float] = field(default_factory=dict)
     # dtype -> (log M grid, efficiency) of GEMMs with a curve of their own; empty: the shared curve for all
     gemm_curves: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    # transcendental op -> elements/s its element-wise kernels evaluate; an op left out: unbounded
+    transcendental: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_hardware(cls, hw: HardwareProfile) -> CostParams:
@@ -110,6 +118,7 @@ class CostParams:
                 )
                 for dtype, curve in (em.gemm_efficiency_by_dtype or {}).items()
             },
+            transcendental=dict(em.transcendental_elements_per_s or {}),
         )
 
     @classmethod
@@ -184,6 +193,20 @@ class CostParams:
             share = np.where(np.asarray(kernel_units) > 0, self.attention_flops_fraction.get(kind, 0.0), 0.0)
             fraction = share if fraction is None else fraction + share
         return fraction
+
+    def transcendental_s(self, elements: dict[str, np.ndarray]) -> np.ndarray | None:
+        """Seconds each kernel's transcendental evaluation takes at the profile's element rates, given each
+        op's elements per kernel (0: not a kernel of that op); None when this pricing has no such rate."""
+        if not self.transcendental:
+            return None
+        seconds: np.ndarray | None = None
+        for op, kernel_elements in elements.items():
+            rate = self.transcendental.get(op)
+            if rate is None:
+                continue
+            part = np.asarray(kernel_elements, dtype=float) / rate
+            seconds = part if seconds is None else seconds + part
+        return seconds
 
     def gemm_curve_index(
         self, dtypes: Sequence[str], dtype_index: np.ndarray | None = None
@@ -268,11 +291,13 @@ def compute_time_s(
     params: CostParams,
     gemm_curve: np.ndarray | None = None,
     attention_fraction: np.ndarray | None = None,
+    transcendental_s: np.ndarray | None = None,
 ) -> np.ndarray:
     """Seconds of arithmetic: GEMMs at peak × efficiency(M) on their dtype's curve (`gemm_curve`, from
     `CostParams.gemm_curve_index`; None: the shared curve) — attention kernels with a rate of their own
     (`attention_fraction` > 0, `CostParams.attention_fractions`) at peak × that share — other kernels at
-    the vector-unit rate."""
+    the vector-unit rate, and never faster than their transcendental evaluation (`transcendental_s`, from
+    `CostParams.transcendental_s`; None: none)."""
     flops_a = np.asarray(flops, dtype=float)
     m = np.asarray(m_tokens, dtype=float)
     is_gemm = m > 0
@@ -281,7 +306,8 @@ def compute_time_s(
     if attention_fraction is not None:
         efficiency = np.where(attention_fraction > 0, attention_fraction, efficiency)
     rate = np.where(is_gemm, peak * efficiency, params.non_gemm_flops_per_s)
-    return flops_a / np.maximum(rate, 1.0)
+    seconds = flops_a / np.maximum(rate, 1.0)
+    return seconds if transcendental_s is None else np.maximum(seconds, transcendental_s)
 
 
 def memory_time_s(
@@ -310,6 +336,7 @@ def kernel_parts_s(
     attention_s: np.ndarray | None = None,
     gemm_curve: np.ndarray | None = None,
     attention_fraction: np.ndarray | None = None,
+    transcendental_s: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(total, fixed, compute, memory-side) seconds of many kernels: total = fixed + max(compute,
     memory-side).
@@ -321,8 +348,11 @@ def kernel_parts_s(
     output tile, beside each other, but in series with the weights streaming from memory
     (`hardware.profile.ExpertGemmTerms`). `gemm_curve` names each GEMM's efficiency curve
     (`CostParams.gemm_curve_index`; None: the shared curve), `attention_fraction` the attention kernels'
-    own arithmetic rates (`CostParams.attention_fractions`)."""
-    compute = compute_time_s(flops, m_tokens, peak_flops, params, gemm_curve, attention_fraction)
+    own arithmetic rates (`CostParams.attention_fractions`), `transcendental_s` the element-wise kernels'
+    function evaluation (`CostParams.transcendental_s`)."""
+    compute = compute_time_s(
+        flops, m_tokens, peak_flops, params, gemm_curve, attention_fraction, transcendental_s
+    )
     is_gemm = np.asarray(m_tokens) > 0
     memory = memory_time_s(hbm_bytes, cache_bytes, is_gemm, params)
     fixed = np.full(compute.shape, params.fixed_s)
@@ -347,6 +377,7 @@ def kernel_times_s(
     attention_s: np.ndarray | None = None,
     gemm_curve: np.ndarray | None = None,
     attention_fraction: np.ndarray | None = None,
+    transcendental_s: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(total, compute, memory-side) seconds of many kernels at once: total = serial + max(compute,
     memory-side), which is fixed + max(compute, memory) for every kernel but a grouped expert GEMM
@@ -362,6 +393,7 @@ def kernel_times_s(
         attention_s,
         gemm_curve,
         attention_fraction,
+        transcendental_s,
     )
     return total, compute, memory
 
@@ -371,6 +403,16 @@ def attention_units_by_kind(kernels: Sequence[Kernel]) -> dict[str, np.ndarray]:
     return {
         kind: np.array([k.attention_units if k.attention_kind == kind else 0.0 for k in kernels], dtype=float)
         for kind in ATTENTION_KERNEL_KINDS
+    }
+
+
+def transcendental_elements_by_op(kernels: Sequence[Kernel]) -> dict[str, np.ndarray]:
+    """Each transcendental op's elements per kernel (0 where a kernel does not evaluate it)."""
+    return {
+        op: np.array(
+            [k.transcendental_elements if k.transcendental_op == op else 0.0 for k in kernels], dtype=float
+        )
+        for op in TRANSCENDENTAL_OPS
     }
 
 
@@ -390,5 +432,6 @@ def kernel_time_s(
         params.attention_extra_s(attention_units_by_kind([kernel])),
         params.gemm_curve_index([kernel.dtype]),
         params.attention_fractions(attention_units_by_kind([kernel])),
+        params.transcendental_s(transcendental_elements_by_op([kernel])),
     )
     return float(total[0])

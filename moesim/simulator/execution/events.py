@@ -27,7 +27,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from moesim.simulator.execution.cache import CacheState, footprints
-from moesim.simulator.execution.cost import CostParams, attention_units_by_kind, kernel_parts_s
+from moesim.simulator.execution.cost import (
+    CostParams,
+    attention_units_by_kind,
+    kernel_parts_s,
+    transcendental_elements_by_op,
+)
 from moesim.simulator.execution.launch import LaunchParams
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.plan.kernels import CATEGORIES, Kernel
@@ -360,8 +365,9 @@ def run_events(
     attention = params.attention_extra_s(units)
     curve = params.gemm_curve_index([k.dtype for k in kernels])
     fraction = params.attention_fractions(units)
+    transcendental = params.transcendental_s(transcendental_elements_by_op(kernels))
     total, fixed, compute, memory = kernel_parts_s(
-        flops, m, peaks, hbm, cache, params, grouped, attention, curve, fraction
+        flops, m, peaks, hbm, cache, params, grouped, attention, curve, fraction, transcendental
     )
     if external_time_s is not None:
         for i, kernel in enumerate(kernels):

@@ -26,7 +26,7 @@ from moesim.simulator.execution.cache import CacheState, repeat_traffic, write_t
 from moesim.simulator.execution.cost import CostParams, kernel_times_s
 from moesim.simulator.execution.launch import LaunchParams
 from moesim.simulator.hardware.profile import HardwareProfile
-from moesim.simulator.hardware.sections import ATTENTION_KERNEL_KINDS
+from moesim.simulator.hardware.sections import ATTENTION_KERNEL_KINDS, TRANSCENDENTAL_OPS
 from moesim.simulator.plan.kernels import CATEGORIES, Kernel
 from moesim.simulator.plan.step import LAYER_PREFIX, StepPlan
 
@@ -45,6 +45,7 @@ class KernelArrays:
     m_tokens: np.ndarray
     experts: np.ndarray  # distinct experts of a grouped expert GEMM, 0 for other kernels
     attention_units: dict[str, np.ndarray]  # kind -> work units of attention kernels of that kind, else 0
+    transcendental: dict[str, np.ndarray]  # op -> elements of element-wise kernels evaluating it, else 0
     dtype_index: np.ndarray  # index into `dtypes`
     dtypes: list[str]
     category: np.ndarray
@@ -62,7 +63,7 @@ class KernelArrays:
         return int(self.flops.size)
 
 
-_K_VALUES = 3 + len(ATTENTION_KERNEL_KINDS)
+_K_VALUES = 3 + len(ATTENTION_KERNEL_KINDS) + len(TRANSCENDENTAL_OPS)
 
 
 @dataclass(frozen=True)
@@ -70,13 +71,16 @@ class _TemplateParts:
     """One segment template's numbers (what changes with batch, draft length and design) apart from its
     structure (what kernels, streams and tensors it has: the same for every plan of one model)."""
 
-    kernel_values: np.ndarray  # (kernels, 3 + attention kinds): flops, m_tokens, experts, units per kind
+    # (kernels, 3 + attention kinds + transcendental ops): flops, m_tokens, experts, units per kind, elements
+    # per op
+    kernel_values: np.ndarray
     access_values: np.ndarray  # (accesses, 3): size, reads, working set (accesses: reads, then the write)
     # Per kernel (category index, stream, join, dtype); per access (kernel, tensor name, is write).
     signature: tuple[tuple[tuple[int, int, bool, str], ...], tuple[tuple[int, str, bool], ...]]
 
 
 _KIND_COLUMN = {kind: 3 + i for i, kind in enumerate(ATTENTION_KERNEL_KINDS)}
+_OP_COLUMN = {op: 3 + len(ATTENTION_KERNEL_KINDS) + i for i, op in enumerate(TRANSCENDENTAL_OPS)}
 
 
 def _template_parts(kernels: tuple[Kernel, ...]) -> _TemplateParts:
@@ -84,12 +88,15 @@ def _template_parts(kernels: tuple[Kernel, ...]) -> _TemplateParts:
     avalues: list[tuple[float, float, float]] = []
     kstruct: list[tuple[int, int, bool, str]] = []
     astruct: list[tuple[int, str, bool]] = []
-    zeros = [0.0] * len(ATTENTION_KERNEL_KINDS)
+    zeros = [0.0] * (len(ATTENTION_KERNEL_KINDS) + len(TRANSCENDENTAL_OPS))
     for index, kernel in enumerate(kernels):
         row = [kernel.flops, kernel.m_tokens, kernel.experts, *zeros]
         column = _KIND_COLUMN.get(kernel.attention_kind)
         if column is not None:
             row[column] = kernel.attention_units
+        column = _OP_COLUMN.get(kernel.transcendental_op)
+        if column is not None:
+            row[column] = kernel.transcendental_elements
         kvalues.append(row)
         kstruct.append((CATEGORY_INDEX[kernel.category], kernel.stream, kernel.join, kernel.dtype))
         for read in kernel.reads:
@@ -218,6 +225,7 @@ def plan_arrays(plan: StepPlan) -> KernelArrays:
         m_tokens=k[:, 1],
         experts=k[:, 2],
         attention_units={kind: k[:, 3 + i] for i, kind in enumerate(ATTENTION_KERNEL_KINDS)},
+        transcendental={op: k[:, column] for op, column in _OP_COLUMN.items()},
         dtype_index=structure.dtype_index,
         dtypes=structure.dtypes,
         category=structure.category,
@@ -424,8 +432,20 @@ def _cost_group(members: Sequence[KernelArrays], params: CostParams) -> KernelCo
     gemm_curve = None if curves[0] is None else np.array(curves)  # one structure: all or none have one
     fractions = [params.attention_fractions(m.attention_units) for m in members]
     fraction = None if fractions[0] is None else np.array(fractions)
+    evaluation = [params.transcendental_s(m.transcendental) for m in members]
+    transcendental_s = None if evaluation[0] is None else np.array(evaluation)
     total, compute, memory = kernel_times_s(
-        flops, m_tokens, peaks, hbm, cache, params, grouped, attention_s, gemm_curve, fraction
+        flops,
+        m_tokens,
+        peaks,
+        hbm,
+        cache,
+        params,
+        grouped,
+        attention_s,
+        gemm_curve,
+        fraction,
+        transcendental_s,
     )
     return KernelCosts(total, compute, memory, cache, hbm)
 

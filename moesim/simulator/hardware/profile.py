@@ -28,6 +28,8 @@ from moesim.simulator.hardware.sections import (
     ALL_TO_ALL_MODES,
     ATTENTION_KERNEL_KINDS,
     EXECUTION_FACTS,
+    MAX_TRANSCENDENTAL_ELEMENTS_PER_S,
+    TRANSCENDENTAL_OPS,
     AllToAllTerms,
     AttentionTerms,
     Datasheet,
@@ -182,7 +184,13 @@ def profile_to_dict(p: HardwareProfile) -> dict[str, Any]:
     em = p.empirical
     empirical: dict[str, Any] = {}
     for f in fields(Empirical):
-        if f.name in ("gemm_efficiency", "expert_gemm", "attention", "gemm_efficiency_by_dtype"):
+        if f.name in (
+            "gemm_efficiency",
+            "expert_gemm",
+            "attention",
+            "gemm_efficiency_by_dtype",
+            "transcendental_elements_per_s",
+        ):
             continue
         value = getattr(em, f.name)
         if value is None:  # optional parameter not set: TOML has no null, so the key is left out
@@ -202,6 +210,10 @@ def profile_to_dict(p: HardwareProfile) -> dict[str, Any]:
         empirical["attention"] = {
             kind: {f.name: float(getattr(terms, f.name)) for f in fields(AttentionTerms)}
             for kind, terms in em.attention.items()
+        }
+    if em.transcendental_elements_per_s is not None:
+        empirical["transcendental_elements_per_s"] = {
+            op: float(rate) for op, rate in em.transcendental_elements_per_s.items()
         }
     node: dict[str, Any] = {
         "gpus_per_node": int(p.node.gpus_per_node),
@@ -356,6 +368,16 @@ def _read_attention(r: ProfileTable) -> dict[str, AttentionTerms] | None:
     return out
 
 
+def _read_transcendental(r: ProfileTable) -> dict[str, float] | None:
+    if not r.has("transcendental_elements_per_s"):
+        return None
+    by_op = r.table("transcendental_elements_per_s")
+    for op in by_op.data:
+        if op not in TRANSCENDENTAL_OPS:
+            raise by_op.error(str(op), "is not a transcendental op", f"ops: {', '.join(TRANSCENDENTAL_OPS)}")
+    return {str(op): by_op.number(str(op), maximum=MAX_TRANSCENDENTAL_ELEMENTS_PER_S) for op in by_op.data}
+
+
 def _read_empirical(source: str, data: Any) -> Empirical:
     r = ProfileTable(source, "empirical", data, tuple(f.name for f in fields(Empirical)))
     return Empirical(
@@ -391,6 +413,7 @@ def _read_empirical(source: str, data: Any) -> Empirical:
         expert_gemm=_read_expert_gemm(r),
         attention=_read_attention(r),
         gemm_efficiency_by_dtype=_read_gemm_efficiency_by_dtype(r),
+        transcendental_elements_per_s=_read_transcendental(r),
     )
 
 

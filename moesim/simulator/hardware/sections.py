@@ -91,6 +91,12 @@ class AttentionTerms:
 
 ATTENTION_KERNEL_KINDS = ("gqa", "mla", "gqa_prefill", "mla_prefill")
 
+# Element-wise functions whose evaluation, not their bytes or a few FLOPs, sets a kernel's time on a CPU
+# (`Empirical.transcendental_elements_per_s`): SiLU (x·sigmoid x), exp (softmax's) and rsqrt (RMSNorm's).
+TRANSCENDENTAL_OPS = ("silu", "exp", "rsqrt")
+# Bounds of a measured element rate (elements/s): above 10^15 no device evaluates a function per element.
+MAX_TRANSCENDENTAL_ELEMENTS_PER_S = 1e15
+
 
 EXPERT_GEMM_FALLBACK_DTYPE = "bf16"
 
@@ -146,6 +152,11 @@ class Empirical:
     # GEMM efficiency curves of their own per compute dtype (e.g. fp8, whose kernels reach a different share
     # of their peak than bf16's); a dtype left out, or None (the datasheet default), uses `gemm_efficiency`.
     gemm_efficiency_by_dtype: dict[str, GemmEfficiency] | None = None
+    # Elements per second an element-wise kernel of each TRANSCENDENTAL_OPS function evaluates (one core's
+    # SIMD evaluation of the function, measured in cache by the memory suite on a CPU); an element-wise
+    # kernel takes at least its elements / this rate. None or an op left out (the datasheet default, every
+    # GPU): unbounded, the kernel priced by its bytes and vector FLOPs alone.
+    transcendental_elements_per_s: dict[str, float] | None = None
 
     def gemm_curve(self, dtype: str) -> GemmEfficiency:
         """The efficiency curve GEMMs computing in `dtype` run at: their own, else the shared one."""

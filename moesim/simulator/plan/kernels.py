@@ -87,6 +87,10 @@ class Kernel:
     # ("gqa" or "mla"), which the profile's attention terms price; 0 and "" for any other kernel.
     attention_units: float = 0.0
     attention_kind: str = ""
+    # An element-wise kernel whose time is one function's evaluation (`hardware.sections.TRANSCENDENTAL_OPS`:
+    # "silu", "exp", "rsqrt"): the elements it evaluates, which the profile's element rate prices; 0 and "".
+    transcendental_elements: float = 0.0
+    transcendental_op: str = ""
 
 
 # Plans build ~10^5 kernels and tensor reads per sweep; a frozen dataclass's __init__ sets each field through

@@ -110,7 +110,9 @@ class _Kernels:
         write: tuple[str, float],
         flops: float = 0.0,
         m_tokens: float = 0.0,
+        transcendental: tuple[str, float] = ("", 0.0),
     ) -> None:
+        """One kernel; `transcendental`: (op, elements) of an element-wise kernel evaluating that function."""
         tensor_reads = tuple(
             r if isinstance(r, TensorRead) else TensorRead(r[0], float(r[1])) for r in reads if _size(r) > 0
         )
@@ -124,6 +126,8 @@ class _Kernels:
                 write_tensor=write[0],
                 m_tokens=m_tokens,
                 dtype=self.dtype,
+                transcendental_op=transcendental[0],
+                transcendental_elements=float(transcendental[1]),
             )
         )
 
@@ -136,7 +140,9 @@ class _Kernels:
         self.add(f"{name}.pow", category, [(x, n * e)], (sq, n * e), n)
         self.add(f"{name}.mean", category, [(sq, n * e)], (ms, rows * e), n)
         self.add(f"{name}.add_", category, [(ms, rows * e)], (ms, rows * e), rows)
-        self.add(f"{name}.rsqrt_", category, [(ms, rows * e)], (ms, rows * e), rows)
+        self.add(
+            f"{name}.rsqrt_", category, [(ms, rows * e)], (ms, rows * e), rows, transcendental=("rsqrt", rows)
+        )
         self.add(f"{name}.mul", category, [(x, n * e), (ms, rows * e)], (out, n * e), n)
         self.add(f"{name}.mul_", category, [(out, n * e), (weight, weight_elems * e)], (out, n * e), n)
         return out
@@ -185,7 +191,14 @@ class _Kernels:
             else ("gu", "act")
         )
         self.gemm(f"{name}.gate_up", category, x, w13, m, hidden, 2 * width, gu)
-        self.add(f"{name}.silu_", category, [(gu, half)], (gu, half), 4.0 * m * width)
+        self.add(
+            f"{name}.silu_",
+            category,
+            [(gu, half)],
+            (gu, half),
+            4.0 * m * width,
+            transcendental=("silu", m * width),
+        )
         self.add(f"{name}.mul", category, [(gu, 2 * half)], (act, half), m * width)
         self.gemm(f"{name}.down", category, act, w2, m, width, hidden, out, accumulate=accumulate)
 
@@ -272,7 +285,14 @@ def layer_kernels(
         attn_flops + B * nq * T * S,
         m_tokens=group * T,
     )
-    k.add("softmax", "attention", [("scores", score_bytes)], ("probs", score_bytes), 5.0 * B * nq * T * S)
+    k.add(
+        "softmax",
+        "attention",
+        [("scores", score_bytes)],
+        ("probs", score_bytes),
+        5.0 * B * nq * T * S,
+        transcendental=("exp", B * nq * T * S),
+    )
     k.add(
         "values",
         "kv_cache",
@@ -331,7 +351,14 @@ def _moe_block(
         )
     pairs = m * top_k
     k.gemm("router", "other", xn, P + "router.w", m, H, N, "router_logits")
-    k.add("router_softmax", "other", [("router_logits", m * N * e)], ("router_probs", m * N * e), 5.0 * m * N)
+    k.add(
+        "router_softmax",
+        "other",
+        [("router_logits", m * N * e)],
+        ("router_probs", m * N * e),
+        5.0 * m * N,
+        transcendental=("exp", m * N),
+    )
     k.add("topk", "other", [("router_probs", m * N * e)], ("topk", pairs * (e + INDEX_BYTES)), m * N)
     k.add(
         "gather",

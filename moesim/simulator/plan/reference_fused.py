@@ -58,7 +58,14 @@ def grouped_expert_kernels(k: _Kernels, model: ModelSpec, loads: np.ndarray) -> 
     half = rows * width * e
     grouped("grouped_gate", "x_sorted", "w1", h, width, "gate")
     grouped("grouped_up", "x_sorted", "w3", h, width, "up")
-    k.add("experts.silu_", "routed_experts", [("gate", half)], ("gate", half), 4.0 * rows * width)
+    k.add(
+        "experts.silu_",
+        "routed_experts",
+        [("gate", half)],
+        ("gate", half),
+        4.0 * rows * width,
+        transcendental=("silu", rows * width),
+    )
     k.add("experts.mul", "routed_experts", [("gate", half), ("up", half)], ("act", half), rows * width)
     grouped("grouped_down", "act", "w2", width, h, "y_sorted")
 

@@ -102,7 +102,10 @@ def cost_terms(
         cache, hbm = cache_pass(plan.kernels, params.cache_capacity_bytes, warm=False)
         peaks = np.array([params.peak(k.dtype) for k in plan.kernels])
         curve = params.gemm_curve_index([k.dtype for k in plan.kernels])
-        total, compute, memory = kernel_times_s(arrays.flops, m, peaks, hbm, cache, params, gemm_curve=curve)
+        evaluation = params.transcendental_s(arrays.transcendental)
+        total, compute, memory = kernel_times_s(
+            arrays.flops, m, peaks, hbm, cache, params, gemm_curve=curve, transcendental_s=evaluation
+        )
     hbm_time = memory_time_s(hbm, np.zeros_like(hbm), m > 0, params)
     cache_time = np.maximum(memory - hbm_time, 0.0)
     bound_compute = compute >= memory
