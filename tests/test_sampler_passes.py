@@ -24,7 +24,13 @@ from moesim.simulator.plan.styles import build_plan
 from moesim.simulator.scenario import Scenario
 from moesim.simulator.serving.step_cost import ScenarioStepCost, StepShape
 from moesim.simulator.speculative.drafters import parse_drafter
-from moesim.simulator.speculative.point import engine_point, engine_round, scenario_timers
+from moesim.simulator.speculative.point import (
+    engine_point,
+    engine_round,
+    engine_sampler_s,
+    round_extras,
+    scenario_timers,
+)
 from moesim.validation.runs.predict import RunPredictor
 from moesim.validation.runs.schema import parse_runs
 from tests.core_fixtures import model
@@ -214,12 +220,14 @@ def test_a_mixed_sd_step_costs_the_round_terms_of_a_pure_round(temperature: floa
     steps, drafts, costs = cost._timers_at(context)
     sd = engine_round(r.serving_engine, r.drafter, batch, k, 3.0, r.launch, steps, drafts, costs)
     assert sd.draft_rows > batch  # bonus rows: the V0 proposer re-runs the position before each bonus token
-    extras = cost._round_extras_s(batch, k, context, sd.verify.launch, sd.verify.device_s)
-    assert extras == pytest.approx(sd.draft_s + sd.verify.round_ops_s + sd.accept_sync_s, rel=1e-12)
-    chunks = PrefillChunks(tokens=512, chunks=2, kv_tokens=512, query_key_pairs=512 * 256.5)
-    shape = StepShape(batch, k + 1, context, chunks)
-    chunk_rows_s = costs.bytes_s(ov.sampler_bytes(r.serving_engine, 2, costs.vocab, "decode", costs.sampling))
-    assert cost._mixed_sampler_s(shape, k + 1, True) == pytest.approx(
+    profile, launch = r.serving_engine, sd.verify.launch  # a mixed step's terms, as `mixed_s` asks them
+    extras = round_extras(
+        profile, r.drafter, batch, k, 3.0, launch, launch, sd.verify.device_s, drafts, costs
+    )
+    assert extras.seconds == pytest.approx(sd.draft_s + sd.verify.round_ops_s + sd.accept_sync_s, rel=1e-12)
+    chunk_rows_s = costs.bytes_s(ov.sampler_bytes(profile, 2, costs.vocab, "decode", costs.sampling))
+    acceptance = ov.acceptance_bytes(profile, batch, k, costs.vocab, costs.sampling)
+    assert engine_sampler_s(profile, costs, batch * (k + 1), True, acceptance, 2) == pytest.approx(
         sd.verify.sampler_s + chunk_rows_s, rel=1e-12
     )
     assert cost(StepShape(batch, k + 1, context)) == pytest.approx(sd.round_s, rel=1e-12)

@@ -11,10 +11,12 @@ SD round (the drafter's passes, the chain's K + 1 or the tree's verified tokens,
 step with prefill chunks is the mixed plan (`plan.mixed.build_mixed_plan`), launched by the engine's
 capture rule over its tokens (an engine capturing by sequences captures decode batches only, so such a
 step runs its `graphs.uncaptured` mode: eager, or piecewise graphs), plus the engine's sampler passes over
-its decode (or verified) rows and one row per prompt chunk, its host time for its sequences and tokens
-(exposed per its overlap) and, under SD, the terms an SD round adds beside its verification (`engine_round`:
-the drafter passes over the bonus rows too, the acceptance bytes, the round's own ops, the acceptance
-sync). With the `ideal` serving engine every engine term is 0: the kernel stream alone.
+its decode (or verified) rows and one row per prompt chunk (`point.engine_sampler_s`, as `engine_step`
+prices a step's), its host time for its sequences and tokens (exposed per its overlap) and, under SD, the
+acceptance bytes and the terms an SD round adds beside its verification (`point.round_extras`, the same
+function `engine_round` adds: the drafter passes over the bonus rows too, the round's own ops, a tree's
+attention metadata, the acceptance sync). With the `ideal` serving engine every engine term is 0: the
+kernel stream alone.
 
 Shapes are bucketed before they are costed, so that a long run evaluates a few hundred plans, not one per
 step: contexts, prefill tokens, prefill KV and query–key pairs are rounded to a grid of 1/32 of their power
@@ -61,10 +63,10 @@ from moesim.simulator.speculative.point import (
     DraftTimes,
     LaunchCosts,
     StepTimes,
-    bonus_row_share,
     engine_round,
+    engine_sampler_s,
     engine_step,
-    round_drafting,
+    round_extras,
     scenario_timers,
 )
 
@@ -191,47 +193,6 @@ class ScenarioStepCost:
         )
         return sd.round_s
 
-    def _round_extras_s(
-        self, decode_seqs: int, draft_len: int, context_len: int, launch: str, device_s: float
-    ) -> float:
-        """What an SD round adds beside its verification, the terms of `engine_round`: drafter passes (over
-        the bonus rows too, with their sampler passes) and their host work, the round's own ops, a tree's
-        attention metadata and the acceptance sync (less what the SD overlap hides behind the step's
-        `device_s`)."""
-        _, drafts, launch_costs = self._timers_at(context_len)
-        r = self.resolved
-        profile = r.serving_engine
-        share = bonus_row_share(profile, self.tokens_per_round(draft_len), draft_len)
-        drafting = round_drafting(
-            profile, r.drafter, decode_seqs, draft_len, launch, drafts, share, launch_costs
-        )
-        draft_s = drafting.seconds
-        if not r.drafter.drafts_on_host:
-            drafter_launch = ov.drafter_launch(profile.drafter, launch)
-            draft_s += ov.round_ops_s(profile, draft_len, drafter_launch, launch_costs, device_s)
-            q = ov.verify_tokens(profile.drafter, draft_len)
-            planned = ov.padded_sequences(profile, decode_seqs, q, launch)  # the batch the plans see
-            draft_s += ov.attention_metadata_s(profile, draft_len, launch_costs, device_s, planned)
-        return draft_s + ov.accept_sync_s(profile, device_s)
-
-    def _mixed_sampler_s(self, shape: StepShape, q: int, speculative: bool) -> float:
-        """The engine's sampler passes of a step with prefill chunks, as `engine_step` prices them: its
-        decode (or verified) rows and one row per prompt chunk, and under SD the round's acceptance."""
-        assert shape.chunks is not None
-        _, _, costs = self._timers_at(shape.context_len)
-        profile = self.resolved.serving_engine
-        rows = shape.decode_seqs * q
-        nbytes = ov.sampler_bytes(
-            profile, shape.chunks.chunks, costs.vocab, "decode", costs.sampling
-        ) + ov.sampler_bytes(
-            profile, rows, costs.vocab, "verify" if speculative else "decode", costs.sampling
-        )
-        if speculative:
-            nbytes += ov.acceptance_bytes(
-                profile, shape.decode_seqs, shape.tokens_per_seq - 1, costs.vocab, costs.sampling
-            )
-        return costs.bytes_s(nbytes)
-
     def _verify_tokens(self, shape: StepShape) -> int:
         """Tokens per sequence the step runs: 1, or what the engine verifies (a chain's K + 1, a tree's)."""
         if shape.tokens_per_seq == 1:
@@ -340,19 +301,24 @@ class ScenarioStepCost:
             shape.decode_seqs * q + shape.chunks.tokens,
             launch_costs.tp,
         )
+        k = shape.tokens_per_seq - 1
+        acceptance = 0.0
         if speculative:
-            k = shape.tokens_per_seq - 1
             host += ov.sd_bookkeeping_s(
                 profile, shape.decode_seqs, k, shape.context_len, self.tokens_per_round(k)
             )
-        cost = (
-            device
-            + self._mixed_sampler_s(shape, q, speculative)
-            + ov.exposed_host_s(profile, host, device, speculative)
-        )
+            vocab, sampling = launch_costs.vocab, launch_costs.sampling
+            acceptance = ov.acceptance_bytes(profile, shape.decode_seqs, k, vocab, sampling)
+        rows = shape.decode_seqs * q
+        sampler = engine_sampler_s(profile, launch_costs, rows, speculative, acceptance, shape.chunks.chunks)
+        cost = device + sampler + ov.exposed_host_s(profile, host, device, speculative)
         if speculative:
-            k = shape.tokens_per_seq - 1
-            cost += self._round_extras_s(shape.decode_seqs, k, shape.context_len, launch, device)
+            _, drafts, _ = self._timers_at(shape.context_len)
+            tokens = self.tokens_per_round(k)
+            extras = round_extras(
+                profile, r.drafter, shape.decode_seqs, k, tokens, launch, launch, device, drafts, launch_costs
+            )
+            cost += extras.seconds
         return cost
 
     def __call__(self, shape: StepShape) -> float:

@@ -403,17 +403,32 @@ def engine_step(
         sd_expansion_s=ov.expansion_copies_s(profile, sd_sequences, draft_len, launch_costs.context_len),
         sd_output_s=ov.output_processing_s(profile, sd_sequences, tokens_per_step),
         round_ops_s=round_ops_s,
-        sampler_s=launch_costs.bytes_s(
-            ov.sampler_bytes(
-                profile,
-                rows * tokens_per_seq,
-                launch_costs.vocab,
-                "verify" if speculative else "decode",
-                launch_costs.sampling,
-            )
-            + acceptance_bytes
+        sampler_s=engine_sampler_s(
+            profile, launch_costs, rows * tokens_per_seq, speculative, acceptance_bytes
         ),
     )
+
+
+def engine_sampler_s(
+    profile: ServingEngineProfile,
+    launch_costs: LaunchCosts,
+    rows: int,
+    speculative: bool,
+    acceptance_bytes: float = 0.0,
+    prompt_chunks: int = 0,
+) -> float:
+    """The engine's sampler passes after a step's kernels (`ov.sampler_bytes`): over its `rows` decode rows
+    (verified rows when `speculative`), one row per prompt chunk of a step with prefill, and a
+    verification's `acceptance_bytes` (`ov.acceptance_bytes`); what `engine_step` and a serving run's
+    mixed step both price."""
+    mode: ov.SamplerRows = "verify" if speculative else "decode"
+    nbytes = ov.sampler_bytes(profile, rows, launch_costs.vocab, mode, launch_costs.sampling)
+    if prompt_chunks:
+        chunk_bytes = ov.sampler_bytes(
+            profile, prompt_chunks, launch_costs.vocab, "decode", launch_costs.sampling
+        )
+        nbytes = chunk_bytes + nbytes
+    return launch_costs.bytes_s(nbytes + acceptance_bytes)
 
 
 class RoundDrafting(NamedTuple):
@@ -463,6 +478,48 @@ def round_drafting(
     return RoundDrafting(device.total_s + sampler_s + host_s, host_s, device, rows, prepared, sampler_s)
 
 
+class RoundExtras(NamedTuple):
+    """What an SD round adds beside its verification's kernel stream, sampler and host time: the drafting
+    (`round_drafting`), the round's own ops and a tree's attention metadata (both outside the captured
+    graphs) and the acceptance sync, less what the SD overlap hides behind the verification's device time."""
+
+    drafting: RoundDrafting
+    round_ops_s: float
+    metadata_s: float
+    accept_sync_s: float
+
+    @property
+    def seconds(self) -> float:
+        return self.drafting.seconds + self.round_ops_s + self.metadata_s + self.accept_sync_s
+
+
+def round_extras(
+    profile: ServingEngineProfile,
+    drafter: Drafter,
+    batch: int,
+    draft_len: int,
+    tokens_per_step: float,
+    launch: str,
+    padding_launch: str,
+    device_s: float,
+    drafts: DraftTimes,
+    launch_costs: LaunchCosts,
+) -> RoundExtras:
+    """The terms an SD round of (batch, K) adds to a verification run in `launch` over `device_s` seconds
+    of kernels (its plans padded as `ov.padded_sequences` pads at `padding_launch`): what `engine_round`
+    and a serving run's mixed step both add, written once."""
+    ops_s = metadata_s = 0.0
+    if not drafter.drafts_on_host:
+        drafter_launch = ov.drafter_launch(profile.drafter, launch)
+        ops_s = ov.round_ops_s(profile, draft_len, drafter_launch, launch_costs, device_s)
+        q = ov.verify_tokens(profile.drafter, draft_len)
+        planned = ov.padded_sequences(profile, batch, q, padding_launch)  # the batch the plans see
+        metadata_s = ov.attention_metadata_s(profile, draft_len, launch_costs, device_s, planned)
+    share = bonus_row_share(profile, tokens_per_step, draft_len)
+    drafting = round_drafting(profile, drafter, batch, draft_len, launch, drafts, share, launch_costs)
+    return RoundExtras(drafting, ops_s, metadata_s, ov.accept_sync_s(profile, device_s))
+
+
 @dataclass(frozen=True)
 class EngineRound:
     """An SD round under a serving engine without the decode step it is compared with (what a serving
@@ -509,15 +566,21 @@ def engine_round(
         draft_len=draft_len,
         tokens_per_step=tokens_per_step,
     )
+    extras = round_extras(
+        profile,
+        drafter,
+        batch,
+        draft_len,
+        tokens_per_step,
+        verify.launch,
+        requested_launch,
+        verify.device_s,
+        drafts,
+        launch_costs,
+    )
     if not drafter.drafts_on_host:
-        launch = ov.drafter_launch(profile.drafter, verify.launch)
-        ops_s = ov.round_ops_s(profile, draft_len, launch, launch_costs, verify.device_s)
-        q = ov.verify_tokens(profile.drafter, draft_len)
-        planned = ov.padded_sequences(profile, batch, q, requested_launch)  # the batch the plans see
-        metadata_s = ov.attention_metadata_s(profile, draft_len, launch_costs, verify.device_s, planned)
-        verify = replace(verify, round_ops_s=ops_s, metadata_s=metadata_s)
-    share = bonus_row_share(profile, tokens_per_step, draft_len)
-    drafting = round_drafting(profile, drafter, batch, draft_len, verify.launch, drafts, share, launch_costs)
+        verify = replace(verify, round_ops_s=extras.round_ops_s, metadata_s=extras.metadata_s)
+    drafting = extras.drafting
     first_pass_s = drafting.device.first_pass_s if profile.drafter.first_pass != "one_token" else 0.0
     return EngineRound(
         verify=verify,
@@ -527,7 +590,7 @@ def engine_round(
         draft_rows=drafting.rows,
         draft_tp=drafting.device.tp,
         host_prepared_passes=drafting.host_prepared_passes,
-        accept_sync_s=ov.accept_sync_s(profile, verify.device_s),
+        accept_sync_s=extras.accept_sync_s,
     )
 
 
