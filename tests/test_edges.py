@@ -183,6 +183,24 @@ def test_a_trace_output_of_an_unknown_type_is_refused_before_generating(tmp_path
     assert (tmp_path / "trace.NPZ").read_bytes()[:2] == b"PK"  # an .npz archive whatever the suffix's case
 
 
+def test_a_statistics_output_that_is_not_json_is_refused_before_fitting(tmp_path: Path) -> None:
+    import json
+
+    trace = tmp_path / "trace.jsonl"
+    lines = [
+        json.dumps({"sequence": s, "experts": [[t % 8, (t + 1) % 8]]}) for s in range(4) for t in range(8)
+    ]
+    trace.write_text("\n".join(lines) + "\n")
+    fit = ["routing", "fit", str(trace), "--experts", "8", "--max-distance", "4", "-o"]
+    code, out = invoke(*fit, str(tmp_path / "stats.xyz"))
+    assert code == 2
+    assert "--output" in out and "unsupported file type '.xyz'" in out and ".json" in out
+    assert not (tmp_path / "stats.xyz").exists()
+    code, out = invoke(*fit, str(tmp_path / "stats.JSON"))
+    assert code == 0, out
+    assert json.loads((tmp_path / "stats.JSON").read_text())["layers"]
+
+
 def test_calibrate_refuses_a_profile_path_that_is_not_toml_before_loading_the_suites() -> None:
     import subprocess
     import sys

@@ -62,7 +62,7 @@ def fit_command(
     from moesim.simulator.routing.stats_file import save_routing_stats, stats_document
     from moesim.simulator.routing.trace import load_trace
 
-    check_output_path("--output", output)
+    check_output_path("--output", output, suffixes=(".json",))
     settings = FitSettings(**fields_of(FitSettings, flags))
     topk_groups = 1 if settings.n_groups == 1 else settings.topk_groups
     routing_trace = load_trace(trace, n_experts)
