@@ -25,13 +25,9 @@ import argparse
 import statistics
 import time
 
+from moesim.calibrate.fits.drift import PART_FIGURES, rel_iqr
+
 CONTEXTS = ("idle", "memory", "gemm", "steps")
-PARTS = {
-    "memory": "memory_gbps",
-    "compute": "compute_tflops",
-    "stream_gemm": "stream_gemm_tflops",
-    "dispatch": "dispatch_us",
-}
 
 
 def main() -> None:
@@ -41,7 +37,6 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
 
-    from moesim.calibrate.fits.drift import rel_iqr
     from moesim.calibrate.suites.probe import Probe
     from moesim.calibrate.suites.timing import Timer, resolve_device
 
@@ -74,14 +69,14 @@ def main() -> None:
         timer.sync()
 
     readings: dict[str, list[dict[str, float]]] = {c: [] for c in CONTEXTS}
-    noise: dict[str, list[float]] = {p: [] for p in PARTS}
+    noise: dict[str, list[float]] = {p: [] for p in PART_FIGURES}
     started = time.perf_counter()
     for _ in range(args.rounds):
         for context in CONTEXTS:
             preceding(context)
             sample = probe.sample(context)
-            readings[context].append({p: float(getattr(sample, f)) for p, f in PARTS.items()})
-            for part in PARTS:
+            readings[context].append({p: float(getattr(sample, f)) for p, f in PART_FIGURES.items()})
+            for part in PART_FIGURES:
                 noise[part].append(sample.noise(part))
     probe.close()
 
@@ -91,11 +86,11 @@ def main() -> None:
         + ", ".join(f"{p} {100 * statistics.median(v):.1f}%" for p, v in noise.items())
     )
     print("median speed after each context ÷ after idle (dispatch as a speed), and the rounds' relative IQR")
-    print(f"{'context':8s}" + "".join(f"{p:>22s}" for p in PARTS))
-    idle = {p: statistics.median(r[p] for r in readings["idle"]) for p in PARTS}
+    print(f"{'context':8s}" + "".join(f"{p:>22s}" for p in PART_FIGURES))
+    idle = {p: statistics.median(r[p] for r in readings["idle"]) for p in PART_FIGURES}
     for context in CONTEXTS:
         cells = []
-        for part in PARTS:
+        for part in PART_FIGURES:
             values = [r[part] for r in readings[context]]
             median = statistics.median(values)
             ratio = idle[part] / median if part == "dispatch" else median / idle[part]

@@ -159,14 +159,21 @@ def test_a_runs_csv_of_too_many_rows_is_refused_before_a_row_is_parsed(
     assert f"has {MAX_RUN_ROWS + 1:,} rows, above the {MAX_RUN_ROWS:,}" in out
 
 
-def test_a_trace_output_of_an_unknown_type_is_refused_before_generating(tmp_path: Path) -> None:
+def _small_trace(folder: Path) -> Path:
+    """A JSON-lines trace of 4 sequences × 8 tokens over 8 experts, top-2."""
     import json
 
-    trace = tmp_path / "trace.jsonl"
+    trace = folder / "trace.jsonl"
     lines = [
         json.dumps({"sequence": s, "experts": [[t % 8, (t + 1) % 8]]}) for s in range(4) for t in range(8)
     ]
     trace.write_text("\n".join(lines) + "\n")
+    return trace
+
+
+def test_a_trace_output_of_an_unknown_type_is_refused_before_generating(tmp_path: Path) -> None:
+
+    trace = _small_trace(tmp_path)
     stats = tmp_path / "stats.json"
     code, out = invoke(
         "routing", "fit", str(trace), "-o", str(stats), "--experts", "8", "--max-distance", "4"
@@ -186,11 +193,7 @@ def test_a_trace_output_of_an_unknown_type_is_refused_before_generating(tmp_path
 def test_a_statistics_output_that_is_not_json_is_refused_before_fitting(tmp_path: Path) -> None:
     import json
 
-    trace = tmp_path / "trace.jsonl"
-    lines = [
-        json.dumps({"sequence": s, "experts": [[t % 8, (t + 1) % 8]]}) for s in range(4) for t in range(8)
-    ]
-    trace.write_text("\n".join(lines) + "\n")
+    trace = _small_trace(tmp_path)
     fit = ["routing", "fit", str(trace), "--experts", "8", "--max-distance", "4", "-o"]
     code, out = invoke(*fit, str(tmp_path / "stats.xyz"))
     assert code == 2

@@ -59,10 +59,10 @@ def fit_command(
     **flags: Any,
 ) -> None:
     """Fit per-layer correlated routing to TRACE and write the statistics file."""
-    from moesim.simulator.routing.stats_file import save_routing_stats, stats_document
+    from moesim.simulator.routing.stats_file import STATS_SUFFIXES, save_routing_stats, stats_document
     from moesim.simulator.routing.trace import load_trace
 
-    check_output_path("--output", output, suffixes=(".json",))
+    check_output_path("--output", output, suffixes=STATS_SUFFIXES)
     settings = FitSettings(**fields_of(FitSettings, flags))
     topk_groups = 1 if settings.n_groups == 1 else settings.topk_groups
     routing_trace = load_trace(trace, n_experts)

@@ -17,6 +17,7 @@ from moesim.simulator.bounds import MAX_EXPERTS, check_count
 from moesim.simulator.routing.correlated import CorrelatedRouting, LayerRouting
 
 FORMAT = "moesim-routing-stats"
+STATS_SUFFIXES = (".json",)  # what `routing fit` writes: JSON (the reader goes by content, not the name)
 VERSION = 1
 DEFINITIONS = (
     "overlap[d-1] = mean |S_t ∩ S_(t+d)| / k over tokens t, t+d of one sequence; baseline_overlap = the same "
