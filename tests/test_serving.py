@@ -221,6 +221,36 @@ def test_reserve_all_is_reserve_in_turn_or_nothing(
         assert not all(one.reserve(owner, tokens) for owner, tokens in asks)
 
 
+@given(
+    st.integers(0, 40),
+    st.lists(
+        st.tuples(st.integers(1, 100), st.integers(1, 300)), min_size=1, max_size=12, unique_by=lambda x: x[0]
+    ),
+    st.integers(1, 60),
+)
+def test_extend_all_is_reserve_all_for_owners_past_their_cover(
+    state_tokens: int, asks: list[tuple[int, int]], blocks: int
+) -> None:
+    """A decode step's reservations (each owner's tokens past what its blocks cover): the same blocks, peak
+    and covered tokens as `reserve_all` and `covered_tokens_of`, or nothing taken when they do not fit."""
+    one, many = (KvBlocks(blocks * 16, 16, state_tokens) for _ in range(2))
+    for kv in (one, many):
+        for owner, _ in asks:
+            kv.reserve(owner, 1)
+    asks = [(owner, tokens) for owner, tokens in asks if tokens > many.covered_tokens(owner)]
+    owners = np.array([o for o, _ in asks], dtype=np.intp)
+    tokens = np.array([t for _, t in asks], dtype=np.int64)
+    before = many.free_blocks
+    covered = many.extend_all(owners, tokens)
+    ok = one.reserve_all(owners, tokens)
+    assert ok == (covered is not None)
+    assert (many.free_blocks, many.peak_used_blocks) == (one.free_blocks, one.peak_used_blocks)
+    if covered is not None:
+        assert covered.tolist() == one.covered_tokens_of(owners).tolist()
+    else:
+        assert many.free_blocks == before
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     lengths=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 60)), min_size=1, max_size=25),
@@ -250,7 +280,7 @@ def test_the_array_step_is_the_request_by_request_step(  # type: ignore[no-untyp
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(loop, "ARRAY_FROM", array_from)
             if not one_pass:
-                patch.setattr(loop, "_all_decode", lambda state, running, budget: False)
+                patch.setattr(loop, "_all_decode", lambda state, running, budget: None)
             states, state = loop.run_serving_loop(
                 requests, sends, _LinearCost(), kv, limits, acceptance, concurrency
             )
