@@ -15,7 +15,7 @@ from moesim.errors import MoesimError
 from moesim.simulator.execution.timer import FastTimer
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.scenario import Scenario
-from moesim.simulator.serving.draws import AcceptanceDraws, rate_for_length
+from moesim.simulator.serving.draws import AcceptanceDraws, rate_for_length, tokens_of_rounds
 from moesim.simulator.serving.kv import KvBlocks, kv_capacity
 from moesim.simulator.serving.options import SchedulerLimits
 from moesim.simulator.serving.run import (
@@ -151,6 +151,17 @@ def test_bucket_is_close_and_exact_for_small_values() -> None:
     assert [bucket(v) for v in range(16)] == list(range(16))
     for value in (17, 100, 1000, 2071, 123_456.7):
         assert abs(bucket(value) - value) <= value / 32
+
+
+@given(st.integers(1, 8), st.integers(0, 300), st.floats(0.0, 1.0), st.integers(0, 2**32 - 1))
+def test_tokens_of_rounds_is_one_plus_the_leading_accepted_drafts(
+    draft_len: int, rounds: int, rate: float, seed: int
+) -> None:
+    """The column-at-a-time count equals the cumulative-product form, integers and dtype alike."""
+    accepted = np.random.default_rng(seed).random((rounds, draft_len)) < rate
+    expected = 1 + np.cumprod(accepted, axis=1).sum(axis=1)
+    got = tokens_of_rounds(accepted)
+    assert got.dtype == expected.dtype and got.tolist() == expected.tolist()
 
 
 def test_acceptance_draws_match_the_acceptance_model() -> None:
