@@ -201,8 +201,12 @@ def rank_experts_from_inclusion(
                 for idx, s in zip(members, share, strict=True)
             ]
         )
-        std = np.sqrt(t[:, None] * np.maximum(var_token, 0.0)[None, :])
-        max_tokens = np.maximum(_expected_max_normal(mean_tokens_r, std), max_distinct)
+        # The token counts' normals depend on the step's tokens alone: one quadrature per distinct count
+        # (a sweep's shapes repeat B·T often), each row as the full grid's (the quadrature is row by row).
+        unique_t, row = np.unique(t, return_inverse=True)
+        std = np.sqrt(unique_t[:, None] * np.maximum(var_token, 0.0)[None, :])
+        max_normal = _expected_max_normal(unique_t[:, None] * share[None, :], std)[row]
+        max_tokens = np.maximum(max_normal, max_distinct)
     return RankExperts(
         ranks=ep,
         mean_distinct=total / ep,
