@@ -294,8 +294,6 @@ def build_parallel_plan(
     rank = rank_model(model, layout)
     group_batch = layout.sequences_per_group(batch)
     ctx = PlanContext(rank, group_batch, tokens_per_seq, context_len, device)
-    work_by_layer: list[RankExperts] = []
-    distinct_total: list[float] = []
     per_layer = not isinstance(routing, IndependentRouting)
     shared_work: RankExperts | None = None
     if model.is_moe and not per_layer:
@@ -324,16 +322,20 @@ def build_parallel_plan(
             )
         works.append(work)
         work_keys.append((round(float(work.max_distinct), 6), round(float(work.max_tokens), 6)))
-    for layer, (attn, ffn, group) in enumerate(kinds):
-        work = None
-        if group >= 0:
-            work = works[group]
-            work_by_layer.append(work)
-            distinct_total.append(float(work.total_distinct))
-        key = (attn, ffn, *(work_keys[group] if work is not None else (0.0, 0.0)))
-        if key not in templates:
-            templates[key] = tuple(_layer(parts, layout, attn, ffn, work))
-        segments.append(pl.Segment(templates[key], layer))
+    by_kind: dict[tuple[str, str, int], tuple[Kernel, ...]] = {}  # (attention, FFN, group) → template
+    for layer, kind in enumerate(kinds):
+        template = by_kind.get(kind)
+        if template is None:
+            attn, ffn, group = kind
+            work = works[group] if group >= 0 else None
+            key = (attn, ffn, *(work_keys[group] if work is not None else (0.0, 0.0)))
+            if key not in templates:
+                templates[key] = tuple(_layer(parts, layout, attn, ffn, work))
+            template = by_kind[kind] = templates[key]
+        segments.append(pl.new_segment(template, layer))
+    work_by_layer = [works[group] for _, _, group in kinds if group >= 0]
+    totals = [float(work.total_distinct) for work in works]
+    distinct_total = [totals[group] for _, _, group in kinds if group >= 0]
     segments.append(pl.Segment(tuple(_epilogue(ctx, layout))))
     plan = pl.StepPlan(
         model_name=model.name,

@@ -378,8 +378,9 @@ class CorrelatedRouting:
     def top_k(self) -> int:
         return self.default.top_k
 
-    @property
+    @functools.cached_property
     def description(self) -> str:
+        """What the routing assumes, in words (remembered: every plan of a sweep carries it)."""
         d = self.default
         parts = [
             f"{self.assumption}: latent logit spread {d.sigma:.2f}, sequence share {d.sequence_share:.2f}, "
