@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 
 import numpy as np
@@ -213,15 +214,22 @@ def test_one_row_gemm_costs_its_memory_term_alone() -> None:
             assert np.isclose(total[0], p.fixed_s + (nbytes + p.half_bandwidth_bytes) / p.memory_bytes_per_s)
 
 
+@functools.cache
+def _every_profile_s_cost_params() -> tuple[CostParams, ...]:
+    """The cost parameters of the test H200, the CPU validation profile and every shipped profile, read once
+    for all of the property's examples."""
+    from moesim.simulator.hardware.profile import list_profiles, load_profile
+
+    shipped = [load_profile(name) for name in list_profiles()]
+    profiles = (h200(), load_profile("docs/validation/cpu/cpu.toml"), *shipped)
+    return tuple(CostParams.from_hardware(hw) for hw in profiles)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.floats(1.0, 600.0), st.floats(1.0, 600.0))
 def test_gemm_compute_time_never_falls_as_rows_grow(m1: float, m2: float) -> None:
     """More rows of the same weight never take less arithmetic time (compute ∝ M / efficiency(M))."""
-    from moesim.simulator.hardware.profile import list_profiles, load_profile
-
-    shipped = [load_profile(name) for name in list_profiles()]
-    for hw in (h200(), load_profile("docs/validation/cpu/cpu.toml"), *shipped):
-        p = CostParams.from_hardware(hw)
+    for p in _every_profile_s_cost_params():
         lo, hi = sorted((m1, m2))
         t = compute_time_s(np.array([2.0 * lo, 2.0 * hi]), np.array([lo, hi]), p.peak("bf16"), p)
         assert t[0] <= t[1] * (1 + 1e-12)

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from moesim.errors import MoesimError
-from moesim.validation.runs.schema import COLUMN_NAMES, parse_runs, read_runs, unrepresentable_reason
+from moesim.validation.runs.schema import (
+    COLUMN_NAMES,
+    MeasuredRun,
+    parse_runs,
+    read_runs,
+    unrepresentable_reason,
+)
 
 
 def test_bundled_runs_parse_with_a_source_on_every_row() -> None:
@@ -124,3 +130,60 @@ def test_run_curves_meet_the_validated_rows_at_their_batch(tmp_path) -> None:  #
     assert {r.run_id for r in unpredicted_points(runs, ("R3",))} == {"R3-docs-b1", "R3-docs-b32"}
     plot_run_curves(curves, str(tmp_path / "curves.png"))
     assert (tmp_path / "curves.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        ({"num_prompts": "0"}, "below 1"),
+        ({"num_prompts": "80", "metric": "speedup_tpot"}, "applies to a speedup_throughput row"),
+    ],
+)
+def test_a_prompt_count_a_throughput_benchmark_cannot_have_is_refused(overrides: dict, needle: str) -> None:
+    with pytest.raises(MoesimError, match=needle) as info:
+        parse_runs(_csv(**overrides), "mine.csv")
+    assert info.value.field == "mine.csv line 2: num_prompts"
+
+
+@pytest.mark.parametrize(
+    ("prompts", "concurrency"), [(80, 64), (80, 8), (80, 1), (3, 64), (64, 64), (1000, 7)]
+)
+def test_a_closed_loop_run_sends_every_prompt_at_most_concurrency_at_a_time(
+    prompts: int, concurrency: int
+) -> None:
+    from moesim.validation.runs.predict import closed_loop_waves
+
+    waves = closed_loop_waves(prompts, concurrency)
+    assert sum(batch * n for batch, n in waves.items()) == prompts
+    assert max(waves) == min(prompts, concurrency)
+    assert sum(n for batch, n in waves.items() if batch < concurrency) <= 1  # one short wave at most
+
+
+def _r8(batch: int) -> MeasuredRun:
+    return next(
+        r for r in read_runs() if r.source == "R8" and r.model == "gpt-oss-120b" and r.batch == (batch,)
+    )
+
+
+def test_r8_is_priced_as_its_closed_loop_benchmark_of_80_prompts() -> None:
+    """80 prompts at concurrency 64 are timed over a wave of 64 and a wave of 16: the run's speedup is the two
+    waves' steady speedups weighted by their time (the decode time of each wave over its speedup), so it
+    lies between them; at concurrency 8 the 80 prompts are ten full waves, the steady point itself."""
+    from moesim.validation.runs.predict import PER_RUN, prepare, profile_for_run
+
+    (at_64, at_8), _ = prepare([_r8(64), _r8(8)])
+    assert at_64.run.num_prompts == 80
+    profile = profile_for_run(at_64.run, PER_RUN)
+    full, tail = at_64.point(profile, 64), at_64.point(profile, 16)
+    speedup, step_ratio, batch = at_64.predict(profile)
+    by_hand = (full.decode.step_s + tail.decode.step_s) / (
+        full.decode.step_s / full.speedup + tail.decode.step_s / tail.speedup
+    )
+    assert batch == 64
+    assert speedup == pytest.approx(by_hand, rel=1e-12)
+    assert min(full.speedup, tail.speedup) < speedup < max(full.speedup, tail.speedup)
+    assert step_ratio == pytest.approx(at_64.run.acceptance_length / speedup, rel=1e-12)
+    steady = at_8.point(profile_for_run(at_8.run, PER_RUN), 8)
+    assert at_8.predict(profile_for_run(at_8.run, PER_RUN))[:2] == pytest.approx(
+        (steady.speedup, steady.step_ratio), rel=1e-12
+    )

@@ -2,7 +2,9 @@
 
 Rows that differ only in their batch (and the acceptance length measured at each) form one curve: the
 speedup the step model predicts over `CURVE_BATCHES` at the rows' mean acceptance length, under each row's
-own engine preset (`per-run`) and under `ideal`, drawn with the measured points of the rows. The shape is
+own engine preset (`per-run`) and under `ideal`, drawn with the measured points of the rows. Where the rows
+give the benchmark's prompt count, each batch is priced as that benchmark runs it: a closed-loop run of
+those prompts with the batch in flight (`predict.closed_loop_waves`). The shape is
 the point: a curve must fall where the measured points fall and rise where they rise.
 
     python -m moesim.validation.runs.curves docs/runs-vs-batch.png [R1,R3,R4,R8]
@@ -38,6 +40,7 @@ CURVE_KEY = (
     "tree_topk",
     "drafter_launch",
     "max_running_requests",
+    "num_prompts",
     "temperature",
 )
 
@@ -66,7 +69,7 @@ def _label(run: MeasuredRun) -> str:
 
 def _speedups(predictor: RunPredictor, engine: str, acceptance_length: float) -> tuple[float, ...]:
     profile = profile_for_run(predictor.run, engine)
-    return tuple(predictor.point(profile, b, acceptance_length).speedup for b in CURVE_BATCHES)
+    return tuple(predictor.benchmark(profile, b, acceptance_length)[0] for b in CURVE_BATCHES)
 
 
 def run_curves(runs: Sequence[MeasuredRun], sources: Sequence[str] = DEFAULT_SOURCES) -> list[RunCurve]:

@@ -11,7 +11,7 @@ reason, never dropped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -112,11 +112,57 @@ class RunPredictor:
         tokens = float(self.run.acceptance_length if acceptance_length is None else acceptance_length)
         return engine_point(profile, r.drafter, batch, self.run.draft_len, tokens, r.launch, *self.timers)
 
+    def benchmark(
+        self, profile: ServingEngineProfile, batch: int, acceptance_length: float | None = None
+    ) -> tuple[float, float]:
+        """(speedup, step ratio) the row's benchmark measures at `batch`: the steady point's, or across the
+        waves of a closed-loop run of the row's `num_prompts` with `batch` in flight (`closed_loop_speedup`)."""
+        if not self.run.num_prompts:
+            steady = self.point(profile, batch, acceptance_length)
+            return steady.speedup, steady.step_ratio
+        waves = closed_loop_waves(self.run.num_prompts, batch)
+        points = {b: self.point(profile, b, acceptance_length) for b in waves}
+        speedup = closed_loop_speedup(points, waves)
+        tokens_per_step = next(iter(points.values())).tokens_per_step  # the acceptance length: one per row
+        return speedup, tokens_per_step / speedup
+
     def predict(self, profile: ServingEngineProfile) -> tuple[float, float, int]:
         """(speedup, step ratio, batch): at the row's batch, or at the predicted peak over its batches."""
-        points = [(self.point(profile, b), b) for b in self.run.batches]
-        best, batch = max(points, key=lambda pb: pb[0].speedup)
-        return best.speedup, best.step_ratio, batch
+        figures = [(self.benchmark(profile, b), b) for b in self.run.batches]
+        (speedup, step_ratio), batch = max(figures, key=lambda fb: fb[0][0])
+        return speedup, step_ratio, batch
+
+
+def closed_loop_waves(num_prompts: int, concurrency: int) -> dict[int, int]:
+    """Batch → waves of a closed-loop benchmark: `num_prompts` requests of one output length with at most
+    `concurrency` in flight run ⌊N/C⌋ waves of C and one of the N mod C left over.
+
+    The client of SpecForge 0.2.0 (`specforge/benchmarks/sglang.py`, `_run_sglang`) is such a loop: a thread
+    pool of `concurrency` workers over the prompts, output throughput = completion tokens ÷ the pool's elapsed
+    time, after an untimed warm-up of `concurrency` prompts. So 80 prompts at concurrency 64 are timed over a
+    wave of 64 and a wave of 16, not at a steady 64.
+
+    >>> closed_loop_waves(80, 64), closed_loop_waves(80, 8), closed_loop_waves(3, 64)
+    ({64: 1, 16: 1}, {8: 10}, {3: 1})
+    """
+    full, rest = divmod(num_prompts, concurrency)
+    waves = {concurrency: full} if full else {}
+    if rest:
+        waves[rest] = 1
+    return waves
+
+
+def closed_loop_speedup(points: Mapping[int, SpeculativePoint], waves: Mapping[int, int]) -> float:
+    """Output throughput with SD over without across a closed-loop run's waves (`closed_loop_waves`).
+
+    A wave of b requests of L tokens takes L decode steps d(b) without SD and L·d(b) ÷ S(b) with it (S(b) the
+    steady speedup at b), so the run's speedup is Σ n·d(b) ÷ Σ n·d(b)/S(b): the wave speedups weighted by
+    their time, L cancelling. One output length for every request is the assumption; lengths that vary make
+    the last requests finish at smaller batches still, a longer low-batch tail.
+    """
+    without = sum(n * points[b].decode.step_s for b, n in waves.items())
+    with_sd = sum(n * points[b].decode.step_s / points[b].speedup for b, n in waves.items())
+    return without / with_sd
 
 
 @dataclass

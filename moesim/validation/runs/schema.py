@@ -68,6 +68,13 @@ SCHEMA: tuple[Column, ...] = (
     ),
     Column("concurrency", "int", False, "concurrent requests of the benchmark"),
     Column(
+        "num_prompts",
+        "int",
+        False,
+        "requests the timed run sent with at most `batch` in flight, for a throughput metric (blank: a "
+        "steady batch)",
+    ),
+    Column(
         "max_running_requests",
         "int",
         False,
@@ -188,6 +195,7 @@ def parse_runs(text: str, source: str) -> list[MeasuredRun]:
         where = f"{source} line {line}"
         values = {c.name: _parse_cell(c, row.get(c.name) or "", where) for c in SCHEMA}
         _check_acceptance_length(values, where)
+        _check_num_prompts(values, where)
         _check_speedup(values, where)
         if values["run_id"] in seen:
             raise MoesimError(
@@ -217,6 +225,22 @@ def _check_acceptance_length(values: dict[str, Any], where: str) -> None:
             f"is {length:g}, above the {drafted + 1} tokens a round of "
             f"{'draft_tokens' if tree else 'draft_len'} {drafted} can yield",
             "check acceptance_length (accepted + 1 per round) against the draft length",
+        )
+
+
+def _check_num_prompts(values: dict[str, Any], where: str) -> None:
+    """A benchmark's prompt count shapes its output throughput (total tokens over the run's time), not a
+    per-user rate or a latency, and a timed run sends at least one prompt."""
+    prompts = values.get("num_prompts")
+    if prompts is None:
+        return
+    if prompts < 1:
+        raise MoesimError(f"{where}: num_prompts", f"is {prompts}, below 1", "give at least one prompt")
+    if values.get("metric") != "speedup_throughput":
+        raise MoesimError(
+            f"{where}: num_prompts",
+            f"applies to a speedup_throughput row, not to {values.get('metric')}",
+            "leave num_prompts blank for this metric",
         )
 
 
