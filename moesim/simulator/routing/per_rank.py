@@ -201,8 +201,12 @@ def rank_experts_from_inclusion(
                 for idx, s in zip(members, share, strict=True)
             ]
         )
-        std = np.sqrt(t[:, None] * np.maximum(var_token, 0.0)[None, :])
-        max_tokens = np.maximum(_expected_max_normal(mean_tokens_r, std), max_distinct)
+        # The token counts' normals depend on the step's tokens alone: one quadrature per distinct count
+        # (a sweep's shapes repeat B·T often), each row as the full grid's (the quadrature is row by row).
+        unique_t, row = np.unique(t, return_inverse=True)
+        std = np.sqrt(unique_t[:, None] * np.maximum(var_token, 0.0)[None, :])
+        max_normal = _expected_max_normal(unique_t[:, None] * share[None, :], std)[row]
+        max_tokens = np.maximum(max_normal, max_distinct)
     return RankExperts(
         ranks=ep,
         mean_distinct=total / ep,
@@ -392,10 +396,15 @@ def rank_experts(
     vectorised over the batch grid; experts treated as independent given those probabilities); any other
     routing model is sampled via its `sample_expert_loads` (RANK_SAMPLES steps, seeded) and cached per configuration.
     """
+    key = _closed_form_key(routing, n_experts, top_k, layer)
+    if key is not None and isinstance(batch, int) and isinstance(tokens_per_seq, int):
+        # One step's prepared work (plan builders ask per layer group of every step): a look-up.
+        prepared = _PREPARED.get((key, batch, tokens_per_seq, ep, placement))
+        if prepared is not None and batch >= 1 and tokens_per_seq >= 1:
+            return _scalar_view(prepared, ())
     b, t = np.broadcast_arrays(np.asarray(batch, dtype=int), np.asarray(tokens_per_seq, dtype=int))
     if np.any(b < 1) or np.any(t < 1):
         raise MoesimError("batch", "batch and tokens per sequence must be ≥ 1")
-    key = _closed_form_key(routing, n_experts, top_k, layer)
     if key is not None:
         if b.size == 1:
             prepared = _PREPARED.get((key, int(b.flat[0]), int(t.flat[0]), ep, placement))
