@@ -144,11 +144,13 @@ def _rank_pmfs(hit: np.ndarray, members: list[np.ndarray]) -> list[np.ndarray]:
 # Cephes' ndtr alike; tests/test_binomial_pmf.py checks both), so those arguments need no evaluation.
 NDTR_ONE_FROM = 8.3
 NDTR_ZERO_TO = -38.5
+# From −8.3 down the cdf is at most 2^−54 (5.2e-17 at −8.3; the test checks it), so a product of cdfs with
+# such a factor is too, and 1 − it is exactly 1.0: the quadrature needs no other factor at that point.
+NDTR_NEGLIGIBLE_TO = -8.3
 
 
 def _saturated_ndtr(z: np.ndarray) -> np.ndarray:
-    """`ndtr(z)`, evaluated only where it is neither exactly 0 nor exactly 1 (about a fifth of a sweep's
-    quadrature points are not); NaN goes through `ndtr`."""
+    """`ndtr(z)`, evaluated only where it is neither exactly 0 nor exactly 1; NaN goes through `ndtr`."""
     values = np.where(z >= NDTR_ONE_FROM, 1.0, 0.0)
     inside = ~((z >= NDTR_ONE_FROM) | (z <= NDTR_ZERO_TO))
     values[inside] = ndtr(z[inside])
@@ -160,7 +162,9 @@ def _expected_max_normal(mean: np.ndarray, std: np.ndarray) -> np.ndarray:
     upper = np.max(mean + 8 * std, axis=1, keepdims=True)
     grid = np.linspace(0.0, 1.0, 513)[None, :] * upper  # [m, g]
     z = (grid[:, :, None] - mean[:, None, :]) / np.maximum(std[:, None, :], 1e-12)
-    cdf = np.prod(_saturated_ndtr(z), axis=2)  # P(max ≤ x)
+    cdf = np.zeros(z.shape[:2])  # P(max ≤ x); left 0 where 1 − it is 1.0 whatever the other factors
+    needed = ~(z <= NDTR_NEGLIGIBLE_TO).any(axis=2)
+    cdf[needed] = np.prod(_saturated_ndtr(z[needed]), axis=1)
     return np.trapezoid(1.0 - cdf, grid, axis=1)
 
 
