@@ -218,8 +218,9 @@ def plan_arrays(plan: StepPlan) -> KernelArrays:
         if len(_PLAN_STRUCTURES) >= _MAX_PLAN_STRUCTURES:
             _PLAN_STRUCTURES.pop(next(iter(_PLAN_STRUCTURES)))
         _PLAN_STRUCTURES[key] = structure
-    k = np.concatenate([part.kernel_values for part in parts])[structure.kernel_rows]
-    acc = np.concatenate([part.access_values for part in parts])[structure.access_rows]
+    # np.take of whole rows: the same copy as fancy indexing, a third of its time
+    k = np.take(np.concatenate([part.kernel_values for part in parts]), structure.kernel_rows, axis=0)
+    acc = np.take(np.concatenate([part.access_values for part in parts]), structure.access_rows, axis=0)
     return KernelArrays(
         flops=k[:, 0],
         m_tokens=k[:, 1],

@@ -149,7 +149,7 @@ class KvBlocks:
         same blocks held and the same peak as `reserve_all`, in fewer array operations (a decode step's)."""
         blocks = -(-tokens // self.block_tokens)
         held = blocks + self.state_blocks
-        taken = int(held.sum()) - int(self._held[owners].sum())
+        taken = int(np.add.reduce(held - self._held[owners]))  # `.sum()` without its Python wrapper
         if taken > self.free_blocks:
             return None
         self._held[owners] = held

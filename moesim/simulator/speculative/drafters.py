@@ -39,6 +39,7 @@ run on, because verification needs the drafts and the next draft needs the verif
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -246,6 +247,7 @@ def per_target(derive: Callable[[ModelSpec], ModelSpec]) -> Callable[[ModelSpec]
     run on each `replace`."""
     answers: dict[int, tuple[ModelSpec, ModelSpec]] = {}
 
+    @functools.wraps(derive)
     def remembered(target: ModelSpec) -> ModelSpec:
         known = answers.get(id(target))
         if known is not None and known[0] is target:
@@ -256,7 +258,6 @@ def per_target(derive: Callable[[ModelSpec], ModelSpec]) -> Callable[[ModelSpec]
         answers[id(target)] = (target, model)
         return model
 
-    remembered.__doc__ = derive.__doc__
     return remembered
 
 
