@@ -80,3 +80,23 @@ def test_the_normal_cdf_saturates_where_per_rank_skips_it() -> None:
     rng = np.random.default_rng(5)
     z = np.concatenate([rng.normal(0.0, 20.0, (50, 40)).ravel(), [NDTR_ONE_FROM, NDTR_ZERO_TO, math.nan]])
     assert np.array_equal(_saturated_ndtr(z), scipy_ndtr(z), equal_nan=True)
+
+
+def test_the_quadrature_skips_only_points_where_one_minus_the_cdf_is_one() -> None:
+    from scipy.special import ndtr as scipy_ndtr
+
+    from moesim.simulator.routing.normal_cdf import cephes_ndtr
+    from moesim.simulator.routing.per_rank import NDTR_NEGLIGIBLE_TO, _expected_max_normal, _saturated_ndtr
+
+    below = NDTR_NEGLIGIBLE_TO - np.concatenate([np.linspace(0.0, 60.0, 600_001), [np.inf]])
+    for ndtr in (scipy_ndtr, cephes_ndtr):
+        assert np.all(ndtr(below) <= 2.0**-54)
+        assert np.all(1.0 - ndtr(below) == 1.0)
+    rng = np.random.default_rng(7)
+    mean = rng.uniform(0.0, 500.0, (40, 8)) * rng.uniform(0.0, 1.0, (40, 1))
+    std = np.sqrt(mean) * rng.uniform(0.2, 3.0, (40, 8))
+    upper = np.max(mean + 8 * std, axis=1, keepdims=True)
+    grid = np.linspace(0.0, 1.0, 513)[None, :] * upper
+    z = (grid[:, :, None] - mean[:, None, :]) / np.maximum(std[:, None, :], 1e-12)
+    every_point = np.trapezoid(1.0 - np.prod(_saturated_ndtr(z), axis=2), grid, axis=1)
+    assert _expected_max_normal(mean, std).tobytes() == every_point.tobytes()

@@ -15,7 +15,7 @@ from moesim.errors import MoesimError
 from moesim.simulator.execution.timer import FastTimer
 from moesim.simulator.plan.layout import ParallelLayout
 from moesim.simulator.scenario import Scenario
-from moesim.simulator.serving.draws import AcceptanceDraws, rate_for_length
+from moesim.simulator.serving.draws import AcceptanceDraws, rate_for_length, tokens_of_rounds
 from moesim.simulator.serving.kv import KvBlocks, kv_capacity
 from moesim.simulator.serving.options import SchedulerLimits
 from moesim.simulator.serving.run import (
@@ -153,6 +153,17 @@ def test_bucket_is_close_and_exact_for_small_values() -> None:
         assert abs(bucket(value) - value) <= value / 32
 
 
+@given(st.integers(1, 8), st.integers(0, 300), st.floats(0.0, 1.0), st.integers(0, 2**32 - 1))
+def test_tokens_of_rounds_is_one_plus_the_leading_accepted_drafts(
+    draft_len: int, rounds: int, rate: float, seed: int
+) -> None:
+    """The column-at-a-time count equals the cumulative-product form, integers and dtype alike."""
+    accepted = np.random.default_rng(seed).random((rounds, draft_len)) < rate
+    expected = 1 + np.cumprod(accepted, axis=1).sum(axis=1)
+    got = tokens_of_rounds(accepted)
+    assert got.dtype == expected.dtype and got.tolist() == expected.tolist()
+
+
 def test_acceptance_draws_match_the_acceptance_model() -> None:
     for alpha, k in ((0.8, 3), (0.5, 5), (0.95, 1)):
         draws = AcceptanceDraws(k, alpha, seed=0).draw(200_000)
@@ -221,6 +232,36 @@ def test_reserve_all_is_reserve_in_turn_or_nothing(
         assert not all(one.reserve(owner, tokens) for owner, tokens in asks)
 
 
+@given(
+    st.integers(0, 40),
+    st.lists(
+        st.tuples(st.integers(1, 100), st.integers(1, 300)), min_size=1, max_size=12, unique_by=lambda x: x[0]
+    ),
+    st.integers(1, 60),
+)
+def test_extend_all_is_reserve_all_for_owners_past_their_cover(
+    state_tokens: int, asks: list[tuple[int, int]], blocks: int
+) -> None:
+    """A decode step's reservations (each owner's tokens past what its blocks cover): the same blocks, peak
+    and covered tokens as `reserve_all` and `covered_tokens_of`, or nothing taken when they do not fit."""
+    one, many = (KvBlocks(blocks * 16, 16, state_tokens) for _ in range(2))
+    for kv in (one, many):
+        for owner, _ in asks:
+            kv.reserve(owner, 1)
+    asks = [(owner, tokens) for owner, tokens in asks if tokens > many.covered_tokens(owner)]
+    owners = np.array([o for o, _ in asks], dtype=np.intp)
+    tokens = np.array([t for _, t in asks], dtype=np.int64)
+    before = many.free_blocks
+    covered = many.extend_all(owners, tokens)
+    ok = one.reserve_all(owners, tokens)
+    assert ok == (covered is not None)
+    assert (many.free_blocks, many.peak_used_blocks) == (one.free_blocks, one.peak_used_blocks)
+    if covered is not None:
+        assert covered.tolist() == one.covered_tokens_of(owners).tolist()
+    else:
+        assert many.free_blocks == before
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     lengths=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 60)), min_size=1, max_size=25),
@@ -250,7 +291,7 @@ def test_the_array_step_is_the_request_by_request_step(  # type: ignore[no-untyp
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(loop, "ARRAY_FROM", array_from)
             if not one_pass:
-                patch.setattr(loop, "_all_decode", lambda state, running, budget: False)
+                patch.setattr(loop, "_all_decode", lambda state, running, budget: None)
             states, state = loop.run_serving_loop(
                 requests, sends, _LinearCost(), kv, limits, acceptance, concurrency
             )

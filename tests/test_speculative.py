@@ -189,3 +189,17 @@ def test_a_piecewise_drafter_pays_an_eager_attention_launch_per_layer() -> None:
         )
         assert piecewise.total_s >= graph.total_s
     assert piecewise.first_pass_s > graph.first_pass_s  # on the slow host: issue-bound
+
+
+def test_a_drafters_model_is_remembered_per_target_object() -> None:
+    """The EAGLE head and the MTP module are derived once per target object (a serving run asks on every
+    step shape), and equal what a fresh derivation gives; another target object is derived afresh."""
+    from moesim.simulator.models.catalogue import load_model
+    from moesim.simulator.speculative.drafters import eagle_head, mtp_module
+
+    for derive, name in ((eagle_head, "qwen3-30b-a3b"), (mtp_module, "deepseek-v3")):
+        target = load_model(name)
+        copy = replace(target)
+        assert derive(target) is derive(target)
+        assert derive(copy) is not derive(target)
+        assert derive(copy) == derive(target)

@@ -218,8 +218,9 @@ def plan_arrays(plan: StepPlan) -> KernelArrays:
         if len(_PLAN_STRUCTURES) >= _MAX_PLAN_STRUCTURES:
             _PLAN_STRUCTURES.pop(next(iter(_PLAN_STRUCTURES)))
         _PLAN_STRUCTURES[key] = structure
-    k = np.concatenate([part.kernel_values for part in parts])[structure.kernel_rows]
-    acc = np.concatenate([part.access_values for part in parts])[structure.access_rows]
+    # np.take of whole rows: the same copy as fancy indexing, a third of its time
+    k = np.take(np.concatenate([part.kernel_values for part in parts]), structure.kernel_rows, axis=0)
+    acc = np.take(np.concatenate([part.access_values for part in parts]), structure.access_rows, axis=0)
     return KernelArrays(
         flops=k[:, 0],
         m_tokens=k[:, 1],
@@ -249,6 +250,9 @@ class _StackStructure:
     single: np.ndarray  # accesses (doubled) of tensors touched once per step
     pair_rows: np.ndarray  # (row j, column q): tensor of access q is counted once in access j's distance
     pair_cols: np.ndarray
+    doubled: np.ndarray  # the tensor ids of the doubled sequence
+    after_previous: np.ndarray  # previous + 1: where the cumulative footprints start counting
+    tensors: int  # tensor ids are below this
 
 
 _STRUCTURES: dict[bytes, _StackStructure | None] = {}
@@ -282,7 +286,9 @@ def _stack_structure(tensor: np.ndarray) -> _StackStructure | None:
             counted = (last > p[None, :]) & (ids2[j][None, :] != multi[:, None])
             x_idx, rows = np.nonzero(counted)
             cols = last[x_idx, rows]
-        structure = _StackStructure(p, counts[ids2] == 1, rows, cols)
+        structure = _StackStructure(p, counts[ids2] == 1, rows, cols, ids2, p + 1, int(tensor.max()) + 1)
+        for array in (p, structure.single, rows, cols, ids2, structure.after_previous):
+            array.setflags(write=False)  # shared by every plan of the access sequence
     if len(_STRUCTURES) >= _MAX_CACHED_STRUCTURES:
         _STRUCTURES.pop(next(iter(_STRUCTURES)))
     _STRUCTURES[key] = structure
@@ -315,12 +321,12 @@ def _residency_row(
     tensor: np.ndarray, size: np.ndarray, capacity: float, structure: _StackStructure
 ) -> np.ndarray:
     n = tensor.size
-    footprint = np.zeros(int(tensor.max()) + 1)
+    footprint = np.zeros(structure.tensors)
     np.maximum.at(footprint, tensor, size)
-    inserted = np.minimum(footprint[np.concatenate([tensor, tensor])], capacity)
+    inserted = np.minimum(footprint, capacity)[structure.doubled]  # = min(footprint[doubled], capacity)
     p = structure.previous
     cumulative = np.concatenate([[0.0], np.cumsum(np.where(structure.single, inserted, 0.0))])
-    y = cumulative[n : 2 * n] - cumulative[p + 1]
+    y = cumulative[n : 2 * n] - cumulative[structure.after_previous]
     if structure.pair_rows.size:
         y += np.bincount(structure.pair_rows, weights=inserted[structure.pair_cols], minlength=n)
     return np.clip(capacity - y, 0.0, inserted[p])
@@ -597,6 +603,8 @@ def fast_steps(
     through the same floating-point operations as a plan alone, so each result is exactly `fast_step`'s."""
     params = params or CostParams.from_hardware(hardware)
     arrays = [plan_arrays(request.plan) for request in requests]
+    if len(requests) == 1:  # one plan is its own group (a serving run costs its step shapes one by one)
+        return _time_group(requests, arrays, hardware, params)
     groups: dict[tuple[object, ...], list[int]] = {}
     for index, (request, a) in enumerate(zip(requests, arrays, strict=True)):
         key = (

@@ -32,15 +32,8 @@ import numpy as np
 from moesim.errors import MoesimError
 from moesim.simulator.models.spec import AttentionLayerKind, FfnLayerKind, ModelSpec
 from moesim.simulator.plan import step as pl
-from moesim.simulator.plan.attention import attention_kernels
 from moesim.simulator.plan.blocks import ACT_BYTES, GENERIC_DEVICE, LOGIT_BYTES, PlanContext, PlanDevice
-from moesim.simulator.plan.ffn import (
-    combine_kernel,
-    dense_ffn_kernels,
-    fused_expert_kernels,
-    router_kernels,
-    shared_expert_kernels,
-)
+from moesim.simulator.plan.ffn import fused_expert_kernels, router_kernels
 from moesim.simulator.plan.head import epilogue_kernels, prologue_kernels
 from moesim.simulator.plan.kernels import Collective, Kernel, joined
 from moesim.simulator.plan.layout import ParallelLayout, moe_traffic
@@ -87,8 +80,10 @@ def rank_model(model: ModelSpec, layout: ParallelLayout) -> ModelSpec:
     )
 
 
+@functools.lru_cache(maxsize=64)
 def comm_kernel(name: str, stream: int = COMM_STREAM) -> Kernel:
-    """A collective as a kernel of its own: no FLOPs, no HBM traffic; its time is the collective's."""
+    """A collective as a kernel of its own: no FLOPs, no HBM traffic; its time is the collective's
+    (the same for every step: made once per name)."""
     return Kernel(name=COMM_PREFIX + name, category="communication", flops=0.0, reads=(), stream=stream)
 
 
@@ -142,29 +137,30 @@ def _wait_for_collectives(kernels: list[Kernel]) -> list[Kernel]:
     return out
 
 
-def _moe_kernels(ctx: PlanContext, layout: ParallelLayout, work: RankExperts) -> list[Kernel]:
+def _moe_kernels(parts: pl.WorkFreeKernels, layout: ParallelLayout, work: RankExperts) -> list[Kernel]:
     """Router, dispatch, shared experts, the slowest rank's expert GEMMs, combine."""
+    ctx = parts.ctx
     if layout.ep == 1:
         # Experts tensor-parallel over every rank: all tokens, every hit expert's slice, outputs summed by
         # one all-reduce; shared experts beside the routed ones on a side stream, as on one GPU.
         distinct = float(work.total_distinct)
-        shared = shared_expert_kernels(ctx, stream=1)
+        shared = parts.shared(1)
         return [
             *router_kernels(ctx, distinct),
             *shared,
             *fused_expert_kernels(ctx, distinct),
-            combine_kernel(ctx, join=bool(shared)),
+            parts.combine(bool(shared)),
             comm_kernel("moe_all_reduce"),
         ]
     distinct, assignments = float(work.max_distinct), float(work.max_tokens)
-    shared = shared_expert_kernels(ctx, stream=0)
+    shared = parts.shared(0)
     kernels = [
         *router_kernels(ctx, distinct),
         comm_kernel("dispatch"),
         *shared,  # on the main stream while dispatch is in flight
         *fused_expert_kernels(ctx, distinct, assignments, ("dispatch_recv", assignments * ctx.model.hidden)),
         comm_kernel("combine"),
-        combine_kernel(ctx, join=False),
+        parts.combine(False),
     ]
     if shared and layout.shared_mode == "split" and layout.tp > 1:
         kernels.append(comm_kernel("shared_all_reduce"))
@@ -172,23 +168,23 @@ def _moe_kernels(ctx: PlanContext, layout: ParallelLayout, work: RankExperts) ->
 
 
 def _layer(
-    ctx: PlanContext,
+    parts: pl.WorkFreeKernels,
     layout: ParallelLayout,
     attention: AttentionLayerKind,
     ffn: FfnLayerKind,
     work: RankExperts | None,
 ) -> list[Kernel]:
-    kernels = attention_kernels(ctx, attention)
+    kernels = list(parts.attention(attention))
     kernels[0] = _join(kernels[0])  # waits for the previous layer's last collective
     if layout.tp > 1:
         kernels.append(comm_kernel("attn_all_reduce"))
     if ffn == "dense":
-        kernels += dense_ffn_kernels(ctx)
+        kernels += parts.dense_ffn
         if layout.tp > 1:
             kernels.append(comm_kernel("mlp_all_reduce"))
     else:
         assert work is not None
-        kernels += _moe_kernels(ctx, layout, work)
+        kernels += _moe_kernels(parts, layout, work)
     return _wait_for_collectives(kernels)
 
 
@@ -298,8 +294,6 @@ def build_parallel_plan(
     rank = rank_model(model, layout)
     group_batch = layout.sequences_per_group(batch)
     ctx = PlanContext(rank, group_batch, tokens_per_seq, context_len, device)
-    work_by_layer: list[RankExperts] = []
-    distinct_total: list[float] = []
     per_layer = not isinstance(routing, IndependentRouting)
     shared_work: RankExperts | None = None
     if model.is_moe and not per_layer:
@@ -307,6 +301,7 @@ def build_parallel_plan(
             routing, model.n_experts, model.top_k, batch, tokens_per_seq, layout.ep, layout.placement
         )
     templates: dict[tuple[str, str, float, float], tuple[Kernel, ...]] = {}
+    parts = pl.work_free_kernels(ctx)
     segments = [pl.Segment(tuple(prologue_kernels(ctx)))]
     # Layers whose routing parameters are equal do the same per-rank work: compute it once per parameter set.
     kinds, first_layers = _layer_groups(model, routing, per_layer)
@@ -327,16 +322,20 @@ def build_parallel_plan(
             )
         works.append(work)
         work_keys.append((round(float(work.max_distinct), 6), round(float(work.max_tokens), 6)))
-    for layer, (attn, ffn, group) in enumerate(kinds):
-        work = None
-        if group >= 0:
-            work = works[group]
-            work_by_layer.append(work)
-            distinct_total.append(float(work.total_distinct))
-        key = (attn, ffn, *(work_keys[group] if work is not None else (0.0, 0.0)))
-        if key not in templates:
-            templates[key] = tuple(_layer(ctx, layout, attn, ffn, work))
-        segments.append(pl.Segment(templates[key], layer))
+    by_kind: dict[tuple[str, str, int], tuple[Kernel, ...]] = {}  # (attention, FFN, group) → template
+    for layer, kind in enumerate(kinds):
+        template = by_kind.get(kind)
+        if template is None:
+            attn, ffn, group = kind
+            work = works[group] if group >= 0 else None
+            key = (attn, ffn, *(work_keys[group] if work is not None else (0.0, 0.0)))
+            if key not in templates:
+                templates[key] = tuple(_layer(parts, layout, attn, ffn, work))
+            template = by_kind[kind] = templates[key]
+        segments.append(pl.new_segment(template, layer))
+    work_by_layer = [works[group] for _, _, group in kinds if group >= 0]
+    totals = [float(work.total_distinct) for work in works]
+    distinct_total = [totals[group] for _, _, group in kinds if group >= 0]
     segments.append(pl.Segment(tuple(_epilogue(ctx, layout))))
     plan = pl.StepPlan(
         model_name=model.name,

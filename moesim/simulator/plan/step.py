@@ -50,6 +50,13 @@ class Segment:
     layer: int = -1
 
 
+def new_segment(kernels: tuple[Kernel, ...], layer: int) -> Segment:
+    """`Segment(kernels, layer)`, built faster (a plan makes one per layer; see `kernels.new_kernel`)."""
+    segment = object.__new__(Segment)
+    segment.__dict__.update(kernels=kernels, layer=layer)
+    return segment
+
+
 LayerBuilder = Callable[[PlanContext, AttentionLayerKind, FfnLayerKind, float], list[Kernel]]
 SegmentBuilder = Callable[[PlanContext], list[Kernel]]
 
@@ -153,18 +160,66 @@ def _expand(kernels: tuple[Kernel, ...], layer: int) -> list[Kernel]:
 # --- Kernel styles ---------------------------------------------------------------------------------------------
 
 
+class WorkFreeKernels:
+    """The kernels of one step's layers that do not depend on the layer's distinct experts (attention,
+    dense FFN, shared experts, combine), each built once per step: a model's layer templates differ in
+    their MoE block's work (early and main routing parameters), and each template would build these again."""
+
+    def __init__(self, ctx: PlanContext) -> None:
+        self.ctx = ctx
+        self._attention: dict[AttentionLayerKind, tuple[Kernel, ...]] = {}
+        self._shared: dict[int, tuple[Kernel, ...]] = {}
+        self._combine: dict[bool, Kernel] = {}
+
+    def attention(self, kind: AttentionLayerKind) -> tuple[Kernel, ...]:
+        if kind not in self._attention:
+            self._attention[kind] = tuple(attention_kernels(self.ctx, kind))
+        return self._attention[kind]
+
+    @functools.cached_property
+    def dense_ffn(self) -> tuple[Kernel, ...]:
+        return tuple(dense_ffn_kernels(self.ctx))
+
+    def shared(self, stream: int) -> tuple[Kernel, ...]:
+        if stream not in self._shared:
+            self._shared[stream] = tuple(shared_expert_kernels(self.ctx, stream=stream))
+        return self._shared[stream]
+
+    def combine(self, join: bool) -> Kernel:
+        if join not in self._combine:
+            self._combine[join] = combine_kernel(self.ctx, join=join)
+        return self._combine[join]
+
+
+# By the id of the step's context (a plan build makes one and passes it to each template); each entry
+# holds its context, so an id is never reused while its entry is here.
+_WORK_FREE: dict[int, WorkFreeKernels] = {}
+_MAX_WORK_FREE = 64
+
+
+def work_free_kernels(ctx: PlanContext) -> WorkFreeKernels:
+    """The step's `WorkFreeKernels`, shared by every layer template built from the same context object."""
+    parts = _WORK_FREE.get(id(ctx))
+    if parts is None or parts.ctx is not ctx:
+        if len(_WORK_FREE) >= _MAX_WORK_FREE:
+            _WORK_FREE.pop(next(iter(_WORK_FREE)))
+        parts = _WORK_FREE[id(ctx)] = WorkFreeKernels(ctx)
+    return parts
+
+
 def fused_layer(
     ctx: PlanContext, attention: AttentionLayerKind, ffn: FfnLayerKind, distinct: float
 ) -> list[Kernel]:
     """SGLang/vLLM-style layer: fused MoE kernels, shared experts overlapped on a second stream."""
-    kernels = attention_kernels(ctx, attention)
+    parts = work_free_kernels(ctx)
+    kernels = list(parts.attention(attention))
     if ffn == "dense":
-        return kernels + dense_ffn_kernels(ctx)
-    shared = shared_expert_kernels(ctx, stream=1)
+        return kernels + list(parts.dense_ffn)
+    shared = parts.shared(1)
     kernels += router_kernels(ctx, distinct)
     kernels += shared
     kernels += fused_expert_kernels(ctx, distinct)
-    kernels.append(combine_kernel(ctx, join=bool(shared)))
+    kernels.append(parts.combine(bool(shared)))
     return kernels
 
 

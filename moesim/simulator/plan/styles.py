@@ -25,6 +25,7 @@ from moesim.simulator.plan.step import (
     distinct_experts_by_layer,
     fused_layer,
     layer_kinds,
+    new_segment,
     per_token_layer,
 )
 from moesim.simulator.routing.base import RoutingModel
@@ -106,7 +107,7 @@ def plan_from_context(
         template = templates.get(key)
         if template is None:
             template = templates[key] = tuple(builder.layer(ctx, attn, ffn, u))
-        segments.append(Segment(template, layer))
+        segments.append(new_segment(template, layer))
     segments.append(Segment(tuple(builder.epilogue(epilogue_ctx or ctx))))
     plan = StepPlan(
         model_name=model.name,

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.simulator.routing.bank_table import shipped_entry, table_key
 from moesim.simulator.routing.base import DistinctExperts
 from moesim.simulator.routing.placement import Placement, expert_to_rank, normalise_placement
 
@@ -278,10 +279,42 @@ def miss_probability(
     siblings: tuple[LayerRouting, ...] = (),
 ) -> np.ndarray:
     """q_e: fraction of bank sequences whose first `tokens` tokens never use expert e (smoothed off 0).
-    `siblings`: as for `_bank` (the result does not depend on them)."""
-    bank = _bank(layer, parents, BANK_SEQUENCES, seed, siblings, tokens)
-    hit = _expert_masks(bank, layer.n_experts).mean(axis=0)
+    `siblings`: as for `_bank` (the result does not depend on them). Read from the shipped table
+    (`bank_table`) where it holds the bank: the same floats, since a fraction of 1024 is exact."""
+    shipped = shipped_entry(hits_key(layer, parents, seed))
+    if shipped is None:
+        bank = _bank(layer, parents, BANK_SEQUENCES, seed, siblings, tokens)
+        hit = _expert_masks(bank, layer.n_experts).mean(axis=0)
+    else:
+        hit = shipped[tokens - 1] / BANK_SEQUENCES
     return np.clip(1.0 - hit, 0.0, 1.0)
+
+
+def layer_parts(layer: LayerRouting) -> tuple[object, ...]:
+    """Every parameter of `layer` as plain numbers (a table key's parts: an int and an equal float alike)."""
+    return (
+        tuple(float(p) for p in layer.popularity),
+        int(layer.top_k),
+        float(layer.sigma),
+        float(layer.sequence_share),
+        float(layer.token_corr),
+        int(layer.n_groups),
+        int(layer.topk_groups),
+    )
+
+
+def hits_key(layer: LayerRouting, parents: tuple[int, ...], seed: int) -> str:
+    """The table key of the hit counts of `layer`'s bank of BANK_SEQUENCES sequences (see `bank_hit_counts`)."""
+    return table_key("hits", BANK_SEQUENCES, seed, tuple(parents), layer_parts(layer))
+
+
+def bank_hit_counts(layer: LayerRouting, parents: tuple[int, ...], seed: int) -> np.ndarray:
+    """uint16 [tokens, n_experts]: row t counts the bank's sequences whose first t + 1 tokens use expert e,
+    simulated (what the shipped table holds under `hits_key`)."""
+    bank = _bank(layer, parents, BANK_SEQUENCES, seed)
+    used = np.zeros((*bank.shape[:2], layer.n_experts), dtype=bool)
+    np.put_along_axis(used, bank, True, axis=2)
+    return np.logical_or.accumulate(used, axis=1).sum(axis=0).astype(np.uint16)
 
 
 def bank_tokens(tokens: int) -> int:
@@ -345,8 +378,9 @@ class CorrelatedRouting:
     def top_k(self) -> int:
         return self.default.top_k
 
-    @property
+    @functools.cached_property
     def description(self) -> str:
+        """What the routing assumes, in words (remembered: every plan of a sweep carries it)."""
         d = self.default
         parts = [
             f"{self.assumption}: latent logit spread {d.sigma:.2f}, sequence share {d.sequence_share:.2f}, "

@@ -144,11 +144,13 @@ def _rank_pmfs(hit: np.ndarray, members: list[np.ndarray]) -> list[np.ndarray]:
 # Cephes' ndtr alike; tests/test_binomial_pmf.py checks both), so those arguments need no evaluation.
 NDTR_ONE_FROM = 8.3
 NDTR_ZERO_TO = -38.5
+# From −8.3 down the cdf is at most 2^−54 (5.2e-17 at −8.3; the test checks it), so a product of cdfs with
+# such a factor is too, and 1 − it is exactly 1.0: the quadrature needs no other factor at that point.
+NDTR_NEGLIGIBLE_TO = -8.3
 
 
 def _saturated_ndtr(z: np.ndarray) -> np.ndarray:
-    """`ndtr(z)`, evaluated only where it is neither exactly 0 nor exactly 1 (about a fifth of a sweep's
-    quadrature points are not); NaN goes through `ndtr`."""
+    """`ndtr(z)`, evaluated only where it is neither exactly 0 nor exactly 1; NaN goes through `ndtr`."""
     values = np.where(z >= NDTR_ONE_FROM, 1.0, 0.0)
     inside = ~((z >= NDTR_ONE_FROM) | (z <= NDTR_ZERO_TO))
     values[inside] = ndtr(z[inside])
@@ -160,7 +162,9 @@ def _expected_max_normal(mean: np.ndarray, std: np.ndarray) -> np.ndarray:
     upper = np.max(mean + 8 * std, axis=1, keepdims=True)
     grid = np.linspace(0.0, 1.0, 513)[None, :] * upper  # [m, g]
     z = (grid[:, :, None] - mean[:, None, :]) / np.maximum(std[:, None, :], 1e-12)
-    cdf = np.prod(_saturated_ndtr(z), axis=2)  # P(max ≤ x)
+    cdf = np.zeros(z.shape[:2])  # P(max ≤ x); left 0 where 1 − it is 1.0 whatever the other factors
+    needed = ~(z <= NDTR_NEGLIGIBLE_TO).any(axis=2)
+    cdf[needed] = np.prod(_saturated_ndtr(z[needed]), axis=1)
     return np.trapezoid(1.0 - cdf, grid, axis=1)
 
 
@@ -201,8 +205,12 @@ def rank_experts_from_inclusion(
                 for idx, s in zip(members, share, strict=True)
             ]
         )
-        std = np.sqrt(t[:, None] * np.maximum(var_token, 0.0)[None, :])
-        max_tokens = np.maximum(_expected_max_normal(mean_tokens_r, std), max_distinct)
+        # The token counts' normals depend on the step's tokens alone: one quadrature per distinct count
+        # (a sweep's shapes repeat B·T often), each row as the full grid's (the quadrature is row by row).
+        unique_t, row = np.unique(t, return_inverse=True)
+        std = np.sqrt(unique_t[:, None] * np.maximum(var_token, 0.0)[None, :])
+        max_normal = _expected_max_normal(unique_t[:, None] * share[None, :], std)[row]
+        max_tokens = np.maximum(max_normal, max_distinct)
     return RankExperts(
         ranks=ep,
         mean_distinct=total / ep,
@@ -392,10 +400,15 @@ def rank_experts(
     vectorised over the batch grid; experts treated as independent given those probabilities); any other
     routing model is sampled via its `sample_expert_loads` (RANK_SAMPLES steps, seeded) and cached per configuration.
     """
+    key = _closed_form_key(routing, n_experts, top_k, layer)
+    if key is not None and isinstance(batch, int) and isinstance(tokens_per_seq, int):
+        # One step's prepared work (plan builders ask per layer group of every step): a look-up.
+        prepared = _PREPARED.get((key, batch, tokens_per_seq, ep, placement))
+        if prepared is not None and batch >= 1 and tokens_per_seq >= 1:
+            return _scalar_view(prepared, ())
     b, t = np.broadcast_arrays(np.asarray(batch, dtype=int), np.asarray(tokens_per_seq, dtype=int))
     if np.any(b < 1) or np.any(t < 1):
         raise MoesimError("batch", "batch and tokens per sequence must be ≥ 1")
-    key = _closed_form_key(routing, n_experts, top_k, layer)
     if key is not None:
         if b.size == 1:
             prepared = _PREPARED.get((key, int(b.flat[0]), int(t.flat[0]), ep, placement))

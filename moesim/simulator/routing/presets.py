@@ -17,11 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import MoesimError
+from moesim.simulator.routing.bank_table import shipped_entry, table_key
 from moesim.simulator.routing.base import RoutingModel
 from moesim.simulator.routing.correlated import (
     CorrelatedRouting,
     LayerRouting,
     chain_parents,
+    layer_parts,
     sample_sequences,
 )
 from moesim.simulator.routing.fit import layer_from_summary, zipf_for_baseline
@@ -31,11 +33,28 @@ TYPICAL_BASELINE_PER_CHANCE = 1.2
 TYPICAL_LATENT = {"sigma": 4.5, "sequence_share": 0.35, "token_corr": 0.55}
 TYPICAL_EARLY_LATENT = {"sigma": 3.0, "sequence_share": 0.35, "token_corr": 0.55}
 TYPICAL_EARLY_LAYERS = 3
+TYPICAL_DESCRIPTION_DISTANCES = 16
+TYPICAL_DESCRIPTION_SEQUENCES = 128
+OVERLAP_SEED = 0
 
 
 def typical_overlaps(layer: LayerRouting, distances: int = 16, n_sequences: int = 256) -> np.ndarray:
-    """The overlap curve o_1..o_D a layer's parameters imply (seeded simulation, for descriptions and docs)."""
-    sets = sample_sequences(layer, chain_parents(distances + 1), n_sequences, np.random.default_rng(0))
+    """The overlap curve o_1..o_D a layer's parameters imply (seeded simulation, for descriptions and docs;
+    read from the shipped table where it holds the curve, the same floats)."""
+    shipped = shipped_entry(overlaps_key(layer, distances, n_sequences))
+    return simulated_overlaps(layer, distances, n_sequences) if shipped is None else shipped
+
+
+def overlaps_key(layer: LayerRouting, distances: int, n_sequences: int) -> str:
+    """The table key of `typical_overlaps(layer, distances, n_sequences)`."""
+    return table_key("overlaps", n_sequences, OVERLAP_SEED, distances, layer_parts(layer))
+
+
+def simulated_overlaps(layer: LayerRouting, distances: int, n_sequences: int) -> np.ndarray:
+    """`typical_overlaps`, simulated."""
+    sets = sample_sequences(
+        layer, chain_parents(distances + 1), n_sequences, np.random.default_rng(OVERLAP_SEED)
+    )
     masks = np.zeros((*sets.shape[:2], layer.n_experts), dtype=bool)
     np.put_along_axis(masks, sets, True, axis=2)
     return np.array(
@@ -52,14 +71,14 @@ def typical_routing(n_experts: int, top_k: int, n_groups: int = 1, topk_groups: 
     main = LayerRouting(popularity, top_k, **TYPICAL_LATENT, **groups)  # type: ignore[arg-type]
     early = LayerRouting(popularity, top_k, **TYPICAL_EARLY_LATENT, **groups)  # type: ignore[arg-type]
     layers = (*((i, early) for i in range(TYPICAL_EARLY_LAYERS)), (TYPICAL_EARLY_LAYERS, main))
-    curve = typical_overlaps(main, 16, 128)
+    curve = typical_overlaps(main, TYPICAL_DESCRIPTION_DISTANCES, TYPICAL_DESCRIPTION_SEQUENCES)
     chance = top_k / n_experts
     return CorrelatedRouting(
         main,
         layers,
         assumption=(
             f"typical routing (assumed, no trace): adjacent overlap {curve[0]:.3f} ({curve[0] / chance:.1f}× chance "
-            f"k/N), {curve[-1]:.3f} at distance 16, baseline {baseline:.3f}; weaker in the first "
+            f"k/N), {curve[-1]:.3f} at distance {TYPICAL_DESCRIPTION_DISTANCES}, baseline {baseline:.3f}; weaker in the first "
             f"{TYPICAL_EARLY_LAYERS} layers"
         ),
     )

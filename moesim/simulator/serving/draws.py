@@ -34,6 +34,18 @@ def rate_for_length(acceptance_length: float, draft_len: int) -> float:
     return (low + high) / 2
 
 
+def tokens_of_rounds(accepted: np.ndarray) -> np.ndarray:
+    """Per round (a row of K accepted-or-not drafts), 1 + its leading accepted drafts: what
+    `1 + cumprod(accepted, axis=1).sum(axis=1)` gives, one column at a time (numpy's cumprod along a short
+    axis is slow)."""
+    leading = accepted[:, 0].copy()
+    tokens = 1 + leading.astype(np.int64)
+    for column in range(1, accepted.shape[1]):
+        leading &= accepted[:, column]
+        tokens += leading
+    return tokens
+
+
 class AcceptanceDraws:
     """A seeded stream of tokens-per-round draws for K draft tokens at rate α (or mean length L)."""
 
@@ -56,6 +68,6 @@ class AcceptanceDraws:
         """Tokens (1 … K + 1) that each of n sequences gets from one round."""
         if self._rounds.size < n:
             accepted = self._rng.random((max(n, DRAW_BLOCK), self.draft_len)) < self.rate
-            self._rounds = np.concatenate([self._rounds, 1 + np.cumprod(accepted, axis=1).sum(axis=1)])
+            self._rounds = np.concatenate([self._rounds, tokens_of_rounds(accepted)])
         out, self._rounds = self._rounds[:n], self._rounds[n:]
         return out

@@ -142,6 +142,21 @@ class KvBlocks:
         self.peak_used_blocks = max(self.peak_used_blocks, self.total_blocks - self.free_blocks)
         return True
 
+    def extend_all(self, owners: np.ndarray, tokens: np.ndarray) -> np.ndarray | None:
+        """`reserve_all` of owners whose blocks cover fewer than their `tokens` (`covered_tokens` below each;
+        so each misses at least one block), returning the tokens their blocks then cover
+        (`covered_tokens_of`), or None, taking nothing, when the blocks they miss are not all free. The
+        same blocks held and the same peak as `reserve_all`, in fewer array operations (a decode step's)."""
+        blocks = -(-tokens // self.block_tokens)
+        held = blocks + self.state_blocks
+        taken = int(np.add.reduce(held - self._held[owners]))  # `.sum()` without its Python wrapper
+        if taken > self.free_blocks:
+            return None
+        self._held[owners] = held
+        self.free_blocks -= taken
+        self.peak_used_blocks = max(self.peak_used_blocks, self.total_blocks - self.free_blocks)
+        return blocks * self.block_tokens
+
     def covered_tokens(self, owner: int) -> int:
         """Tokens the blocks `owner` holds cover: `reserve(owner, n)` takes nothing and succeeds for any n up
         to this, so a caller that remembers it may skip those calls."""

@@ -202,26 +202,28 @@ def _preempt(state: ServingState, victim: int) -> None:
     state.waiting.appendleft(victim)
 
 
-def _all_decode(state: ServingState, running: np.ndarray, budget: int) -> bool:
-    """Whether the step decodes every running request and `reserve` succeeds for each (none prefilling,
-    their tokens within the budget, the blocks they miss all free); if so, their blocks are taken."""
+def _all_decode(state: ServingState, running: np.ndarray, budget: int) -> int | None:
+    """When the step decodes every running request and `reserve` succeeds for each (none prefilling, their
+    tokens within the budget, the blocks they miss all free), takes their blocks and returns the sum of
+    their cached tokens (what the step's mean context is worked out from); else None."""
     t = state.tokens_per_seq
     if running.size * t > budget or state.prefilling:
-        return False
+        return None
     computed = state.computed[running]
     need = computed + t
     short = need > state.kv_covered[running]
     if short.any():
         owners = running[short]
-        if not state.kv.reserve_all(owners, need[short]):
-            return False
-        state.kv_covered[owners] = state.kv.covered_tokens_of(owners)
-    return True
+        covered = state.kv.extend_all(owners, need[short])  # each misses a block: its need passes its cover
+        if covered is None:
+            return None
+        state.kv_covered[owners] = covered
+    return int(np.add.reduce(computed))  # `.sum()` without its Python wrapper (a decode step's)
 
 
-def schedule_step(state: ServingState) -> tuple[np.ndarray | list[int], list[tuple[int, int]]]:
-    """The requests one step decodes (an index array, or a list below `ARRAY_FROM` running) and the
-    (request, chunk tokens) it prefills (vLLM V1's policy)."""
+def schedule_step(state: ServingState) -> tuple[np.ndarray | list[int], list[tuple[int, int]], int]:
+    """The requests one step decodes (an index array, or a list below `ARRAY_FROM` running), the
+    (request, chunk tokens) it prefills (vLLM V1's policy) and the decoded requests' cached tokens."""
     budget = state.limits.max_num_batched_tokens
     t = state.tokens_per_seq
     kv, computed, covered = state.kv, state.computed, state.kv_covered
@@ -230,7 +232,8 @@ def schedule_step(state: ServingState) -> tuple[np.ndarray | list[int], list[tup
     preempted = False
     decode: np.ndarray | list[int]
     array = state.running_array() if len(running) >= ARRAY_FROM else None
-    if array is not None and _all_decode(state, array, budget):  # the common step: one pass over arrays
+    cached = None if array is None else _all_decode(state, array, budget)
+    if array is not None and cached is not None:  # the common step: one pass over arrays
         decode = array
         budget -= array.size * t
     else:  # request by request, in admission order
@@ -262,6 +265,7 @@ def schedule_step(state: ServingState) -> tuple[np.ndarray | list[int], list[tup
             budget -= n
             i += 1
         decode = np.array(decoding, dtype=np.intp) if len(decoding) >= ARRAY_FROM else decoding
+        cached = sum(computed.item(r) for r in decoding)
     waiting = state.waiting
     while not preempted and waiting and budget > 0 and len(running) < state.limits.max_num_seqs:
         request = waiting[0]
@@ -277,7 +281,7 @@ def schedule_step(state: ServingState) -> tuple[np.ndarray | list[int], list[tup
         state.running_changed()
         prefill.append((request, n))
         budget -= n
-    return decode, prefill
+    return decode, prefill, cached
 
 
 def _emit(state: ServingState, request: int, tokens: int) -> None:
@@ -326,10 +330,11 @@ def _emit_decoded(state: ServingState, decode: np.ndarray, gained: np.ndarray) -
     step's clock read once: the per-request work of every step, over arrays. A decoding request has streamed
     its first token already (the end of its prefill did), so each of these chunks is a gap after one."""
     now = state.env.now
-    left = state.output_len[decode] - state.generated[decode]
+    generated = state.generated[decode]
+    left = state.output_len[decode] - generated
     tokens = np.minimum(gained, left)
     state.computed[decode] += tokens
-    state.generated[decode] += tokens
+    state.generated[decode] = generated + tokens
     state.record_gaps(decode, now - state.last_token_s[decode])
     state.last_token_s[decode] = now
     for request in decode[tokens == left].tolist():  # in admission order, as the slots free
@@ -346,17 +351,14 @@ def scheduler(state: ServingState, n_requests: int, step_limit: int) -> simpy.ev
             state.wakeup = env.event()
             yield state.wakeup
             continue
-        decode, prefill = schedule_step(state)
+        decode, prefill, cached = schedule_step(state)
         rows = len(decode)
         if not rows and not prefill:
             raise MoesimError(
                 "kv_cache_tokens", "the scheduler could place no token in the KV cache", "raise the capacity"
             )
         computed = state.computed
-        if isinstance(decode, list):
-            context = round(sum(computed.item(r) for r in decode) / rows) if rows else 0
-        else:
-            context = round(int(computed[decode].sum()) / rows)
+        context = round(cached / rows) if rows else 0
         if prefill:
             chunks = PrefillChunks.of([(n, computed.item(r)) for r, n in prefill])
             seconds = state.step_cost(StepShape(rows, t, context, chunks))

@@ -39,6 +39,7 @@ run on, because verification needs the drafts and the next draft needs the verif
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -237,6 +238,30 @@ def parse_drafter(text: str) -> Drafter:
     raise MoesimError("draft", f"unknown drafter {text!r}", f"choose one of {', '.join(DRAFTER_KINDS)}")
 
 
+_MAX_REMEMBERED_TARGETS = 64
+
+
+def per_target(derive: Callable[[ModelSpec], ModelSpec]) -> Callable[[ModelSpec], ModelSpec]:
+    """`derive` remembered per target object (the target kept beside its answer, so its id is not reused):
+    a serving run asks for its drafter's model on every step shape it costs, and a ModelSpec's checks
+    run on each `replace`."""
+    answers: dict[int, tuple[ModelSpec, ModelSpec]] = {}
+
+    @functools.wraps(derive)
+    def remembered(target: ModelSpec) -> ModelSpec:
+        known = answers.get(id(target))
+        if known is not None and known[0] is target:
+            return known[1]
+        if len(answers) >= _MAX_REMEMBERED_TARGETS:
+            answers.pop(next(iter(answers)))
+        model = derive(target)
+        answers[id(target)] = (target, model)
+        return model
+
+    return remembered
+
+
+@per_target
 def eagle_head(target: ModelSpec) -> ModelSpec:
     """An EAGLE-style draft head: one dense layer at the target's hidden size, bf16, the target's vocabulary."""
     a = target.attention
@@ -264,6 +289,7 @@ def eagle_head(target: ModelSpec) -> ModelSpec:
     )
 
 
+@per_target
 def mtp_module(target: ModelSpec) -> ModelSpec:
     """The target's multi-token-prediction layer as a one-layer model sharing its LM head."""
     if target.mtp_layers < 1:
