@@ -244,6 +244,53 @@ def typical_noise(samples: Sequence[ProbeSample]) -> dict[str, float]:
     return {part: statistics.median(s.noise(part) for s in samples) for part in PARTS}
 
 
+# A normal σ is IQR / 1.349: one probe's scatter from the spread between the probes of a run.
+SIGMA_PER_IQR = 1.0 / 1.349
+# A validation row's machine speed: the median of the probe readings beside the rows within
+# SPEED_WINDOW_ROWS // 2 of it (the row's own included), so one probe's scatter does not count as drift.
+SPEED_WINDOW_ROWS = 11
+
+
+def scatter(samples: Sequence[ProbeSample]) -> dict[str, float]:
+    """One probe's relative standard deviation per part over a run, from the spread between its probes
+    (relative IQR × SIGMA_PER_IQR; 0 for a part the probes did not measure).
+
+    A probe's own noise (`ProbeSample.*_noise`, from its repeats) says how well one probe knows the speed of
+    its moment; this says how far two probes of a steady run land apart. On the shared 2-core EPYC VM the
+    second was 2-5 times the first (`benchmarks/probe_context.py`: relative IQR 6-21% between probes,
+    2-4% noise within one), so a correction gated on the first treats scatter as drift."""
+    out: dict[str, float] = {}
+    for part in PARTS:
+        values = [v for v in _values(samples, part) if v > 0]
+        out[part] = rel_iqr(values) * SIGMA_PER_IQR if len(values) >= 2 else 0.0
+    return out
+
+
+def with_scatter_noise(sample: ProbeSample, sigma: dict[str, float], probes: int) -> ProbeSample:
+    """`sample`, the median (or mean) of `probes` probe readings, with each part's noise the standard error
+    that many readings of scatter `sigma` give (√(π/2)·σ/√n, a median's), where it is larger than the noise
+    the sample states."""
+    factor = math.sqrt(math.pi / 2) / math.sqrt(max(probes, 1))
+    noise: dict[str, Any] = {
+        f"{part}_noise": max(sample.noise(part), factor * sigma.get(part, 0.0)) for part in PARTS
+    }
+    return replace(sample, **noise)
+
+
+def window_speeds(beside: Sequence[ProbeSample], window: int = SPEED_WINDOW_ROWS) -> list[ProbeSample]:
+    """Each row's machine speed: the median sample of the readings beside the rows within window // 2 of it
+    (fewer at the ends), with the noise of the scatter between the run's readings (`scatter`) over half as
+    many readings as the window holds: next rows share a probe in every round (`measure.measure_model`
+    takes one between each two rows), so their readings are not independent."""
+    sigma = scatter(beside)
+    half = window // 2
+    out = []
+    for i in range(len(beside)):
+        around = beside[max(0, i - half) : i + half + 1]
+        out.append(with_scatter_noise(median_sample(around, "row window"), sigma, (len(around) + 1) // 2))
+    return out
+
+
 def spread(samples: Sequence[ProbeSample]) -> dict[str, float]:
     """(max − min) / median of each part over a run's probes: how far the machine's speed moved (a part the
     probes did not measure: 0)."""
@@ -405,7 +452,7 @@ def reference_sample(profile: HardwareProfile) -> ProbeSample | None:
         return float(during if during else figures.get(key, 0.0))
 
     per_suite = any(f"{suite}_during_{PART_FIGURES[part]}" in figures for part, suite in suites.items())
-    return ProbeSample(
+    sample = ProbeSample(
         "calibration, during each part's suite" if per_suite else "calibration median",
         0.0,
         value("memory"),
@@ -417,6 +464,11 @@ def reference_sample(profile: HardwareProfile) -> ProbeSample | None:
         stream_gemm_tflops=value("stream_gemm"),
         stream_gemm_noise=value("stream_gemm", "noise"),
     )
+    sigma = {part: float(figures.get(f"{part}_scatter", 0.0) or 0.0) for part in PARTS}
+    if not any(sigma.values()):  # a profile recorded before the scatter was: the probes' own noise
+        return sample
+    # A suite's speed is two probes (before and after it); the run's median, all of them.
+    return with_scatter_noise(sample, sigma, 2 if per_suite else int(figures.get("n_probes", 2) or 2))
 
 
 # The parts of the machine each suite's fitted figures depend on, and so the parts whose drift during the
@@ -524,6 +576,7 @@ def record(
         "compute_spread": moved["compute"],
         "dispatch_spread": moved["dispatch"],
         "stream_gemm_spread": moved["stream_gemm"],
+        **{f"{part}_scatter": value for part, value in scatter(samples).items()},
         "memory_rel_iqr": median.memory_rel_iqr,
         "compute_rel_iqr": median.compute_rel_iqr,
         "dispatch_rel_iqr": median.dispatch_rel_iqr,
@@ -557,6 +610,8 @@ __all__ = [
     "PARTS",
     "PROBE_KEY",
     "SAME_SPEED",
+    "SIGMA_PER_IQR",
+    "SPEED_WINDOW_ROWS",
     "SUITE_PARTS",
     "ProbeSample",
     "SpeedRatio",
@@ -573,10 +628,13 @@ __all__ = [
     "record",
     "reference_sample",
     "rel_iqr",
+    "scatter",
     "spread",
     "suite_drift",
     "suite_drifts",
     "suite_parts",
     "threshold",
     "typical_noise",
+    "window_speeds",
+    "with_scatter_noise",
 ]

@@ -6,8 +6,9 @@ The term split (launch, fixed latency, compute, memory, cache) feeds the error a
 `predict_rows` is the pure half of validation: it prices the rows a measuring run wrote (`measure.py`),
 right after measuring or later on a machine without torch (`moesim validate repredict`). Where the
 profile recorded its calibration's drift probe and the rows the probe measured beside them, each row is also
-predicted with the profile at the machine speed of that moment (`calibrate.fits.drift.at_speed`), in each part
-that moved beyond the probe's noise (`drift.beyond_noise`).
+predicted with the profile at the machine speed of that moment (`calibrate.fits.drift.at_speed`): the median of
+the probe readings of the rows around it (`row_speeds`), in each part that moved beyond the scatter between
+probes (`drift.beyond_noise` with `drift.window_speeds`' noise).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from moesim.calibrate.fits.drift import (
     at_speed,
     beyond_noise,
     reference_sample,
+    window_speeds,
 )
 from moesim.errors import MoesimError
 from moesim.simulator.execution.cost import CostParams, kernel_times_s, memory_time_s
@@ -174,6 +176,29 @@ def predict_plan(
     )
 
 
+def row_speeds(measured_rows: Sequence[dict[str, Any]]) -> dict[int, ProbeSample]:
+    """The machine speed beside each probed row (by its index): the median of the probe readings of the rows
+    around it, with the noise of the scatter between the run's readings (`drift.window_speeds`)."""
+    probed = [
+        (index, row)
+        for index, row in enumerate(measured_rows)
+        if row.get("probe_memory_gbps") and row.get("probe_compute_tflops")
+    ]
+    beside = [
+        ProbeSample(
+            "row",
+            0.0,
+            row["probe_memory_gbps"],
+            row["probe_compute_tflops"],
+            dispatch_us=row.get("probe_dispatch_us") or 0.0,
+            stream_gemm_tflops=row.get("probe_stream_gemm_tflops") or 0.0,
+            **{f"{part}_noise": row.get(f"probe_{part}_noise") or 0.0 for part in PARTS},
+        )
+        for _, row in probed
+    ]
+    return {index: speed for (index, _), speed in zip(probed, window_speeds(beside), strict=True)}
+
+
 def predict_rows(
     meta: dict[str, Any],
     measured_rows: Sequence[dict[str, Any]],
@@ -197,7 +222,8 @@ def predict_rows(
             f"unknown reference style {style!r}",
             f"runs record one of {', '.join(REFERENCE_PLANS)}",
         )
-    for old in measured_rows:
+    speeds = row_speeds(measured_rows) if reference is not None else {}
+    for index, old in enumerate(measured_rows):
         spec = row_spec(meta, old)
         routing = row_routing(meta, spec, old)
         distinct = float(np.mean(routing.distinct_experts())) if spec.is_moe else 0.0
@@ -214,16 +240,8 @@ def predict_rows(
             for name, other in (cross_hardware or {}).items()
         }
         corrected = {}
-        if reference is not None and old.get("probe_memory_gbps") and old.get("probe_compute_tflops"):
-            beside = ProbeSample(
-                "row",
-                0.0,
-                old["probe_memory_gbps"],
-                old["probe_compute_tflops"],
-                dispatch_us=old.get("probe_dispatch_us") or 0.0,
-                stream_gemm_tflops=old.get("probe_stream_gemm_tflops") or 0.0,
-                **{f"{part}_noise": old.get(f"probe_{part}_noise") or 0.0 for part in PARTS},
-            )
+        if reference is not None and index in speeds:
+            beside = speeds[index]
             measured_ratio = SpeedRatio.between(beside, reference)
             ratio = beyond_noise(measured_ratio, beside, reference)
             drifted = at_speed(hardware, ratio)

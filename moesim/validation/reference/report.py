@@ -125,7 +125,7 @@ def drift_sentence(summary: dict[str, Any]) -> str | None:
         f"MAPE raw {summary['mape']:.1%}, drift-corrected {probed['corrected']['mape']:.1%} "
         f"(median signed error {summary['median_error']:+.1%} -> {probed['corrected']['median_error']:+.1%}); "
         + text
-        + "; machine speed vs calibration (median, range; rows beyond the probe's noise, corrected): "
+        + "; machine speed vs calibration (median, range; rows beyond the probes' scatter, corrected): "
         + ", ".join(
             f"{part} x{r['median']:.3f} ({r['min']:.3f}-{r['max']:.3f}; {probed['rows_corrected'][part]})"
             for part, r in probed["measured_speed_ratio"].items()
