@@ -39,19 +39,24 @@ def table_path() -> Path:
 
 
 @functools.cache
-def _entries() -> dict[str, np.ndarray]:
+def _names() -> frozenset[str]:
+    """The entries the shipped table holds (its zip directory: no entry is decompressed to list them)."""
     path = table_path()
     if not path.is_file():
-        return {}
-    with np.load(path, allow_pickle=False) as table:
-        return {name: table[name] for name in table.files}
+        return frozenset()
+    with zipfile.ZipFile(path) as archive:
+        return frozenset(name.removesuffix(".npy") for name in archive.namelist())
 
 
+@functools.cache
 def shipped_entry(key: str) -> np.ndarray | None:
-    """The shipped entry `key` (read-only), or None when the table does not hold it."""
-    entry = _entries().get(key)
-    if entry is not None:
-        entry.setflags(write=False)
+    """The shipped entry `key` (read-only), or None when the table does not hold it; only the entries a
+    run asks for are read (a `simulate` needs one or two of them)."""
+    if key not in _names():
+        return None
+    with np.load(table_path(), allow_pickle=False) as table:
+        entry = table[key]
+    entry.setflags(write=False)
     return entry
 
 
@@ -64,7 +69,8 @@ def write_table(entries: dict[str, np.ndarray], path: Path) -> None:
             member.compress_type = zipfile.ZIP_DEFLATED
             with archive.open(member, "w") as out:
                 np.lib.format.write_array(out, np.asarray(array), allow_pickle=False)
-    _entries.cache_clear()
+    _names.cache_clear()
+    shipped_entry.cache_clear()
 
 
 __all__ = ["TABLE_FILE", "shipped_entry", "table_key", "table_path", "write_table"]
