@@ -204,13 +204,13 @@ def test_kv_covered_tokens_is_where_reserve_starts_taking_blocks(
     assert kv.covered_tokens(7) <= 0
 
 
-@given(
-    st.integers(0, 40),
-    st.lists(
-        st.tuples(st.integers(1, 100), st.integers(1, 300)), min_size=1, max_size=12, unique_by=lambda x: x[0]
-    ),
-    st.integers(1, 60),
+# Distinct owners, each asking for its tokens (a step's reservations).
+OWNER_ASKS = st.lists(
+    st.tuples(st.integers(1, 100), st.integers(1, 300)), min_size=1, max_size=12, unique_by=lambda x: x[0]
 )
+
+
+@given(st.integers(0, 40), OWNER_ASKS, st.integers(1, 60))
 def test_reserve_all_is_reserve_in_turn_or_nothing(
     state_tokens: int, asks: list[tuple[int, int]], blocks: int
 ) -> None:
@@ -232,13 +232,7 @@ def test_reserve_all_is_reserve_in_turn_or_nothing(
         assert not all(one.reserve(owner, tokens) for owner, tokens in asks)
 
 
-@given(
-    st.integers(0, 40),
-    st.lists(
-        st.tuples(st.integers(1, 100), st.integers(1, 300)), min_size=1, max_size=12, unique_by=lambda x: x[0]
-    ),
-    st.integers(1, 60),
-)
+@given(st.integers(0, 40), OWNER_ASKS, st.integers(1, 60))
 def test_extend_all_is_reserve_all_for_owners_past_their_cover(
     state_tokens: int, asks: list[tuple[int, int]], blocks: int
 ) -> None:

@@ -3,7 +3,9 @@
 Per representable row: the speedup and the step ratio (cost of one SD round in decode steps,
 AL ÷ speedup) at the row's batch (or, for a peak over batch, the highest predicted speedup over the row's
 batch sizes), with the row's model, hardware, layout, drafter (chain or tree), K and acceptance length,
-under one serving-engine profile or each row's own engine preset (`PER_RUN`). The device times of a row
+under one serving-engine profile or each row's own engine preset (`PER_RUN`); a row that gives its
+benchmark's prompt count is priced across that closed-loop run's waves (`closed_loop_waves`), a steady
+batch otherwise. The device times of a row
 do not depend on the engine's host costs, so `RunPredictor` keeps them and re-prices a row for a new
 profile in microseconds (what fitting needs). Rows the simulator cannot represent are returned with the
 reason, never dropped.
