@@ -203,3 +203,16 @@ def test_the_terms_price_dispatch_and_combine_of_their_mode_only() -> None:
     # all-reduces never use them
     reduce = Collective("all_reduce", 8, 1e6)
     assert collective_time_s(reduce, FITTED) == collective_time_s(reduce, NODE)
+
+
+def test_a_collectives_time_is_remembered_per_collective_node_and_mode() -> None:
+    """`collective_time_s` prices each (collective, node, mode) once; a repeat is the same float, and
+    another node or mode is priced on its own."""
+    from moesim.simulator.execution.collectives import _priced_collective_s
+
+    dispatch = Collective("all_to_all", 8, 2e6, 1e6, "dispatch")
+    for node, mode in ((FITTED, "low_latency"), (FITTED, "normal"), (NODE, "low_latency")):
+        first = collective_time_s(dispatch, node, mode)  # type: ignore[arg-type]
+        assert first == _priced_collective_s(dispatch, node, mode)  # type: ignore[arg-type]
+        assert collective_time_s(dispatch, node, mode) == first  # type: ignore[arg-type]
+    assert collective_time_s(dispatch, FITTED) != collective_time_s(dispatch, NODE)

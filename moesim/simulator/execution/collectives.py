@@ -204,9 +204,27 @@ def messages_s(total_bytes: float, node: NodeSpec, group_gpus: int, messages: in
     return messages * link.latency_s + total_bytes / link.bytes_per_s
 
 
+# Seconds by (collective, node, mode): a sweep's steps repeat the same few collectives (each a description
+# of bytes and ranks, hashable and frozen, as is the node), so each is priced once.
+_COLLECTIVE_TIMES: dict[tuple[Collective, NodeSpec, AllToAllMode], float] = {}
+_MAX_COLLECTIVE_TIMES = 65536
+
+
 def collective_time_s(collective: Collective, node: NodeSpec, mode: AllToAllMode = "low_latency") -> float:
     """Seconds of one collective on the node's links (scale-up within a node, scale-out across nodes); a
-    MoE dispatch or combine by the node's all-to-all terms of `mode` where the profile has them."""
+    MoE dispatch or combine by the node's all-to-all terms of `mode` where the profile has them.
+    Remembered per (collective, node, mode)."""
+    key = (collective, node, mode)
+    seconds = _COLLECTIVE_TIMES.get(key)
+    if seconds is None:
+        seconds = _priced_collective_s(collective, node, mode)
+        if len(_COLLECTIVE_TIMES) >= _MAX_COLLECTIVE_TIMES:
+            _COLLECTIVE_TIMES.pop(next(iter(_COLLECTIVE_TIMES)))
+        _COLLECTIVE_TIMES[key] = seconds
+    return seconds
+
+
+def _priced_collective_s(collective: Collective, node: NodeSpec, mode: AllToAllMode) -> float:
     terms = node.all_to_all_terms(mode) if collective.phase else None
     if terms is not None:
         return float(
@@ -227,10 +245,10 @@ def step_collective_times_s(step: ParallelStep, node: NodeSpec) -> dict[str, flo
     parallel plans are decode and verification steps, so all-to-all terms are of the `low_latency` mode."""
     out: dict[str, float] = {}
     for name, per_layer in step.collectives.items():
-        times = {c: collective_time_s(c, node) for c in set(per_layer)}
-        out[name] = (
-            times[per_layer[0]] if len(per_layer) == 1 else float(np.mean([times[c] for c in per_layer]))
-        )
+        if len(per_layer) == 1:
+            out[name] = collective_time_s(per_layer[0], node)
+        else:
+            out[name] = float(np.mean([collective_time_s(c, node) for c in per_layer]))
     return out
 
 

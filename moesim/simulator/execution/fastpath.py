@@ -23,7 +23,7 @@ from typing import TypeVar
 import numpy as np
 
 from moesim.simulator.execution.cache import CacheState, repeat_traffic, write_traffic
-from moesim.simulator.execution.cost import CostParams, kernel_times_s
+from moesim.simulator.execution.cost import CostParams, GroupedTerms, kernel_times_s
 from moesim.simulator.execution.launch import LaunchParams
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.hardware.sections import ATTENTION_KERNEL_KINDS, TRANSCENDENTAL_OPS
@@ -428,18 +428,10 @@ def _cost_group(members: Sequence[KernelArrays], params: CostParams) -> KernelCo
     first = members[0]
     size = np.array([member.acc_size for member in members])
     cache, hbm = _group_traffic(first, size, params.cache_capacity_bytes, members)
-    peaks = np.array([np.array([params.peak(d) for d in m.dtypes] or [0.0])[m.dtype_index] for m in members])
     flops = np.array([member.flops for member in members])
     m_tokens = np.array([member.m_tokens for member in members])
-    grouped = _stacked([params.grouped_terms(m.experts, m.dtypes, m.dtype_index) for m in members])
-    attention = [params.attention_extra_s(m.attention_units) for m in members]
-    attention_s = None if attention[0] is None else np.array(attention)
-    curves = [params.gemm_curve_index(m.dtypes, m.dtype_index) for m in members]
-    gemm_curve = None if curves[0] is None else np.array(curves)  # one structure: all or none have one
-    fractions = [params.attention_fractions(m.attention_units) for m in members]
-    fraction = None if fractions[0] is None else np.array(fractions)
-    evaluation = [params.transcendental_s(m.transcendental) for m in members]
-    transcendental_s = None if evaluation[0] is None else np.array(evaluation)
+    terms = _group_terms(members, params) if _share_dtypes(members) else _member_terms(members, params)
+    peaks, grouped, attention_s, gemm_curve, fraction, transcendental_s = terms
     total, compute, memory = kernel_times_s(
         flops,
         m_tokens,
@@ -454,6 +446,66 @@ def _cost_group(members: Sequence[KernelArrays], params: CostParams) -> KernelCo
         transcendental_s,
     )
     return KernelCosts(total, compute, memory, cache, hbm)
+
+
+# Per kernel: peak FLOP/s, grouped expert GEMM terms, attention seconds, GEMM curve, attention rate share,
+# transcendental seconds (None where the pricing or the plans have none), each (plans × kernels).
+_PricingTerms = tuple[
+    np.ndarray,
+    GroupedTerms | None,
+    np.ndarray | None,
+    np.ndarray | None,
+    np.ndarray | None,
+    np.ndarray | None,
+]
+
+
+def _share_dtypes(members: Sequence[KernelArrays]) -> bool:
+    """Whether every member computes each kernel in the same dtype as the first (plans of one model do)."""
+    first = members[0]
+    return all(
+        m.dtype_index is first.dtype_index
+        or (m.dtypes == first.dtypes and np.array_equal(m.dtype_index, first.dtype_index))
+        for m in members
+    )
+
+
+def _group_terms(members: Sequence[KernelArrays], params: CostParams) -> _PricingTerms:
+    """The per-kernel pricing terms of plans sharing their kernels' dtypes, as (plans × kernels) arrays from
+    one call each: the terms are element-wise in the kernels' numbers, so each row is its plan's own."""
+    first = members[0]
+    shape = (len(members), first.n_kernels)
+    peak_row = np.array([params.peak(d) for d in first.dtypes] or [0.0])[first.dtype_index]
+    peaks = np.broadcast_to(peak_row, shape)
+    experts = np.array([m.experts for m in members])
+    grouped = params.grouped_terms(experts, first.dtypes, first.dtype_index)
+    units = {kind: np.array([m.attention_units[kind] for m in members]) for kind in first.attention_units}
+    elements = {op: np.array([m.transcendental[op] for m in members]) for op in first.transcendental}
+    curve = params.gemm_curve_index(first.dtypes, first.dtype_index)
+    gemm_curve = None if curve is None else np.broadcast_to(curve, shape)
+    return (
+        peaks,
+        grouped,
+        params.attention_extra_s(units),
+        gemm_curve,
+        params.attention_fractions(units),
+        params.transcendental_s(elements),
+    )
+
+
+def _member_terms(members: Sequence[KernelArrays], params: CostParams) -> _PricingTerms:
+    """`_group_terms` of plans whose kernels' dtypes differ: each plan's terms on its own, stacked."""
+    peaks = np.array([np.array([params.peak(d) for d in m.dtypes] or [0.0])[m.dtype_index] for m in members])
+    grouped = _stacked([params.grouped_terms(m.experts, m.dtypes, m.dtype_index) for m in members])
+    attention = [params.attention_extra_s(m.attention_units) for m in members]
+    attention_s = None if attention[0] is None else np.array(attention)
+    curves = [params.gemm_curve_index(m.dtypes, m.dtype_index) for m in members]
+    gemm_curve = None if curves[0] is None else np.array(curves)  # one structure: all or none have one
+    fractions = [params.attention_fractions(m.attention_units) for m in members]
+    fraction = None if fractions[0] is None else np.array(fractions)
+    evaluation = [params.transcendental_s(m.transcendental) for m in members]
+    transcendental_s = None if evaluation[0] is None else np.array(evaluation)
+    return peaks, grouped, attention_s, gemm_curve, fraction, transcendental_s
 
 
 _Terms = TypeVar("_Terms")

@@ -22,7 +22,7 @@ from moesim.simulator.scenario import Scenario, check_routing_size, resolve_hard
 from moesim.simulator.screening.constraints import Constraint, apply_constraints
 from moesim.simulator.screening.space import Design, Value
 from moesim.simulator.speculative.acceptance import best_draft_len, peak_batch
-from moesim.simulator.speculative.sweep import SweepRow, run_sweep
+from moesim.simulator.speculative.sweep import SweepRow, collector_paused, run_sweep
 
 DEFAULT_BATCHES = (1, 4, 16, 64)
 DEFAULT_DRAFT_LENS = (1, 2, 3, 4)
@@ -161,6 +161,7 @@ class DroppedDesign:
         return {"design": self.index, "label": self.label, "reason": self.reason}
 
 
+@collector_paused  # as a sweep: the designs' routing and plans are ~10^5 short-lived objects per chunk
 def constrain_and_evaluate(
     settings: ScreenSettings, items: Sequence[DesignItem]
 ) -> list[DesignResult | DroppedDesign]:

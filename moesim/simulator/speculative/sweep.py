@@ -9,10 +9,12 @@ skipped likewise, and the sweep goes on.
 from __future__ import annotations
 
 import csv
+import functools
+import gc
 import io
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from moesim.atomic import atomic_write_text
 from moesim.errors import DoesNotFit, MoesimError
@@ -133,6 +135,30 @@ class SweepResult:
         ]
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def collector_paused(function: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run `function` with Python's cyclic garbage collector paused (reference counting still frees
+    everything as usual), then restore it as it was. A sweep allocates ~10^5 short-lived, acyclic plan
+    objects (kernels, tensor reads, segments), and the collector's passes over them took about an eighth of
+    its CPU; the few hundred objects in cycles it leaves are collected once the collector runs again."""
+
+    @functools.wraps(function)
+    def paused(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if not gc.isenabled():
+            return function(*args, **kwargs)
+        gc.disable()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return paused
+
+
+@collector_paused
 def run_sweep(
     base: Scenario,
     models: Sequence[ModelSpec],
