@@ -1,6 +1,7 @@
 """The fast path prices a group of plans whose kernels share their dtypes with one call per term over
 (plans × kernels) arrays (`fastpath._group_terms`); plans whose dtypes differ go plan by plan
-(`_member_terms`). Both must give the same floats: the sweep and screen figures cannot move."""
+(`_member_terms`). Both must give the same floats, and so must a template's numbers read from flat lists
+(`_template_parts`) and kernel by kernel: the sweep and screen figures cannot move."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from moesim.simulator.execution.cost import CostParams
 from moesim.simulator.hardware.profile import HardwareProfile, load_profile
 from moesim.simulator.models.catalogue import load_model
 from moesim.simulator.models.overrides import apply_overrides
+from moesim.simulator.plan.kernels import Kernel
 from moesim.simulator.plan.styles import build_plan
 
 # Plans of one structure each: decode steps, verification steps.
@@ -78,3 +80,57 @@ def test_plans_with_other_dtypes_are_not_priced_as_a_group() -> None:
         )
     )
     assert not fastpath._share_dtypes([bf16, fp8])
+
+
+def _template_parts_by_rows(kernels: tuple[Kernel, ...]) -> tuple[np.ndarray, np.ndarray, object]:
+    """What `fastpath._template_parts` gives, written kernel by kernel: one row of numbers per kernel."""
+    zeros = [0.0] * (fastpath._K_VALUES - 3)
+    rows, accesses, kstruct, astruct = [], [], [], []
+    for index, kernel in enumerate(kernels):
+        row = [kernel.flops, kernel.m_tokens, kernel.experts, *zeros]
+        if kernel.attention_kind in fastpath._KIND_COLUMN:
+            row[fastpath._KIND_COLUMN[kernel.attention_kind]] = kernel.attention_units
+        if kernel.transcendental_op in fastpath._OP_COLUMN:
+            row[fastpath._OP_COLUMN[kernel.transcendental_op]] = kernel.transcendental_elements
+        rows.append(row)
+        kstruct.append((fastpath.CATEGORY_INDEX[kernel.category], kernel.stream, kernel.join, kernel.dtype))
+        for read in kernel.reads:
+            accesses.append((read.size_bytes, read.reads, read.working_set_bytes))
+            astruct.append((index, read.tensor, False))
+        if kernel.write_bytes > 0 or kernel.write_tensor:
+            accesses.append((kernel.write_bytes, 1.0, 0.0))
+            astruct.append((index, kernel.write_tensor, True))
+    return (
+        np.array(rows, dtype=float).reshape(-1, fastpath._K_VALUES),
+        np.array(accesses, dtype=float).reshape(-1, 3),
+        (tuple(kstruct), tuple(astruct)),
+    )
+
+
+def _sample_templates() -> list[tuple[Kernel, ...]]:
+    hw = load_profile("h200")
+    templates = []
+    for name in MODELS:
+        spec = apply_overrides(load_model(name), {"layers": 5})
+        plan = build_plan(spec, 4, 3, 1024, "fused", None, hw)
+        templates += [segment.kernels for segment in plan.segments]
+    bf16 = apply_overrides(load_model("qwen3-30b-a3b"), {"layers": 2, "weight_format": "bf16"})
+    reference = build_plan(bf16, 2, 2, 256, "torch-reference", None, hw)  # has transcendental kernels
+    templates += [segment.kernels for segment in reference.segments]
+    templates.append(())
+    return templates
+
+
+def test_template_parts_are_the_kernel_by_kernel_rows() -> None:
+    templates = _sample_templates()
+    kernels = [k for template in templates for k in template]
+    assert any(k.attention_units > 0 for k in kernels)
+    assert any(k.transcendental_elements > 0 for k in kernels)
+    for template in templates:
+        parts = fastpath._template_parts(template)
+        values, accesses, signature = _template_parts_by_rows(template)
+        assert parts.kernel_values.shape == values.shape
+        assert parts.kernel_values.tobytes() == values.tobytes()
+        assert parts.access_values.shape == accesses.shape
+        assert parts.access_values.tobytes() == accesses.tobytes()
+        assert parts.signature == signature

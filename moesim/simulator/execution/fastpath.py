@@ -84,31 +84,36 @@ _OP_COLUMN = {op: 3 + len(ATTENTION_KERNEL_KINDS) + i for i, op in enumerate(TRA
 
 
 def _template_parts(kernels: tuple[Kernel, ...]) -> _TemplateParts:
-    kvalues: list[list[float]] = []
-    avalues: list[tuple[float, float, float]] = []
+    # Flat lists of floats convert to arrays faster than rows of lists; the few attention and transcendental
+    # numbers are set in afterwards.
+    numbers: list[float] = []  # flops, m_tokens, experts of each kernel
+    sparse: list[tuple[int, int, float]] = []  # (kernel, column, value)
+    access: list[float] = []  # size, reads, working set of each access
     kstruct: list[tuple[int, int, bool, str]] = []
     astruct: list[tuple[int, str, bool]] = []
-    zeros = [0.0] * (len(ATTENTION_KERNEL_KINDS) + len(TRANSCENDENTAL_OPS))
     for index, kernel in enumerate(kernels):
-        row = [kernel.flops, kernel.m_tokens, kernel.experts, *zeros]
-        column = _KIND_COLUMN.get(kernel.attention_kind)
-        if column is not None:
-            row[column] = kernel.attention_units
-        column = _OP_COLUMN.get(kernel.transcendental_op)
-        if column is not None:
-            row[column] = kernel.transcendental_elements
-        kvalues.append(row)
+        numbers += (kernel.flops, kernel.m_tokens, kernel.experts)
+        if kernel.attention_kind:
+            column = _KIND_COLUMN.get(kernel.attention_kind)
+            if column is not None:
+                sparse.append((index, column, kernel.attention_units))
+        if kernel.transcendental_op:
+            column = _OP_COLUMN.get(kernel.transcendental_op)
+            if column is not None:
+                sparse.append((index, column, kernel.transcendental_elements))
         kstruct.append((CATEGORY_INDEX[kernel.category], kernel.stream, kernel.join, kernel.dtype))
         for read in kernel.reads:
-            avalues.append((read.size_bytes, read.reads, read.working_set_bytes))
+            access += (read.size_bytes, read.reads, read.working_set_bytes)
             astruct.append((index, read.tensor, False))
         if kernel.write_bytes > 0 or kernel.write_tensor:
-            avalues.append((kernel.write_bytes, 1.0, 0.0))
+            access += (kernel.write_bytes, 1.0, 0.0)
             astruct.append((index, kernel.write_tensor, True))
+    values = np.zeros((len(kernels), _K_VALUES))
+    values[:, :3] = np.array(numbers, dtype=float).reshape(-1, 3)
+    for index, column, value in sparse:
+        values[index, column] = value
     return _TemplateParts(
-        np.array(kvalues, dtype=float).reshape(-1, _K_VALUES),
-        np.array(avalues, dtype=float).reshape(-1, 3),
-        (tuple(kstruct), tuple(astruct)),
+        values, np.array(access, dtype=float).reshape(-1, 3), (tuple(kstruct), tuple(astruct))
     )
 
 
