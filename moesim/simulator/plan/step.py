@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from moesim.errors import MoesimError
+from moesim.simulator.memo import by_identity
 from moesim.simulator.models.spec import AttentionLayerKind, FfnLayerKind, ModelSpec
 from moesim.simulator.plan.attention import attention_kernels
 from moesim.simulator.plan.blocks import LAYER_PREFIX, PlanContext
@@ -191,20 +192,10 @@ class WorkFreeKernels:
         return self._combine[join]
 
 
-# By the id of the step's context (a plan build makes one and passes it to each template); each entry
-# holds its context, so an id is never reused while its entry is here.
-_WORK_FREE: dict[int, WorkFreeKernels] = {}
-_MAX_WORK_FREE = 64
-
-
+@by_identity(64)  # a plan build makes one context and passes it to each of its layer templates
 def work_free_kernels(ctx: PlanContext) -> WorkFreeKernels:
     """The step's `WorkFreeKernels`, shared by every layer template built from the same context object."""
-    parts = _WORK_FREE.get(id(ctx))
-    if parts is None or parts.ctx is not ctx:
-        if len(_WORK_FREE) >= _MAX_WORK_FREE:
-            _WORK_FREE.pop(next(iter(_WORK_FREE)))
-        parts = _WORK_FREE[id(ctx)] = WorkFreeKernels(ctx)
-    return parts
+    return WorkFreeKernels(ctx)
 
 
 def fused_layer(

@@ -39,7 +39,6 @@ run on, because verification needs the drafts and the next draft needs the verif
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -48,6 +47,7 @@ from typing import ClassVar
 from moesim.errors import MoesimError
 from moesim.simulator.execution.collectives import messages_s
 from moesim.simulator.execution.timer import StepTimer, time_parallel
+from moesim.simulator.memo import by_identity
 from moesim.simulator.models.sequence_state import kv_cache_bytes, sequence_state_bytes
 from moesim.simulator.models.spec import AttentionSpec, ModelSpec
 from moesim.simulator.models.weights import attention_weight_bytes, dense_ffn_weight_bytes, mtp_weight_bytes
@@ -238,30 +238,9 @@ def parse_drafter(text: str) -> Drafter:
     raise MoesimError("draft", f"unknown drafter {text!r}", f"choose one of {', '.join(DRAFTER_KINDS)}")
 
 
-_MAX_REMEMBERED_TARGETS = 64
-
-
-def per_target(derive: Callable[[ModelSpec], ModelSpec]) -> Callable[[ModelSpec], ModelSpec]:
-    """`derive` remembered per target object (the target kept beside its answer, so its id is not reused):
-    a serving run asks for its drafter's model on every step shape it costs, and a ModelSpec's checks
-    run on each `replace`."""
-    answers: dict[int, tuple[ModelSpec, ModelSpec]] = {}
-
-    @functools.wraps(derive)
-    def remembered(target: ModelSpec) -> ModelSpec:
-        known = answers.get(id(target))
-        if known is not None and known[0] is target:
-            return known[1]
-        if len(answers) >= _MAX_REMEMBERED_TARGETS:
-            answers.pop(next(iter(answers)))
-        model = derive(target)
-        answers[id(target)] = (target, model)
-        return model
-
-    return remembered
-
-
-@per_target
+# A serving run asks for its drafter's model on every step shape, and a ModelSpec checks itself on each
+# `replace`: both drafter models are remembered per target.
+@by_identity(64)
 def eagle_head(target: ModelSpec) -> ModelSpec:
     """An EAGLE-style draft head: one dense layer at the target's hidden size, bf16, the target's vocabulary."""
     a = target.attention
@@ -289,7 +268,7 @@ def eagle_head(target: ModelSpec) -> ModelSpec:
     )
 
 
-@per_target
+@by_identity(64)
 def mtp_module(target: ModelSpec) -> ModelSpec:
     """The target's multi-token-prediction layer as a one-layer model sharing its LM head."""
     if target.mtp_layers < 1:
