@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any
 
@@ -110,11 +111,13 @@ def test_a_slow_memory_suite_does_not_bend_the_profile() -> None:
     reference = drift.reference_sample(probed)
     assert reference is not None and reference.label == "calibration median"
     assert (reference.memory_gbps, reference.compute_tflops) == (BASE.memory_gbps, BASE.compute_tflops)
-    # Noiseless probes, but they scatter between suites (the slow memory suite's): the reference, the median of
-    # the run's probes, carries the standard error of that scatter, not the probes' own noise.
+    # Noiseless probes that differ between suites (the slow memory suite's): a step in the machine's speed, a
+    # drift, not scatter. The run-wide scatter records it; the reference, the median of the run's probes,
+    # carries the standard error of the scatter between successive probes (none here), not the step.
     assert figures["memory_noise"] == 0.0 and figures["memory_scatter"] > 0.0
+    assert figures["memory_step_scatter"] == 0.0
     assert reference.memory_noise == pytest.approx(
-        math.sqrt(math.pi / 2) * figures["memory_scatter"] / math.sqrt(figures["n_probes"])
+        math.sqrt(math.pi / 2) * figures["memory_step_scatter"] / math.sqrt(figures["n_probes"])
     )
     # Without normalisation the same probes are recorded and warned about, and the figures are as measured.
     as_measured, _ = build_profile(_slowed(0.7, 1.0), "t")  # type: ignore[arg-type]  # the default
@@ -336,3 +339,69 @@ def test_the_scatter_is_the_spread_between_probes_not_their_own_noise() -> None:
         drift.rel_iqr([r.memory_gbps for r in _scattered(1.0, 8)]) * drift.SIGMA_PER_IQR
     )
     assert drift.scatter([at("p")])["memory"] == 0.0  # one probe: no spread to measure
+
+
+def _ramp(start: float, end: float, n: int, jitter: float) -> list[ProbeSample]:
+    """`n` readings of a machine whose memory speed ramps from `start` to `end` × the base, each reading
+    off by ±`jitter` in turn (noise of its repeats stated as 1%)."""
+    return [
+        dataclasses.replace(
+            at(f"row {i}", (start + (end - start) * i / (n - 1)) * (1 + jitter if i % 2 else 1 - jitter)),
+            memory_noise=0.01,
+        )
+        for i in range(n)
+    ]
+
+
+def test_the_step_scatter_is_the_jitter_between_neighbours_not_a_drift_over_the_run() -> None:
+    """A machine ramping 0.8 -> 1.2 × its speed with ±2% jitter: the run-wide scatter counts the ramp (over
+    10%), the scatter between successive readings only the jitter; for readings that share a probe with
+    their neighbour the same steps stand for √2 times the scatter."""
+    readings = _ramp(0.8, 1.2, 31, 0.02)
+    steps = [abs(math.log(b.memory_gbps / a.memory_gbps)) for a, b in itertools.pairwise(readings)]
+    independent = drift.step_scatter(readings)["memory"]
+    assert independent == pytest.approx(float(np.median(steps)) / (drift.MEDIAN_ABS_NORMAL * math.sqrt(2)))
+    assert drift.step_scatter(readings, shared=True)["memory"] == pytest.approx(independent * math.sqrt(2))
+    # The ramp adds about nothing to the steps: as the same jitter on a steady machine (whose ±2% in turn
+    # steps by 4%), while the run-wide scatter is the ramp's.
+    steady_jitter = drift.step_scatter(_ramp(1.0, 1.0, 31, 0.02))["memory"]
+    assert independent == pytest.approx(steady_jitter, rel=0.05) and independent < 0.05
+    assert drift.scatter(readings)["memory"] > 0.10
+    steady = [dataclasses.replace(at("p"), memory_noise=0.2) for _ in range(8)]
+    assert drift.step_scatter(steady)["memory"] == 0.0
+    assert drift.step_scatter(readings[:2])["memory"] == 0.0  # fewer than three readings: unknown
+
+
+def test_rows_that_drift_over_the_run_are_corrected_and_a_steady_run_is_not() -> None:
+    """Validation readings ramping 1.0 -> 0.7 × the calibration's speed (±2% jitter): the rows at the slow end
+    are corrected towards the speed their window measured. The run-wide scatter (the ramp itself) as the
+    gate's noise would leave them uncorrected. A steady run with the same jitter is left as calibrated."""
+    calibration = drift.with_scatter_noise(BASE, {"memory": 0.02}, 2)
+    readings = _ramp(1.0, 0.7, 31, 0.02)
+    speeds = drift.window_speeds(readings)
+    last = drift.beyond_noise(SpeedRatio.between(speeds[-1], calibration), speeds[-1], calibration)
+    assert last.memory == pytest.approx(speeds[-1].memory_gbps / BASE.memory_gbps)
+    assert last.memory < 0.8
+    run_wide = drift.with_scatter_noise(speeds[-1], drift.scatter(readings), 3)
+    wide_gate = drift.with_scatter_noise(BASE, drift.scatter(readings), 2)
+    assert drift.beyond_noise(SpeedRatio.between(run_wide, wide_gate), run_wide, wide_gate).memory == 1.0
+    steady = drift.window_speeds(_ramp(1.0, 1.0, 31, 0.02))
+    assert all(
+        drift.beyond_noise(SpeedRatio.between(s, calibration), s, calibration).memory == 1.0 for s in steady
+    )
+
+
+def test_a_suite_is_repeated_on_drift_beyond_the_run_s_probe_scatter_not_on_one_probe_s_noise() -> None:
+    """A suite whose two probes differ by 10%, each stating 1% noise: after steady probes that is drift
+    (repeat); after probes that jump ±8% from one to the next it is within their scatter (no repeat); with
+    fewer than three probes so far the probes' own noise decides, as before."""
+    before = dataclasses.replace(at("before:gemm"), memory_noise=0.01)
+    after = dataclasses.replace(at("after:gemm", 1.1), memory_noise=0.01)
+    steady = [dataclasses.replace(at("p"), memory_noise=0.01) for _ in range(6)]
+    jumpy = _ramp(1.0, 1.0, 6, 0.08)
+    assert drift.suite_drift_in_run("gemm", before, after, steady).drifted
+    assert not drift.suite_drift_in_run("gemm", before, after, jumpy).drifted
+    assert drift.suite_drift_in_run("gemm", before, after, []).drifted
+    # The probes recorded keep their own noise: only the gate's copies carry the floor.
+    floored = drift.suite_drift_in_run("gemm", before, after, jumpy)
+    assert floored.before.memory_noise > 0.05 and before.memory_noise == 0.01

@@ -410,6 +410,27 @@ def test_a_drift_that_persists_keeps_the_calmer_run_and_says_so(
     assert result.profile.fit_quality[DRIFT_KEY]["launch_drift"] == pytest.approx(0.2)
 
 
+def test_a_suite_is_not_repeated_on_a_change_within_the_scatter_of_the_run_s_earlier_probes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Noiseless probes whose readings jump 10% from one probe to the next: the first suite has no earlier
+    probes and is repeated on its 10% (MIN_DRIFT decides); the later suites' 10% is within the scatter
+    between the run's earlier probes and repeats nothing (gated on the probes' own noise, both would repeat)."""
+    calls: list[str] = []
+    monkeypatch.setattr(runner, "_run_suite", fake_suites(calls))
+    jumps = {
+        ("after:memory", 1): 0.9,
+        ("after:memory", 2): 0.9,
+        ("after:launch", 1): 0.9,
+        ("after:gemm", 1): 0.9,
+    }
+    monkeypatch.setattr(runner, "_start_probe", lambda timer, device: ScriptedProbe(jumps))
+    result = calibrate("cpu", tmp_path / "p.toml", plan=TINY)
+    assert calls == ["memory", "memory", "launch", "gemm", "moe"]
+    figures = result.profile.fit_quality[DRIFT_KEY]
+    assert figures["gemm_drift"] == pytest.approx(0.1) and figures["launch_drift"] == pytest.approx(0.1)
+
+
 def test_a_drift_within_the_probes_noise_or_in_a_part_the_suite_does_not_follow_repeats_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

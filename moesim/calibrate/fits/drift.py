@@ -27,6 +27,7 @@ beside that row (`at_speed`), beside the plain prediction.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Sequence
@@ -266,6 +267,46 @@ def scatter(samples: Sequence[ProbeSample]) -> dict[str, float]:
     return out
 
 
+# A normal σ from the median absolute difference of successive log readings: a difference of two independent
+# readings of scatter σ is normal with standard deviation √2·σ, whose median absolute value is 0.6745·√2·σ.
+MEDIAN_ABS_NORMAL = 0.6744897501960817
+
+
+def step_scatter(samples: Sequence[ProbeSample], shared: bool = False) -> dict[str, float]:
+    """One reading's relative standard deviation per part, from the differences between successive readings
+    (in the order given: time order): median |ln v[i+1] − ln v[i]| ÷ (0.6745 · √2); 0 for a part with fewer
+    than three readings.
+
+    `scatter` takes the spread over the whole run, so a machine whose speed moves slowly over the run (a
+    drift, which a correction should follow) counts as noise there and widens the gate until nothing is
+    corrected; a difference of neighbours moves with that drift only by its change from one reading to the
+    next. Measured on the shared 2-core Xeon VM (one process, 90 s, one-row GEMMs of four shapes timed in
+    turn, 730 readings each): run-wide σ 9-15%, from successive differences 3-6%; the four shapes' 10-reading
+    means moved together (correlation 0.93), the machine's speed ramping 12 -> 14.5 GB/s over 40 s.
+
+    `shared`: each reading is the geometric mean of two probes, the second shared with the next reading (a
+    validation row's speed: `measure.measure_model` takes one probe between each two rows). The difference of
+    two such neighbours is half the difference of two independent probes, its variance that of one reading,
+    so its median absolute value is 0.6745 · σ of a reading (no √2)."""
+    out: dict[str, float] = {}
+    divisor = MEDIAN_ABS_NORMAL * (1.0 if shared else math.sqrt(2.0))
+    for part in PARTS:
+        values = [v for v in _values(samples, part) if v > 0]
+        if len(values) < 3:
+            out[part] = 0.0
+            continue
+        steps = [abs(math.log(b / a)) for a, b in itertools.pairwise(values)]
+        out[part] = statistics.median(steps) / divisor
+    return out
+
+
+def with_noise_floor(sample: ProbeSample, sigma: dict[str, float]) -> ProbeSample:
+    """`sample` (one reading) with each part's noise at least `sigma` of that part: the scatter one reading
+    shows beside its neighbours, where that is larger than the noise of its own repeats."""
+    noise: dict[str, Any] = {f"{part}_noise": max(sample.noise(part), sigma.get(part, 0.0)) for part in PARTS}
+    return replace(sample, **noise)
+
+
 def with_scatter_noise(sample: ProbeSample, sigma: dict[str, float], probes: int) -> ProbeSample:
     """`sample`, the median (or mean) of `probes` probe readings, with each part's noise the standard error
     that many readings of scatter `sigma` give (√(π/2)·σ/√n, a median's), where it is larger than the noise
@@ -281,8 +322,9 @@ def window_speeds(beside: Sequence[ProbeSample], window: int = SPEED_WINDOW_ROWS
     """Each row's machine speed: the median sample of the readings beside the rows within window // 2 of it
     (fewer at the ends), with the noise of the scatter between the run's readings (`scatter`) over half as
     many readings as the window holds: next rows share a probe in every round (`measure.measure_model`
-    takes one between each two rows), so their readings are not independent."""
-    sigma = scatter(beside)
+    takes one between each two rows), so their readings are not independent. The scatter is taken between
+    neighbouring rows (`step_scatter`, `shared`), so a drift over the run is not counted as noise."""
+    sigma = step_scatter(beside, shared=True)
     half = window // 2
     out = []
     for i in range(len(beside)):
@@ -464,8 +506,11 @@ def reference_sample(profile: HardwareProfile) -> ProbeSample | None:
         stream_gemm_tflops=value("stream_gemm"),
         stream_gemm_noise=value("stream_gemm", "noise"),
     )
-    sigma = {part: float(figures.get(f"{part}_scatter", 0.0) or 0.0) for part in PARTS}
-    if not any(sigma.values()):  # a profile recorded before the scatter was: the probes' own noise
+    # The scatter between successive probes (`step_scatter`); a profile recorded before it was, the run-wide
+    # scatter (which counts a drift over the run as noise); before that, the probes' own noise.
+    key = "step_scatter" if any(f"{part}_step_scatter" in figures for part in PARTS) else "scatter"
+    sigma = {part: float(figures.get(f"{part}_{key}", 0.0) or 0.0) for part in PARTS}
+    if key == "scatter" and not any(sigma.values()):
         return sample
     # A suite's speed is two probes (before and after it); the run's median, all of them.
     return with_scatter_noise(sample, sigma, 2 if per_suite else int(figures.get("n_probes", 2) or 2))
@@ -538,6 +583,21 @@ def suite_drift(
     return SuiteDrift(suite, before, after, factor, suite_parts(suite, is_gpu))
 
 
+def suite_drift_in_run(
+    suite: str,
+    before: ProbeSample,
+    after: ProbeSample,
+    earlier: Sequence[ProbeSample],
+    is_gpu: bool = False,
+) -> SuiteDrift:
+    """A suite's drift as the repeat-once rule judges it: each of its two probes' noise at least the scatter
+    between successive probes of the run so far (`step_scatter` of `earlier` and `before`, in time order;
+    none before three), so a suite is not repeated on one probe's scatter, which on the shared 2-core VM was
+    2-5 times the noise of its own repeats (`benchmarks/probe_context.py`)."""
+    sigma = step_scatter([*earlier, before])
+    return suite_drift(suite, with_noise_floor(before, sigma), with_noise_floor(after, sigma), is_gpu=is_gpu)
+
+
 def suite_drifts(
     samples: Sequence[ProbeSample], is_gpu: bool = False
 ) -> tuple[ProbeSample | None, dict[str, SuiteDrift]]:
@@ -577,6 +637,7 @@ def record(
         "dispatch_spread": moved["dispatch"],
         "stream_gemm_spread": moved["stream_gemm"],
         **{f"{part}_scatter": value for part, value in scatter(samples).items()},
+        **{f"{part}_step_scatter": value for part, value in step_scatter(samples).items()},
         "memory_rel_iqr": median.memory_rel_iqr,
         "compute_rel_iqr": median.compute_rel_iqr,
         "dispatch_rel_iqr": median.dispatch_rel_iqr,
@@ -604,6 +665,7 @@ __all__ = [
     "DEVICE_LAUNCH_KINDS",
     "DRIFT_NORMALISATION",
     "MEASURED_IN",
+    "MEDIAN_ABS_NORMAL",
     "MEDIAN_SE_PER_IQR",
     "MIN_DRIFT",
     "NOISE_MULTIPLE",
@@ -630,11 +692,14 @@ __all__ = [
     "rel_iqr",
     "scatter",
     "spread",
+    "step_scatter",
     "suite_drift",
+    "suite_drift_in_run",
     "suite_drifts",
     "suite_parts",
     "threshold",
     "typical_noise",
     "window_speeds",
+    "with_noise_floor",
     "with_scatter_noise",
 ]

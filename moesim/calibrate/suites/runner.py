@@ -28,7 +28,7 @@ from moesim.calibrate.fits.drift import (
     MIN_DRIFT,
     NOISE_MULTIPLE,
     ProbeSample,
-    suite_drift,
+    suite_drift_in_run,
     suite_parts,
 )
 from moesim.calibrate.suites.plan import Plan, make_plan
@@ -231,7 +231,7 @@ def calibrate(
         started = time.perf_counter()
         try:
             rows, suite_probes = _run_probed(
-                suite, timer, device, plan, dtypes, bar.update, probe, drift_notes
+                suite, timer, device, plan, dtypes, bar.update, probe, drift_notes, probes
             )
         except KeyboardInterrupt:
             bar.done("interrupted")
@@ -518,25 +518,29 @@ def _run_probed(
     progress: Callable[[float], None],
     probe: Any,
     notes: list[str],
+    earlier: list[ProbeSample] | None = None,
 ) -> tuple[list[Row], list[ProbeSample]]:
-    """Run a suite between two probes; if a part the suite's figures follow drifted beyond the probe's own
-    noise while it ran (`drift.SuiteDrift.drifted`), warn and run it once more, keeping the attempt that
-    drifted less relative to its threshold (its probes label it; the other's are dropped)."""
+    """Run a suite between two probes; if a part the suite's figures follow drifted beyond the probes' noise
+    while it ran (`drift.SuiteDrift.drifted`; each probe's noise at least the scatter between successive
+    probes of the run so far, `earlier` in time order: `drift.suite_drift_in_run`), warn and run it once more,
+    keeping the attempt that drifted less relative to its threshold (its probes label it; the other's are
+    dropped)."""
     if probe is None or not suite_parts(suite, device.is_gpu):
         return _run_suite(suite, timer, device, plan, dtypes, progress), []
     attempts = []
+    history = list(earlier or [])  # the earlier suites' probes: a drifted first attempt's would be circular
     for attempt in range(2):
         before = probe.sample(f"before:{suite}")
         rows = _run_suite(suite, timer, device, plan, dtypes, progress)
         after = probe.sample(f"after:{suite}")
-        moved = suite_drift(suite, before, after, is_gpu=device.is_gpu)
+        moved = suite_drift_in_run(suite, before, after, history, is_gpu=device.is_gpu)
         attempts.append((moved, rows, [before, after]))
         if not moved.drifted:
             break
         if attempt == 0:
             notes.append(
                 f"warning: the machine drifted {moved.drift:.1%} during the {suite} suite (threshold "
-                f"{moved.threshold:.1%}: {NOISE_MULTIPLE:g} x the probes' noise, at least {MIN_DRIFT:.0%}; probe "
+                f"{moved.threshold:.1%}: {NOISE_MULTIPLE:g} x the probes' noise or scatter, at least {MIN_DRIFT:.0%}; probe "
                 f"memory {before.memory_gbps:.3g} -> {after.memory_gbps:.3g} GB/s, compute "
                 f"{before.compute_tflops:.3g} -> {after.compute_tflops:.3g} TFLOP/s, dispatch {before.dispatch_us:.3g} "
                 f"-> {after.dispatch_us:.3g} us/op): repeating the suite once"
