@@ -144,6 +144,28 @@ def test_workers_constrain_the_designs_as_apply_constraints_does_and_report_chun
     )
 
 
+@pytest.mark.parametrize(("n", "workers"), [(7, 1), (300, 2), (3000, 2), (8226, 2), (20000, 2)])
+def test_chunks_keep_each_expert_count_and_top_k_together(n: int, workers: int) -> None:
+    # A worker samples an (N, k)'s routing banks once per chunk: an (N, k) spans several chunks only when its
+    # designs outnumber MAX_KEY_CHUNK, and then in near-equal pieces. Every design is in exactly one chunk.
+    from moesim.simulator.screening.backends import MAX_KEY_CHUNK
+
+    base = model(BASE)
+    axes = {"n_experts": parse_values("n_experts", "16,32,64,128"), "top_k": parse_values("top_k", "1,2,4,8")}
+    axes["layers"] = parse_values("layers", "8..4000:8")
+    items = [DesignItem(base, d) for d in sample(axes, n, seed=1)]
+    chunks = chunked(items, workers)
+    assert sorted(i.design.index for chunk in chunks for i in chunk) == sorted(i.design.index for i in items)
+    spans: dict[tuple[int, int], list[int]] = {}
+    for chunk in chunks:
+        for key in {item.routing_key for item in chunk}:
+            spans.setdefault(key, []).append(sum(item.routing_key == key for item in chunk))
+    for key, sizes in spans.items():
+        assert len(sizes) == -(-sum(sizes) // MAX_KEY_CHUNK), key
+        assert max(sizes) - min(sizes) <= 1 or len(sizes) == 1
+    assert len(chunks) >= min(n, 2 * workers)
+
+
 def test_invalid_designs_are_dropped_not_fatal() -> None:
     out = apply_constraints(model(BASE), grid({"n_experts": [4, 64], "top_k": [8]}), [])
     assert [d.as_dict()["n_experts"] for d, _, _ in out.kept] == [64]

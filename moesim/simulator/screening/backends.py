@@ -9,6 +9,7 @@ as `ray.init()` does.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -24,6 +25,8 @@ BACKENDS = ("local", "ray")
 # bar, few enough that per-task overhead (pickling the settings, a Ray task's ~1 ms) stays negligible.
 CHUNKS_PER_WORKER = 4
 MAX_CHUNK = 64
+# The most designs of one (N, k) a chunk holds: their routing banks are sampled once per chunk's worker.
+MAX_KEY_CHUNK = 256
 
 Progress = Callable[[int], None]
 
@@ -54,12 +57,28 @@ def default_workers() -> int:
 
 
 def chunked(tasks: Sequence[Item], workers: int) -> list[list[Item]]:
-    """Chunks of at most MAX_CHUNK designs, about CHUNKS_PER_WORKER per worker, designs of one expert
-    count and top-k together: a worker samples the routing banks of an (N, k) once and its chunks reuse
-    them, instead of every worker sampling every (N, k) of the space. (Results go back in design order.)"""
+    """Chunks of about len / (workers × CHUNKS_PER_WORKER) designs (at most MAX_CHUNK), each holding whole
+    groups of designs of one expert count and top-k: a worker samples the routing banks of an (N, k) once,
+    so an (N, k) is split over chunks (and so, perhaps, over workers, each sampling it again) only when its
+    designs outnumber MAX_KEY_CHUNK. Small groups are packed together. (Results go back in design order.)"""
     size = max(1, min(MAX_CHUNK, math.ceil(len(tasks) / (workers * CHUNKS_PER_WORKER))))
     ordered = sorted(tasks, key=lambda task: task.routing_key)  # stable
-    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+    chunks: list[list[Item]] = []
+    packed: list[Item] = []  # whole small groups, up to `size` designs
+    for _, members in itertools.groupby(ordered, key=lambda task: task.routing_key):
+        group = list(members)
+        if len(packed) + len(group) > size and packed:
+            chunks.append(packed)
+            packed = []
+        if len(group) >= size:
+            pieces = math.ceil(len(group) / MAX_KEY_CHUNK)
+            bounds = [len(group) * i // pieces for i in range(pieces + 1)]  # sizes differ by at most one
+            chunks.extend(group[a:b] for a, b in itertools.pairwise(bounds))
+        else:
+            packed.extend(group)
+    if packed:
+        chunks.append(packed)
+    return chunks
 
 
 def run_local(
