@@ -84,6 +84,14 @@ def test_bad_layouts_name_the_field(kwargs: dict[str, object], field: str) -> No
     assert err.value.field == field
 
 
+def test_heads_refusal_says_gpus_alone_sets_tp() -> None:
+    """`--gpus 3` with no --tp asks for TP = 3: the refusal names --tp and says where its 3 came from."""
+    with pytest.raises(MoesimError) as err:
+        default_layout(3).check_model(_moe(n_experts=64, heads=32))
+    assert err.value.field == "tp"
+    assert "--gpus alone sets --tp" in str(err.value)
+
+
 def test_layout_is_checked_against_the_model() -> None:
     with pytest.raises(MoesimError, match="routed experts"):
         default_layout(128).check_model(_moe(n_experts=64, heads=128))

@@ -157,7 +157,7 @@ class ParallelLayout:
                 "tp",
                 f"{self.tp} does not divide the {heads} attention heads ({kv_heads} KV heads) of {spec.name}; "
                 "engines split heads evenly across tensor-parallel ranks",
-                "choose --tp dividing the heads, e.g. a power of two",
+                "choose --tp dividing the heads, e.g. a power of two; --gpus alone sets --tp to the GPU count",
             )
 
 
