@@ -53,6 +53,15 @@ def test_predict_from_a_traces_overlap_curve_lands_near_its_counts() -> None:
     assert data["per_layer"][0]["per_rank"]["max_distinct"]["mean"] <= 8
 
 
+def test_fit_refuses_a_trace_of_one_token_sequences(tmp_path) -> None:
+    path = tmp_path / "single.npz"
+    np.savez(path, experts=np.array([[[1, 2]], [[3, 4]]]), sequence_ids=np.array([0, 2**62]))
+    code, out = run("fit", str(path), "--experts", "16", "--output", str(tmp_path / "s.json"))
+    assert code != 0
+    assert "single.npz: every sequence is one token long" in out
+    assert not (tmp_path / "s.json").exists()
+
+
 def test_fit_inspect_generate_round_trip(tmp_path) -> None:
     trace_path, stats_path, generated = tmp_path / "t.npz", tmp_path / "s.json", tmp_path / "g.jsonl"
     save_trace(gating_trace(16, 2, 60, 16, n_layers=2, seed=2), trace_path)

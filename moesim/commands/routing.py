@@ -66,6 +66,12 @@ def fit_command(
     settings = FitSettings(**fields_of(FitSettings, flags))
     topk_groups = 1 if settings.n_groups == 1 else settings.topk_groups
     routing_trace = load_trace(trace, n_experts)
+    if routing_trace.longest_sequence_tokens < 2:
+        raise MoesimError(
+            "trace",
+            f"{trace}: every sequence is one token long, so there is no overlap between a sequence's tokens to fit",
+            "record sequences of two or more tokens (`sequence_ids` repeats a sequence's id on each of its tokens)",
+        )
     # scikit-learn loads only once the trace has been read (a bad trace is refused without it)
     from moesim.simulator.routing.estimator import RoutingEstimator
 

@@ -123,6 +123,12 @@ class RoutingTrace:
         starts = np.flatnonzero(np.r_[True, self.sequence_ids[1:] != self.sequence_ids[:-1]])
         return np.stack([starts, np.r_[starts[1:], self.n_tokens]], axis=1)
 
+    @property
+    def longest_sequence_tokens(self) -> int:
+        """Tokens of the trace's longest sequence: a fit of the overlap between a sequence's tokens needs 2."""
+        bounds = self.sequence_bounds()
+        return int((bounds[:, 1] - bounds[:, 0]).max())
+
     def select_sequences(self, indices: np.ndarray) -> RoutingTrace:
         """The trace restricted to some sequences (by position in `sequence_bounds`), e.g. a held-out split."""
         bounds = self.sequence_bounds()[np.asarray(indices)]
