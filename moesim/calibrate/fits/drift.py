@@ -312,10 +312,7 @@ def with_scatter_noise(sample: ProbeSample, sigma: dict[str, float], probes: int
     that many readings of scatter `sigma` give (√(π/2)·σ/√n, a median's), where it is larger than the noise
     the sample states."""
     factor = math.sqrt(math.pi / 2) / math.sqrt(max(probes, 1))
-    noise: dict[str, Any] = {
-        f"{part}_noise": max(sample.noise(part), factor * sigma.get(part, 0.0)) for part in PARTS
-    }
-    return replace(sample, **noise)
+    return with_noise_floor(sample, {part: factor * value for part, value in sigma.items()})
 
 
 def window_speeds(beside: Sequence[ProbeSample], window: int = SPEED_WINDOW_ROWS) -> list[ProbeSample]:
