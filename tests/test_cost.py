@@ -12,7 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moesim.simulator.execution.cache import CacheState, repeat_traffic
-from moesim.simulator.execution.cost import CostParams, compute_time_s, kernel_time_s, kernel_times_s
+from moesim.simulator.execution.cost import (
+    CostParams,
+    compute_time_s,
+    kernel_time_s,
+    kernel_times_s,
+    tile_compute_s,
+)
 from moesim.simulator.execution.fastpath import residency
 from moesim.simulator.hardware.profile import HardwareProfile
 from moesim.simulator.hardware.sections import ExpertGemmTerms
@@ -228,11 +234,46 @@ def _every_profile_s_cost_params() -> tuple[CostParams, ...]:
 @settings(max_examples=60, deadline=None)
 @given(st.floats(1.0, 600.0), st.floats(1.0, 600.0))
 def test_gemm_compute_time_never_falls_as_rows_grow(m1: float, m2: float) -> None:
-    """More rows of the same weight never take less arithmetic time (compute ∝ M / efficiency(M))."""
+    """More rows of the same weight never take less arithmetic time (compute ∝ M / efficiency(M)), and a
+    grouped expert GEMM's whole tiles likewise (∝ ⌈M / tile⌉)."""
     for p in _every_profile_s_cost_params():
         lo, hi = sorted((m1, m2))
-        t = compute_time_s(np.array([2.0 * lo, 2.0 * hi]), np.array([lo, hi]), p.peak("bf16"), p)
-        assert t[0] <= t[1] * (1 + 1e-12)
+        flops, m = np.array([2.0 * lo, 2.0 * hi]), np.array([lo, hi])
+        for t in (compute_time_s(flops, m, p.peak("bf16"), p), tile_compute_s(flops, m, p.peak("bf16"), p)):
+            assert t[0] <= t[1] * (1 + 1e-12)
+
+
+def test_a_grouped_expert_gemm_computes_whole_tiles() -> None:
+    """One token per expert still runs a full M-tile of the fused MoE kernel at the curve's plateau, where a
+    dense one-row GEMM is a weight stream whose arithmetic never binds; many tokens per expert run at the
+    curve, and a CPU (no tiles) has no such floor."""
+    p = params()
+    flops, peak = np.array([2.0 * 4096 * 4096]), p.peak("bf16")
+    one_token = tile_compute_s(flops, np.array([1.0]), peak, p)
+    assert one_token[0] == pytest.approx(flops[0] * p.expert_tile_rows / (peak * np.max(p.gemm_eff)))
+    assert compute_time_s(flops, np.array([1.0]), peak, p)[0] < one_token[0] / 10
+    many = np.array([512.0])
+    assert tile_compute_s(flops * 512, many, peak, p)[0] < compute_time_s(flops * 512, many, peak, p)[0]
+    cpu = dataclasses.replace(p, expert_tile_rows=0.0)
+    assert tile_compute_s(flops, np.array([1.0]), peak, cpu)[0] == 0.0
+
+
+# gpt-oss-120b's expert block on an H200 (hidden 2880, expert width 2880, 128 experts, top-4, MXFP4 weights,
+# balanced routing), µs per MoE layer at 32 / 48 / 64 tokens (1 / 1.5 / 2 tokens per expert, all 128 loaded):
+# NVIDIA aiconfigurator-core 0.12.0 systems/data/h200_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet (moe_torch_flow)
+# and .../moe/vllm/0.24.0/moe_perf.parquet (vLLM's OAI Triton MXFP4 experts), moe_dtype w4a16_mxfp4.
+MEASURED_MXFP4_BLOCK_US = {32: (614.0, 661.2), 48: (617.0, 664.1), 64: (620.8, 665.4)}
+
+
+def test_a_4_bit_expert_block_costs_its_tiles_from_one_token_per_expert_on() -> None:
+    """4-bit weights compute in bf16, so their tiles' arithmetic outweighs their bytes at a few tokens per
+    expert. The measured kernels are flat from one to two tokens per expert (within 1.2%); pricing one token
+    per expert as a weight stream made the block 26% cheaper there than at two."""
+    spec = model("gpt-oss-120b")
+    times = {t: simulate_expert_block(spec, h200(), t, 128) * 1e6 for t in MEASURED_MXFP4_BLOCK_US}
+    assert max(times.values()) < 1.05 * min(times.values())
+    for tokens, (trtllm_us, vllm_us) in MEASURED_MXFP4_BLOCK_US.items():
+        assert 0.85 * trtllm_us < times[tokens] < 1.15 * vllm_us
 
 
 # --- The grouped expert GEMM: fixed + per distinct expert + per (token, expert) --------------------------------

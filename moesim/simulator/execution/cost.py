@@ -8,7 +8,9 @@
     memory  = (HBM bytes + ramp) / achieved bandwidth + cache bytes / cache bandwidth
 
 A grouped expert GEMM (a fused-MoE projection over U distinct experts, `Kernel.experts` = U) also pays a
-fixed part, a part per distinct expert and a part per (token, expert) pair (`hardware.profile.ExpertGemmTerms`):
+fixed part, a part per distinct expert and a part per (token, expert) pair (`hardware.profile.ExpertGemmTerms`),
+and computes whole M-tiles: its compute is at least its rows padded to `gemm_tile_m_expert` per expert at
+the curve's plateau (`tile_compute_s`), however few tokens an expert has:
 
     time = fixed latency + expert fixed + U × per-expert
            + max(compute, memory bytes' time + max(cache bytes' time, pair FLOPs / pair rate))
@@ -82,6 +84,8 @@ class CostParams:
     gemm_curves: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     # transcendental op -> elements/s its element-wise kernels evaluate; an op left out: unbounded
     transcendental: dict[str, float] = field(default_factory=dict)
+    # rows of one M-tile a grouped expert GEMM pads each expert's tokens to; 0: no tiles (a CPU's BLAS)
+    expert_tile_rows: float = 0.0
 
     @classmethod
     def from_hardware(cls, hw: HardwareProfile) -> CostParams:
@@ -119,6 +123,7 @@ class CostParams:
                 for dtype, curve in (em.gemm_efficiency_by_dtype or {}).items()
             },
             transcendental=dict(em.transcendental_elements_per_s or {}),
+            expert_tile_rows=0.0 if hw.is_cpu else float(em.gemm_tile_m_expert or 0),
         )
 
     @classmethod
@@ -153,10 +158,11 @@ class CostParams:
         self, experts: np.ndarray, dtypes: Sequence[str], dtype_index: np.ndarray | None = None
     ) -> GroupedTerms | None:
         """The grouped expert GEMM terms of kernels with `experts` distinct experts (0: not one), kernel i
-        computing in dtypes[dtype_index[i]] (in dtypes[i] without an index); None when no kernel is one or
-        this pricing has no such terms."""
+        computing in dtypes[dtype_index[i]] (in dtypes[i] without an index); None when no kernel is one. A
+        pricing without such terms gives neutral ones (no extra time, no pair bound), which still mark the
+        kernels grouped, for their tiles (`tile_compute_s`)."""
         experts = np.asarray(experts, dtype=float)
-        if not self.expert_gemm or not np.any(experts > 0):
+        if not np.any(experts > 0):
             return None
         table = np.array(
             [self.expert_gemm.get(d) or self.expert_gemm.get("bf16") or (0.0, 0.0, math.inf) for d in dtypes],
@@ -219,6 +225,15 @@ class CostParams:
         order = {dtype: i + 1 for i, dtype in enumerate(self.gemm_curves)}
         per_dtype = np.array([order.get(d, 0) for d in dtypes], dtype=np.int64)
         return per_dtype if dtype_index is None else per_dtype[np.asarray(dtype_index, dtype=np.int64)]
+
+    def plateau_efficiency(self, curve_index: np.ndarray | None = None) -> np.ndarray | float:
+        """The highest efficiency of each kernel's curve (`gemm_curve_index`; None: the shared curve's):
+        what a full tile of a large GEMM reaches."""
+        shared = float(np.max(self.gemm_eff))
+        if curve_index is None:
+            return shared
+        plateaus = np.array([shared, *(float(np.max(eff)) for _, eff in self.gemm_curves.values())])
+        return plateaus[np.asarray(curve_index, dtype=np.int64)]
 
     def gemm_efficiency(
         self, m_tokens: np.ndarray | float, curve_index: np.ndarray | None = None
@@ -310,6 +325,30 @@ def compute_time_s(
     return seconds if transcendental_s is None else np.maximum(seconds, transcendental_s)
 
 
+def tile_compute_s(
+    flops: np.ndarray,
+    m_tokens: np.ndarray,
+    peak_flops: np.ndarray,
+    params: CostParams,
+    gemm_curve: np.ndarray | None = None,
+) -> np.ndarray:
+    """Seconds of a grouped expert GEMM's whole M-tiles: each expert's M rows padded to
+    ⌈M / tile⌉ × tile rows (`CostParams.expert_tile_rows`), computed at the curve's plateau. A fused MoE
+    kernel has no matrix–vector path: an expert with one token still runs a full tile on the tensor cores.
+    That binds for 4-bit experts computed in bf16 (a tile's arithmetic outweighs their bytes), never for
+    bf16 or fp8 ones: gpt-oss-120b's block on an H200 measures 614 / 617 / 621 µs (TensorRT-LLM) and 661 /
+    664 / 665 µs (vLLM) at 1 / 1.5 / 2 tokens per expert (aiconfigurator-core 0.12.0, h200_sxm moe_perf,
+    w4a16_mxfp4), flat, where pricing one token per expert as a weight stream made it 26% cheaper than two.
+    Zero where there are no tiles (a CPU)."""
+    tile = params.expert_tile_rows
+    if tile <= 0:
+        return np.zeros(np.shape(flops))
+    m = np.maximum(np.asarray(m_tokens, dtype=float), 1e-9)
+    padded = np.ceil(m / tile) * tile / m
+    rate = np.asarray(peak_flops, dtype=float) * params.plateau_efficiency(gemm_curve)
+    return np.asarray(flops, dtype=float) * padded / rate
+
+
 def memory_time_s(
     hbm_bytes: np.ndarray | float,
     cache_bytes: np.ndarray | float,
@@ -357,6 +396,8 @@ def kernel_parts_s(
     memory = memory_time_s(hbm_bytes, cache_bytes, is_gemm, params)
     fixed = np.full(compute.shape, params.fixed_s)
     if grouped is not None:
+        tiles = tile_compute_s(flops, m_tokens, peak_flops, params, gemm_curve)
+        compute = np.where(grouped.is_grouped, np.maximum(compute, tiles), compute)
         from_memory = memory_time_s(hbm_bytes, 0.0, is_gemm, params)
         pair_s = np.asarray(flops, dtype=float) / grouped.pair_flops_per_s
         memory = np.where(grouped.is_grouped, from_memory + np.maximum(memory - from_memory, pair_s), memory)
