@@ -12,7 +12,13 @@ from click.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 
-from moesim.calibrate.fits.drift import MIN_DRIFT, NOISE_MULTIPLE, PARTS, ProbeSample  # noqa: E402
+from moesim.calibrate.fits.drift import (  # noqa: E402
+    MIN_DRIFT,
+    NOISE_MULTIPLE,
+    PARTS,
+    ProbeSample,
+    suite_drift_in_run,
+)
 from moesim.calibrate.fits.drift import PROBE_KEY as DRIFT_KEY  # noqa: E402
 from moesim.calibrate.suites import runner  # noqa: E402
 from moesim.calibrate.suites.plan import Plan  # noqa: E402
@@ -425,10 +431,20 @@ def test_a_suite_is_not_repeated_on_a_change_within_the_scatter_of_the_run_s_ear
         ("after:gemm", 1): 0.9,
     }
     monkeypatch.setattr(runner, "_start_probe", lambda timer, device: ScriptedProbe(jumps))
-    result = calibrate("cpu", tmp_path / "p.toml", plan=TINY)
+    out = tmp_path / "p.toml"
+    result = calibrate("cpu", out, plan=TINY)
     assert calls == ["memory", "memory", "launch", "gemm", "moe"]
     figures = result.profile.fit_quality[DRIFT_KEY]
     assert figures["gemm_drift"] == pytest.approx(0.1) and figures["launch_drift"] == pytest.approx(0.1)
+    # The profile records the threshold the rule used (the earlier probes' step scatter), not the MIN_DRIFT
+    # the probes' own zero noise gives.
+    probes = runner.read_probes(suite_path(out, "probe"))
+    for suite in ("launch", "gemm"):
+        at = next(i for i, p in enumerate(probes) if p.label == f"before:{suite}")
+        judged = suite_drift_in_run(suite, probes[at], probes[at + 1], probes[:at])
+        assert not judged.drifted and judged.threshold > 0.3
+        assert figures[f"{suite}_threshold"] == pytest.approx(judged.threshold)
+    assert figures["memory_threshold"] == MIN_DRIFT  # no earlier probes: its own (zero) noise and the floor
 
 
 def test_a_drift_within_the_probes_noise_or_in_a_part_the_suite_does_not_follow_repeats_nothing(
@@ -458,36 +474,6 @@ def test_a_drift_within_the_probes_noise_or_in_a_part_the_suite_does_not_follow_
     result = calibrate("cpu", tmp_path / "q.toml", plan=TINY)
     assert calls == ["memory", "launch", "gemm", "moe"]
     assert result.profile.fit_quality[DRIFT_KEY]["launch_drift"] == 0.0
-
-
-def test_the_threshold_a_profile_records_is_the_one_the_repeat_rule_used(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Noiseless probes jumping 10% from one to the next: the launch and gemm suites were judged against the
-    step scatter of the run's earlier probes (not repeated), and the profile records that threshold, not
-    the MIN_DRIFT their own zero noise gives."""
-    from moesim.calibrate.fits.drift import suite_drift_in_run
-
-    calls: list[str] = []
-    monkeypatch.setattr(runner, "_run_suite", fake_suites(calls))
-    jumps = {
-        ("after:memory", 1): 0.9,
-        ("after:memory", 2): 0.9,
-        ("after:launch", 1): 0.9,
-        ("after:gemm", 1): 0.9,
-    }
-    monkeypatch.setattr(runner, "_start_probe", lambda timer, device: ScriptedProbe(jumps))
-    out = tmp_path / "p.toml"
-    result = calibrate("cpu", out, plan=TINY)
-    assert calls == ["memory", "memory", "launch", "gemm", "moe"]
-    figures = result.profile.fit_quality[DRIFT_KEY]
-    probes = runner.read_probes(suite_path(out, "probe"))
-    for suite in ("launch", "gemm"):
-        at = next(i for i, p in enumerate(probes) if p.label == f"before:{suite}")
-        judged = suite_drift_in_run(suite, probes[at], probes[at + 1], probes[:at])
-        assert not judged.drifted and judged.threshold > 0.3
-        assert figures[f"{suite}_threshold"] == pytest.approx(judged.threshold)
-    assert figures["memory_threshold"] == MIN_DRIFT  # no earlier probes: its own (zero) noise and the floor
 
 
 def test_from_csv_reproduces_the_gemm_suite_brought_to_its_in_suite_reference(

@@ -54,6 +54,7 @@ HEADER_PREFIX = "# moesim-calibrate "
 # measures with more; the profile records the count, and CPU runs it predicts must use the same.
 CPU_DEFAULT_THREADS = 1
 Row = dict[str, Any]
+Progress = Callable[[float], None]  # a suite's progress callback: the fraction done
 # reporter(suite) → the SuiteReporter that shows that suite's progress and outcome.
 ProgressFactory = Callable[[str], "SuiteReporter"]
 
@@ -557,13 +558,7 @@ def _run_probed(
 
 
 def _run_suite(
-    suite: str,
-    timer: Any,
-    device: Any,
-    plan: Plan,
-    dtypes: list[str],
-    progress: Callable[[float], None],
-    probe: Any = None,
+    suite: str, timer: Any, device: Any, plan: Plan, dtypes: list[str], progress: Progress, probe: Any = None
 ) -> list[Row]:
     """One suite's rows; the GEMM suite reads the probe's streaming GEMM once per round as its reference."""
     if suite == "memory":
