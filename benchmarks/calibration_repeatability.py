@@ -25,7 +25,7 @@ those over the runs: what run i would have measured on a machine at the runs' me
 tracks the machine, normalised spreads are smaller than raw ones. The memory plateau's P_i is the median of
 the reference reads the memory suite times beside its working sets (`suites/memory.py`), where the profile
 records them: those sample the moments the plateau was measured; likewise the one-row GEMM stream's P_i is the
-median of the probe's streaming GEMM the GEMM suite timed once per round (`fit_quality.gemm_reference`).
+median of the probe's streaming GEMM the GEMM suite read in every round (`fit_quality.gemm_reference`).
 
 **Validation.** Each loop's measured rows are scored against both profiles of its run, raw and
 drift-corrected (each row predicted with the profile at the speed the probe measured beside it, in each part
@@ -113,7 +113,7 @@ def suite_speeds(probe_csv: Path) -> dict[str, dict[str, float]]:
 def with_in_suite_reference(profile: Any, speeds: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     """The run's probe speeds, with the memory suite's memory speed taken from the reference reads timed
     beside its working sets (`fit_quality.memory_cache_knee.reference_gbps`) and the GEMM suite's streaming
-    GEMM speed from the median of the reference it timed once per round (`fit_quality.gemm_reference`) where
+    GEMM speed from the median of the reference it read in every round (`fit_quality.gemm_reference`) where
     the profile has them: they sample the moments the figures were measured, the probes before and after the
     suite do not."""
     quality = profile.fit_quality
@@ -400,7 +400,7 @@ def _gemm_reference_text(reference: dict[str, float]) -> str:
         return ""
     return (
         f"; GEMM suite's in-suite reference {reference['reference_stream_gemm_tflops'] * 1e3:.3g} GFLOP/s, "
-        f"spread {reference['reference_spread']:.1%}, one reading's scatter {reference['reference_scatter']:.1%}, "
+        f"spread {reference['reference_spread']:.1%}, one round's scatter {reference['reference_scatter']:.1%}, "
         f"{reference['reference_rounds_corrected']:.0f}/{reference['reference_rounds']:.0f} rounds corrected"
     )
 

@@ -187,7 +187,7 @@ GEMM_REFERENCE_KEY = drift.GEMM_REFERENCE_KEY
 
 
 def _at_suite_reference(meas: Measurements, notes: list[str]) -> tuple[Measurements, dict[str, float]]:
-    """The GEMM suite's points brought to the suite's median machine speed by the reference it timed once per
+    """The GEMM suite's points brought to the suite's median machine speed by the reference it read in every
     round (`fits.gemm.at_suite_reference`), with its figures for the profile; unchanged without one."""
     if not meas.gemm:
         return meas, {}
@@ -195,10 +195,10 @@ def _at_suite_reference(meas: Measurements, notes: list[str]) -> tuple[Measureme
     if not figures:
         return meas, {}
     notes.append(
-        f"gemm suite: each point at the suite's median machine speed, the probe's streaming GEMM timed once "
-        f"per round ({figures['reference_rounds']:.0f} rounds: median "
+        f"gemm suite: each point at the suite's median machine speed, the probe's streaming GEMM read in every "
+        f"round ({figures['reference_rounds']:.0f} rounds: median "
         f"{figures['reference_stream_gemm_tflops'] * 1e3:.3g} GFLOP/s, spread {figures['reference_spread']:.1%}, "
-        f"one reading's scatter {figures['reference_scatter']:.1%}; "
+        f"one round's scatter {figures['reference_scatter']:.1%}; "
         f"{figures['reference_rounds_corrected']:.0f} rounds beyond that noise corrected)"
     )
     return replace(meas, gemm=rows), figures

@@ -514,7 +514,7 @@ def reference_sample(profile: HardwareProfile) -> ProbeSample | None:
 
     Fitted as measured (`normalised` 0), each part's reference is the probe during the suite whose figures the
     part scales (`MEASURED_IN`: the geometric mean of its before and after probes, recorded as
-    `<suite>_during_<figure>`), except the streaming GEMM's where the GEMM suite read it once per round: the
+    `<suite>_during_<figure>`), except the streaming GEMM's where the GEMM suite read it in every round: the
     median of those readings (`fit_quality.gemm_reference`), the speed its points were brought to; a profile
     normalised to the run's median (or recorded before the per-suite speeds were) takes the median for every
     part. A correction against the run's median when the figures
@@ -524,7 +524,7 @@ def reference_sample(profile: HardwareProfile) -> ProbeSample | None:
         return None
     suites = MEASURED_IN[not profile.is_cpu] if not figures.get("normalised") else {}
 
-    # The GEMM suite's points are at the median of the streaming GEMM it read once per round, where it did.
+    # The GEMM suite's points are at the median of the streaming GEMM it read in every round, where it did.
     in_suite = profile.fit_quality.get(GEMM_REFERENCE_KEY, {}) if suites.get("stream_gemm") == "gemm" else {}
     rounds = in_suite.get("reference_rounds", 0.0)
     inside = {

@@ -287,7 +287,8 @@ def m1_gemm_streaming_gbps(gemm_rows: list[Row], dtype: str) -> float:
 
 
 # The GEMM suite's CSV columns of the in-suite reference (`suites/gemm.py`): each point's seconds per call in
-# every round, and the probe's streaming GEMM's rate (TFLOP/s) timed once in every round; both ";"-joined in
+# every round, and the probe's streaming GEMM's rate (TFLOP/s) in every round (the median of the suite's
+# `suites.gemm.REFERENCE_READINGS` readings spread over it); both ";"-joined in
 # round order, so a `--from-csv` refit normalises exactly as the run did.
 ROUND_TIMES = "round_s"
 ROUND_REFERENCES = "reference_tflops"
@@ -309,7 +310,7 @@ def readings(value: object) -> list[float]:
 def at_suite_reference(rows: list[Row]) -> tuple[list[Row], dict[str, float]]:
     """GEMM-suite rows with every point taken at the suite's median machine speed, and the reference's figures.
 
-    Each round timed the probe's streaming GEMM once (`ROUND_REFERENCES`); a round's times are multiplied by
+    Each round read the probe's streaming GEMM (`ROUND_REFERENCES`); a round's times are multiplied by
     its speed ÷ the suite's median (`drift.reference_factors`, 1 within the readings' noise), and a point's
     time is the median of its rounds so corrected, as the memory suite brings each working set to its median
     reference read. The time as timed stays in `measured_s`. Rows without per-round readings (a GPU's, or a

@@ -3,10 +3,10 @@
 Weights rotate through a pool larger than the last-level cache, so every call reads its W from memory as a
 decode-time GEMM does; x is small and stays resident. On a CPU the points are timed in interleaved rounds
 (`_run_gemm_interleaved`), as the memory suite's working sets are, and given the drift probe's streaming GEMM
-(`probe.Probe.stream_reference`) the suite times it once in the middle of every round: its rate is the
-machine's speed in that round, and the fit brings each point to the suite's median speed
-(`fits.gemm.at_suite_reference`), as the memory suite does with its reference read. The probes before and
-after the suite, seconds away, missed speed changes of 10-20% within it on the shared 2-core VM.
+(`probe.Probe.stream_reference`) the suite reads it REFERENCE_READINGS times in every round, spread over it:
+the median of those is the machine's speed in that round, and the fit brings each point to the suite's median
+speed (`fits.gemm.at_suite_reference`), as the memory suite does with its reference read. The probes before
+and after the suite, seconds away, missed speed changes of 10-20% within it on the shared 2-core VM.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import statistics
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,6 +23,11 @@ from moesim.calibrate.suites.plan import Plan
 from moesim.calibrate.suites.timing import DeviceInfo, Timer, summarise, torch_dtype
 
 Row = dict[str, Any]
+# Readings of the in-suite reference per round, at 1/6, 1/2 and 5/6 of it. One reading (8 calls, ~5 ms on the
+# 2-core EPYC VM) scattered 4-10% about the round's speed as the median of all its ~56 points read it
+# (correlation 0.66-0.88 over three quick calibrations, 2026-12-08); the median of three is robust to one
+# preempted reading and follows the round's speed rather than one instant of it, for ~15 ms a round.
+REFERENCE_READINGS = 3
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 
@@ -140,8 +146,8 @@ def _run_gemm_interleaved(
     so a stretch of contention from a neighbour spreads over all the points instead of bending a few
     (a whole shape's M sweep took ~1 s, several rows of it inside one slow second); the median of the
     rounds is each point's time. Each timed batch follows one untimed call (the previous point's weights
-    and activations have just left the caches). `reference`, read once in the middle of each round, gives
-    that round's machine speed (a quick round lasts about 0.3 s)."""
+    and activations have just left the caches). `reference`, read REFERENCE_READINGS times spread over each
+    round, gives that round's machine speed: their median (a quick round lasts about 0.3 s)."""
     torch = timer.torch
     points: list[tuple[str, int, int, int, Callable[[], Any], int]] = []
     pools: list[list[Any]] = []
@@ -170,13 +176,17 @@ def _run_gemm_interleaved(
     references: list[float] = []
     rng = random.Random(0)
     order = list(range(len(points)))
+    read_at = {len(order) * (2 * j + 1) // (2 * REFERENCE_READINGS) for j in range(REFERENCE_READINGS)}
     for r in range(plan.gemm_repeats):
         rng.shuffle(order)
+        readings: list[float] = []
         for position, i in enumerate(order):
-            if reference is not None and position == len(order) // 2:
-                references.append(reference())
+            if reference is not None and position in read_at:
+                readings.append(reference())
             call, inner = points[i][4], points[i][5]
             times[i].append(timer.time_once(call, inner, before=call))
+        if readings:
+            references.append(statistics.median(readings))
         progress((r + 1) / plan.gemm_repeats)
     rows = []
     for (dtype_name, k, n, m, _, _), ts in zip(points, times, strict=True):

@@ -243,7 +243,7 @@ class Probe:
 
     def stream_reference(self) -> float:
         """One reading of the streaming GEMM alone (TFLOP/s): one untimed call, then one timed batch of
-        `stream_inner` calls. A suite times it once per round beside its own points (`suites/gemm.py`), so its
+        `stream_inner` calls. A suite reads it in every round beside its own points (`suites/gemm.py`), so its
         points can be brought to the suite's median machine speed: the same kernel as the probe's, read where
         the points are timed rather than before and after the suite."""
         timer = self.timer

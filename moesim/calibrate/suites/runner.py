@@ -560,7 +560,7 @@ def _run_probed(
 def _run_suite(
     suite: str, timer: Any, device: Any, plan: Plan, dtypes: list[str], progress: Progress, probe: Any = None
 ) -> list[Row]:
-    """One suite's rows; the GEMM suite reads the probe's streaming GEMM once per round as its reference."""
+    """One suite's rows; the GEMM suite reads the probe's streaming GEMM in every round as its reference."""
     if suite == "memory":
         from moesim.calibrate.suites.memory import run_memory
 
