@@ -317,7 +317,7 @@ def at_suite_reference(rows: list[Row]) -> tuple[list[Row], dict[str, float]]:
     table written before the suite timed a reference) are returned as they are, and the figures are empty.
 
     Figures: the suite's median reference rate (`reference_stream_gemm_tflops`: the machine speed the points
-    now hold), the references' (max − min) / median, one reading's trend-free scatter and the rounds
+    now hold), the references' (max − min) / median, one round's trend-free scatter and the rounds
     corrected."""
     references = readings(rows[0].get(ROUND_REFERENCES)) if rows else []
     if not references:
