@@ -23,10 +23,11 @@ from moesim.calibrate.suites.plan import Plan
 from moesim.calibrate.suites.timing import DeviceInfo, Timer, summarise, torch_dtype
 
 Row = dict[str, Any]
-# Readings of the in-suite reference per round, at 1/6, 1/2 and 5/6 of it. One reading (8 calls, ~5 ms on the
-# 2-core EPYC VM) scattered 4-10% about the round's speed as the median of all its ~56 points read it
-# (correlation 0.66-0.88 over three quick calibrations, 2026-12-08); the median of three is robust to one
-# preempted reading and follows the round's speed rather than one instant of it, for ~15 ms a round.
+# Readings of the in-suite reference per round, at 1/6, 1/2 and 5/6 of it. One mid-round reading (8 calls, ~5 ms
+# on the 2-core EPYC VM) scattered 3.9-9.9% from round to round beyond the drift (`drift.trend_free_scatter`,
+# three quick calibrations, 2026-12-08) while following the round's speed as the median of its ~56 points read
+# it with correlation 0.66-0.88; the median of three is robust to one preempted reading and follows the round's
+# speed rather than one instant of it, for ~15 ms a round.
 REFERENCE_READINGS = 3
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
