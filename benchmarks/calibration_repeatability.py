@@ -19,12 +19,13 @@ and noise depend on the machine and whatever else runs on it.
 suite. Every profile is rebuilt from its run's CSVs twice (`rebuild_from_csv`): *as measured* and with
 in-run normalisation (each suite brought to the run's median probe speed where it moved beyond the probe's
 noise). A figure's *normalised* value across runs is its as-measured value times P_ref / P_i, where P_i is
-the probe's rate of the figure's part (memory, compute or dispatch; a time divides instead) during the suite
+the probe's rate of the figure's part (memory, compute, dispatch or streaming GEMM; a time divides instead) during the suite
 that measured it in run i (the geometric mean of the probes before and after it) and P_ref the median of
 those over the runs: what run i would have measured on a machine at the runs' median speed. If the probe
 tracks the machine, normalised spreads are smaller than raw ones. The memory plateau's P_i is the median of
 the reference reads the memory suite times beside its working sets (`suites/memory.py`), where the profile
-records them: those sample the moments the plateau was measured.
+records them: those sample the moments the plateau was measured; likewise the one-row GEMM stream's P_i is the
+median of the probe's streaming GEMM the GEMM suite read in every round (`fit_quality.gemm_reference`).
 
 **Validation.** Each loop's measured rows are scored against both profiles of its run, raw and
 drift-corrected (each row predicted with the profile at the speed the probe measured beside it, in each part
@@ -61,7 +62,7 @@ KEY_FIGURES = (
 # The suite that measures each figure on a CPU and the probe part the figure moves with (a rate with the
 # probe's rate; a time with its time per op).
 FIGURE_SOURCES = {
-    "memory_bandwidth_gbps": ("gemm", "memory"),  # a CPU's one-row GEMM stream
+    "memory_bandwidth_gbps": ("gemm", "stream_gemm"),  # a CPU's one-row GEMM stream
     "sum_plateau_gbps": ("memory", "memory"),
     "cache_bandwidth_gbps": ("memory", "compute"),
     "launch_eager_us": ("launch", "dispatch"),
@@ -111,12 +112,23 @@ def suite_speeds(probe_csv: Path) -> dict[str, dict[str, float]]:
 
 def with_in_suite_reference(profile: Any, speeds: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     """The run's probe speeds, with the memory suite's memory speed taken from the reference reads timed
-    beside its working sets (`fit_quality.memory_cache_knee.reference_gbps`) where the profile has them: they
-    sample the moments the plateau was measured, the probes before and after the suite do not."""
-    reference = float(profile.fit_quality.get("memory_cache_knee", {}).get("reference_gbps", 0.0) or 0.0)
-    if reference <= 0 or "memory" not in speeds:
-        return speeds
-    return speeds | {"memory": speeds["memory"] | {"memory": reference}}
+    beside its working sets (`fit_quality.memory_cache_knee.reference_gbps`) and the GEMM suite's streaming
+    GEMM speed from the median of the reference it read in every round (`fit_quality.gemm_reference`) where
+    the profile has them: they sample the moments the figures were measured, the probes before and after the
+    suite do not."""
+    quality = profile.fit_quality
+    inside = {
+        "memory": ("memory", float(quality.get("memory_cache_knee", {}).get("reference_gbps", 0.0) or 0.0)),
+        "gemm": (
+            "stream_gemm",
+            float(quality.get("gemm_reference", {}).get("reference_stream_gemm_tflops", 0.0) or 0.0),
+        ),
+    }
+    out = dict(speeds)
+    for suite, (part, reference) in inside.items():
+        if reference > 0 and suite in out:
+            out[suite] = out[suite] | {part: reference}
+    return out
 
 
 def normalised(
@@ -219,6 +231,7 @@ def calibration_loop(i: int, root: Path, args: argparse.Namespace) -> dict[str, 
     }
     probe = result.profile.fit_quality.get("drift_probe", {})
     return {
+        "gemm_reference": result.profile.fit_quality.get("gemm_reference", {}),
         "seconds": seconds,
         "load_1min": load,
         "failures": result.failures,
@@ -351,6 +364,7 @@ def render(summary: dict[str, Any], args: argparse.Namespace) -> None:
                 + "; one probe's noise "
                 + " / ".join(f"{probe.get(f'probe_{part}_noise', 0.0):.1%}" for part in PARTS)
                 + f"; suites repeated: {', '.join(loop['repeated']) or 'none'}"
+                + _gemm_reference_text(loop.get("gemm_reference") or {})
             )
         if "validation" in loop:
             print(_validation_line(f"run {i} validation", loop["validation"]))
@@ -378,6 +392,17 @@ def render(summary: dict[str, Any], args: argparse.Namespace) -> None:
             )
     for line in must_show(summary):
         print(line)
+
+
+def _gemm_reference_text(reference: dict[str, float]) -> str:
+    """The GEMM suite's in-suite reference (`fit_quality.gemm_reference`) in a few words; '' without one."""
+    if not reference:
+        return ""
+    return (
+        f"; GEMM suite's in-suite reference {reference['reference_stream_gemm_tflops'] * 1e3:.3g} GFLOP/s, "
+        f"spread {reference['reference_spread']:.1%}, one round's scatter {reference['reference_scatter']:.1%}, "
+        f"{reference['reference_rounds_corrected']:.0f}/{reference['reference_rounds']:.0f} rounds corrected"
+    )
 
 
 def must_show(summary: dict[str, Any]) -> list[str]:

@@ -405,3 +405,106 @@ def test_a_suite_is_repeated_on_drift_beyond_the_run_s_probe_scatter_not_on_one_
     # The probes recorded keep their own noise: only the gate's copies carry the floor.
     floored = drift.suite_drift_in_run("gemm", before, after, jumpy)
     assert floored.before.memory_noise > 0.05 and before.memory_noise == 0.01
+
+
+def rounds_of(
+    rows: list[dict[str, Any]], speeds: list[float], noise: float, seed: int = 0
+) -> list[dict[str, Any]]:
+    """GEMM rows timed once per round on a machine running at `speeds[r]` of its speed in round r, each timing
+    and each in-suite reference reading with independent relative `noise`, as the CPU suite writes them."""
+    rng = np.random.default_rng(seed)
+    references = [float(0.011 * s * (1 + noise * rng.standard_normal())) for s in speeds]
+    out = []
+    for row in rows:
+        times = [float(row["median_s"] / s * (1 + noise * rng.standard_normal())) for s in speeds]
+        out.append(
+            row
+            | {
+                "median_s": float(np.median(times)),
+                "round_s": ";".join(repr(t) for t in times),
+                "reference_tflops": ";".join(repr(r) for r in references),
+            }
+        )
+    return out
+
+
+def test_a_gemm_suite_whose_machine_ramps_is_brought_back_to_flat_by_its_in_suite_reference() -> None:
+    """The machine speeds up 40% over the suite's seven rounds: every point's rounds, corrected by the
+    reference read in the same round, agree again, each point lands at the suite's median speed, and the
+    profile's streaming rate is the one a machine steady at that speed gives."""
+    from moesim.calibrate.fits.gemm import at_suite_reference
+
+    truth = synthetic_tables()
+    ramp = [0.8, 0.86, 0.92, 1.0, 1.05, 1.12, 1.2]
+    ramped = rounds_of(truth.gemm or [], ramp, noise=0.02)
+    rows, figures = at_suite_reference(ramped)
+    assert figures["reference_rounds"] == 7 and figures["reference_rounds_corrected"] >= 5
+    assert figures["reference_stream_gemm_tflops"] == pytest.approx(0.011, rel=0.02)
+    raw_spread = [r["iqr_s"] / r["median_s"] for r in drift_rows(ramped)]
+    flat_spread = [r["iqr_s"] / r["median_s"] for r in rows]
+    assert max(flat_spread) < 0.08 < 0.2 < min(raw_spread)  # noise alone (2% + 2%) against a 40% ramp
+    for row, timed, true in zip(rows, ramped, truth.gemm or [], strict=True):
+        assert row["median_s"] == pytest.approx(true["median_s"], rel=0.04)
+        assert row["measured_s"] == timed["median_s"]  # the time as timed is kept beside it
+    profile, _ = build_profile(dataclasses.replace(truth, gemm=ramped), "ramped")
+    steady, _ = build_profile(truth, "steady")
+    assert profile.datasheet.memory_bandwidth_gbps == pytest.approx(
+        steady.datasheet.memory_bandwidth_gbps, rel=0.02
+    )
+    assert profile.fit_quality["gemm_reference"] == figures
+
+
+def drift_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with each point's IQR over its rounds as timed (what the suite states without a reference)."""
+    from moesim.calibrate.fits.gemm import readings
+
+    out = []
+    for row in rows:
+        times = readings(row["round_s"])
+        out.append(row | {"iqr_s": drift.rel_iqr(times) * float(np.median(times))})
+    return out
+
+
+def test_a_gemm_suite_on_a_steady_machine_is_left_as_timed() -> None:
+    """References that scatter 1% around a steady speed correct no round: every point keeps its time as
+    timed, and the profile is the one fitted without the references."""
+    from moesim.calibrate.fits.gemm import at_suite_reference
+
+    truth = synthetic_tables()
+    steady = rounds_of(truth.gemm or [], [1.0] * 7, noise=0.01, seed=3)
+    rows, figures = at_suite_reference(steady)
+    assert figures["reference_rounds_corrected"] == 0
+    assert [r["median_s"] for r in rows] == [r["median_s"] for r in steady]
+    plain = [{k: v for k, v in r.items() if k not in ("round_s", "reference_tflops")} for r in steady]
+    with_reference, _ = build_profile(dataclasses.replace(truth, gemm=steady), "steady")
+    without, _ = build_profile(dataclasses.replace(truth, gemm=plain), "plain")
+    assert with_reference.empirical == without.empirical
+    assert with_reference.datasheet == without.datasheet
+
+
+def test_the_in_suite_scatter_reads_a_ramp_as_drift_and_a_jitter_as_noise() -> None:
+    ramp = [12.0 * 1.05**i for i in range(7)]
+    jitter = [12.0 * (1.03 if i % 2 else 0.97) for i in range(7)]
+    assert drift.trend_free_scatter(ramp) == pytest.approx(0.0, abs=1e-12)
+    assert drift.trend_free_scatter(jitter) > 0.03
+    assert drift.reference_factors(ramp) == pytest.approx(
+        [r / ramp[3] if i != 3 else 1.0 for i, r in enumerate(ramp)]
+    )
+    assert drift.reference_factors(jitter) == [1.0] * 7  # within three of its own standard errors
+    assert drift.reference_factors(ramp[:3]) == [1.0] * 3  # too few readings to know their noise
+
+
+def test_validation_corrects_against_the_speed_the_gemm_suite_s_points_were_brought_to() -> None:
+    profile, _ = build_profile(
+        dataclasses.replace(
+            synthetic_tables(),
+            gemm=rounds_of(synthetic_tables().gemm or [], [0.8, 0.86, 0.92, 1.0, 1.05, 1.12, 1.2], 0.02),
+            probes=probes({}),
+        ),
+        "ramped",
+    )
+    reference = drift.reference_sample(profile)
+    assert reference is not None
+    in_suite = profile.fit_quality["gemm_reference"]["reference_stream_gemm_tflops"]
+    assert reference.stream_gemm_tflops == in_suite
+    assert in_suite != profile.fit_quality[drift.PROBE_KEY]["gemm_during_stream_gemm_tflops"]

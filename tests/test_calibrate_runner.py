@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,13 @@ from click.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 
-from moesim.calibrate.fits.drift import MIN_DRIFT, NOISE_MULTIPLE, PARTS, ProbeSample  # noqa: E402
+from moesim.calibrate.fits.drift import (  # noqa: E402
+    MIN_DRIFT,
+    NOISE_MULTIPLE,
+    PARTS,
+    ProbeSample,
+    suite_drift_in_run,
+)
 from moesim.calibrate.fits.drift import PROBE_KEY as DRIFT_KEY  # noqa: E402
 from moesim.calibrate.suites import runner  # noqa: E402
 from moesim.calibrate.suites.plan import Plan  # noqa: E402
@@ -425,10 +432,20 @@ def test_a_suite_is_not_repeated_on_a_change_within_the_scatter_of_the_run_s_ear
         ("after:gemm", 1): 0.9,
     }
     monkeypatch.setattr(runner, "_start_probe", lambda timer, device: ScriptedProbe(jumps))
-    result = calibrate("cpu", tmp_path / "p.toml", plan=TINY)
+    out = tmp_path / "p.toml"
+    result = calibrate("cpu", out, plan=TINY)
     assert calls == ["memory", "memory", "launch", "gemm", "moe"]
     figures = result.profile.fit_quality[DRIFT_KEY]
     assert figures["gemm_drift"] == pytest.approx(0.1) and figures["launch_drift"] == pytest.approx(0.1)
+    # The profile records the threshold the rule used (the earlier probes' step scatter), not the MIN_DRIFT
+    # the probes' own zero noise gives.
+    probes = runner.read_probes(suite_path(out, "probe"))
+    for suite in ("launch", "gemm"):
+        at = next(i for i, p in enumerate(probes) if p.label == f"before:{suite}")
+        judged = suite_drift_in_run(suite, probes[at], probes[at + 1], probes[:at])
+        assert not judged.drifted and judged.threshold > 0.3
+        assert figures[f"{suite}_threshold"] == pytest.approx(judged.threshold)
+    assert figures["memory_threshold"] == MIN_DRIFT  # no earlier probes: its own (zero) noise and the floor
 
 
 def test_a_drift_within_the_probes_noise_or_in_a_part_the_suite_does_not_follow_repeats_nothing(
@@ -458,3 +475,55 @@ def test_a_drift_within_the_probes_noise_or_in_a_part_the_suite_does_not_follow_
     result = calibrate("cpu", tmp_path / "q.toml", plan=TINY)
     assert calls == ["memory", "launch", "gemm", "moe"]
     assert result.profile.fit_quality[DRIFT_KEY]["launch_drift"] == 0.0
+
+
+def test_from_csv_reproduces_the_gemm_suite_brought_to_its_in_suite_reference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GEMM suite timed while the machine sped up 40%: its CSV keeps each point's rounds and the reference
+    read in each, so a rebuild from the files alone brings the points to the suite's median speed as the run
+    did, and the profile streams at the rate a machine steady at that speed gives."""
+    from moesim.calibrate.fits.build import build_profile
+    from tests.test_calibrate_drift import rounds_of
+
+    truth = synthetic_tables()
+    ramped = rounds_of(truth.gemm or [], [0.8, 0.86, 0.92, 1.0, 1.05, 1.12, 1.2], noise=0.02)
+    others = fake_suites([])
+    monkeypatch.setattr(
+        runner, "_run_suite", lambda suite, *a: ramped if suite == "gemm" else others(suite, *a)
+    )
+    out = tmp_path / "p.toml"
+    measured = calibrate("cpu", out, plan=TINY).profile
+    gemm_csv = read_rows(suite_path(out, "gemm"))[1]
+    assert all(len(str(r["reference_tflops"]).split(";")) == 7 for r in gemm_csv)
+    again = runner.rebuild_from_csv("cpu", tmp_path / "again.toml", source=tmp_path / "p").profile
+    assert again.empirical == measured.empirical and again.datasheet == measured.datasheet
+    assert again.fit_quality["gemm_reference"] == measured.fit_quality["gemm_reference"]
+    assert measured.fit_quality["gemm_reference"]["reference_rounds_corrected"] >= 5
+    steady, _ = build_profile(truth, "steady")
+    stream = measured.datasheet.memory_bandwidth_gbps * measured.empirical.memory_bandwidth_fraction
+    assert stream == pytest.approx(steady.datasheet.memory_bandwidth_gbps, rel=0.02)
+
+
+def test_the_cpu_gemm_suite_reads_the_probe_s_streaming_gemm_in_every_round() -> None:
+    from moesim.calibrate.suites import gemm
+    from moesim.calibrate.suites.timing import Timer, resolve_device
+
+    device = resolve_device("cpu", 1)
+    timer = Timer(device, TINY.flush_bytes)
+    probe = Probe(timer, device, TINY_PROBE)
+    readings: list[float] = []
+
+    def reference() -> float:
+        readings.append(probe.stream_reference())
+        return readings[-1]
+
+    rows = gemm.run_gemm(timer, device, TINY, ["fp32"], reference=reference)
+    probe.close()
+    per_round = gemm.REFERENCE_READINGS
+    assert len(readings) == per_round * TINY.gemm_repeats and all(r > 0 for r in readings)
+    rounds = [statistics.median(readings[i : i + per_round]) for i in range(0, len(readings), per_round)]
+    for row in rows:
+        assert row["reference_tflops"] == ";".join(repr(r) for r in rounds)
+        times = [float(t) for t in row["round_s"].split(";")]
+        assert len(times) == TINY.gemm_repeats and sorted(times)[1] == row["median_s"]

@@ -14,7 +14,12 @@ from typing import Any
 
 from moesim.calibrate.fits import drift
 from moesim.calibrate.fits import primitives as fit
-from moesim.calibrate.fits.gemm import cpu_bandwidths, fit_gemm_points, m1_gemm_streaming_gbps
+from moesim.calibrate.fits.gemm import (
+    at_suite_reference,
+    cpu_bandwidths,
+    fit_gemm_points,
+    m1_gemm_streaming_gbps,
+)
 from moesim.calibrate.fits.launch import LaunchParams, fit_launch_table
 from moesim.calibrate.fits.memory import MemoryParams, fit_memory_table, transcendental_rates
 from moesim.calibrate.fits.moe import fit_moe_table
@@ -176,6 +181,27 @@ def _normalised(meas: Measurements, notes: list[str]) -> tuple[Measurements, dic
         d = drifts["gemm"]
         gemm = drift.normalise_gemm_rows(gemm, d.factor, drift.between_sample(d.before, d.after))
     return replace(meas, launch=launch, gemm=gemm), drifts
+
+
+GEMM_REFERENCE_KEY = drift.GEMM_REFERENCE_KEY
+
+
+def _at_suite_reference(meas: Measurements, notes: list[str]) -> tuple[Measurements, dict[str, float]]:
+    """The GEMM suite's points brought to the suite's median machine speed by the reference it read in every
+    round (`fits.gemm.at_suite_reference`), with its figures for the profile; unchanged without one."""
+    if not meas.gemm:
+        return meas, {}
+    rows, figures = at_suite_reference(meas.gemm)
+    if not figures:
+        return meas, {}
+    notes.append(
+        f"gemm suite: each point at the suite's median machine speed, the probe's streaming GEMM read in every "
+        f"round ({figures['reference_rounds']:.0f} rounds: median "
+        f"{figures['reference_stream_gemm_tflops'] * 1e3:.3g} GFLOP/s, spread {figures['reference_spread']:.1%}, "
+        f"one round's scatter {figures['reference_scatter']:.1%}; "
+        f"{figures['reference_rounds_corrected']:.0f} rounds beyond that noise corrected)"
+    )
+    return replace(meas, gemm=rows), figures
 
 
 def _memory_part(asm: _Assembly, drifts: dict[str, drift.SuiteDrift]) -> tuple[MemoryParams | None, bool]:
@@ -345,6 +371,7 @@ def _moe_part(asm: _Assembly) -> None:
 def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[str, fit.FitResult]]:
     """Fit every available table and assemble the profile; missing suites fall back where one exists."""
     notes = list(meas.notes)
+    meas, reference = _at_suite_reference(meas, notes)
     meas, drifts = _normalised(meas, notes)
     asm = _Assembly(meas, _reference(meas, notes), notes)
     mem, cache_measured = _memory_part(asm, drifts)
@@ -397,6 +424,8 @@ def build_profile(meas: Measurements, name: str) -> tuple[HardwareProfile, dict[
         gemm_efficiency=gemm_curve,
         launch_eager_gemm_us=launch_value("launch_eager_gemm_us"),
     )
+    if reference:
+        asm.quality[GEMM_REFERENCE_KEY] = reference
     if meas.probes:
         asm.quality[drift.PROBE_KEY] = drift.record(
             meas.probes, drifts, meas.probe_plan, meas.normalise_drift

@@ -55,6 +55,8 @@ MIN_DRIFT = 0.02
 # beside them, and `benchmarks/calibration_repeatability.py` scores both fits of every run it makes.
 DRIFT_NORMALISATION = False
 PROBE_KEY = "drift_probe"  # the profile's fit_quality table holding the calibration's probe figures
+# The profile's fit_quality table of the GEMM suite's in-suite reference (`fits.gemm.at_suite_reference`).
+GEMM_REFERENCE_KEY = "gemm_reference"
 
 
 @dataclass(frozen=True)
@@ -300,6 +302,41 @@ def step_scatter(samples: Sequence[ProbeSample], shared: bool = False) -> dict[s
     return out
 
 
+# A normal σ from the median absolute second difference of log readings: x[i+1] − 2x[i] + x[i−1] of
+# independent readings of scatter σ is normal with standard deviation √6·σ.
+SECOND_DIFFERENCE_SD = math.sqrt(6.0)
+
+
+def trend_free_scatter(values: Sequence[float]) -> float:
+    """One reading's relative standard deviation from the second differences of successive readings (time
+    order): median |ln v[i+1] − 2 ln v[i] + ln v[i−1]| ÷ (0.6745 · √6); 0 below four readings.
+
+    For a suite's in-suite references (a few readings seconds apart) a steady drift is what the correction
+    must follow: a ramp's first differences (`step_scatter`) are its steps, which would count the ramp as
+    noise and gate it out, while its second differences are its readings' noise alone. A single step (a
+    neighbour starting) moves two of them, so their median still reads the noise from five or more."""
+    logs = [math.log(v) for v in values if v > 0]
+    if len(logs) < 4:
+        return 0.0
+    bends = [abs(logs[i + 1] - 2 * logs[i] + logs[i - 1]) for i in range(1, len(logs) - 1)]
+    return statistics.median(bends) / (MEDIAN_ABS_NORMAL * SECOND_DIFFERENCE_SD)
+
+
+def reference_factors(rates: Sequence[float]) -> list[float]:
+    """Per round of a suite, the speed of the in-suite reference then ÷ the suite's median reference speed
+    (dimensionless; a time measured in that round times its factor is the time at the median speed), 1 for a
+    round within the readings' noise of the median: NOISE_MULTIPLE standard errors of the difference between
+    one reading (`trend_free_scatter`) and the median of n (√(π/2)/√n of it), and at least MIN_DRIFT. All 1
+    below four readings (no noise estimate) or where any reading is missing, so a steady machine's points
+    stay exactly as timed."""
+    if len(rates) < 4 or not all(r > 0 and math.isfinite(r) for r in rates):
+        return [1.0] * len(rates)
+    median = statistics.median(rates)
+    sigma = trend_free_scatter(rates)
+    gate = max(NOISE_MULTIPLE * sigma * math.sqrt(1.0 + math.pi / (2 * len(rates))), MIN_DRIFT)
+    return [r / median if abs(math.log(r / median)) > gate else 1.0 for r in rates]
+
+
 def with_noise_floor(sample: ProbeSample, sigma: dict[str, float]) -> ProbeSample:
     """`sample` (one reading) with each part's noise at least `sigma` of that part: the scatter one reading
     shows beside its neighbours, where that is larger than the noise of its own repeats."""
@@ -477,16 +514,31 @@ def reference_sample(profile: HardwareProfile) -> ProbeSample | None:
 
     Fitted as measured (`normalised` 0), each part's reference is the probe during the suite whose figures the
     part scales (`MEASURED_IN`: the geometric mean of its before and after probes, recorded as
-    `<suite>_during_<figure>`); a profile normalised to the run's median (or recorded before the per-suite
-    speeds were) takes the median for every part. A correction against the run's median when the figures
+    `<suite>_during_<figure>`), except the streaming GEMM's where the GEMM suite read it in every round: the
+    median of those readings (`fit_quality.gemm_reference`), the speed its points were brought to; a profile
+    normalised to the run's median (or recorded before the per-suite speeds were) takes the median for every
+    part. A correction against the run's median when the figures
     were measured at another speed would carry the difference between the two into every row."""
     figures = profile.fit_quality.get(PROBE_KEY)
     if not figures or not figures.get("memory_gbps") or not figures.get("compute_tflops"):
         return None
     suites = MEASURED_IN[not profile.is_cpu] if not figures.get("normalised") else {}
 
+    # The GEMM suite's points are at the median of the streaming GEMM it read in every round, where it did.
+    in_suite = profile.fit_quality.get(GEMM_REFERENCE_KEY, {}) if suites.get("stream_gemm") == "gemm" else {}
+    rounds = in_suite.get("reference_rounds", 0.0)
+    inside = {
+        "stream_gemm_tflops": in_suite.get("reference_stream_gemm_tflops", 0.0),
+        # a median of n readings of scatter σ: √(π/2)·σ/√n
+        "stream_gemm_noise": math.sqrt(math.pi / 2 / rounds) * in_suite.get("reference_scatter", 0.0)
+        if rounds
+        else 0.0,
+    }
+
     def value(part: str, suffix: str = "") -> float:
         key = PART_FIGURES[part] if not suffix else f"{part}_{suffix}"
+        if inside["stream_gemm_tflops"] and key in inside:
+            return float(inside[key])
         during = figures.get(f"{suites[part]}_during_{key}") if part in suites else None
         return float(during if during else figures.get(key, 0.0))
 
@@ -598,17 +650,21 @@ def suite_drift_in_run(
 def suite_drifts(
     samples: Sequence[ProbeSample], is_gpu: bool = False
 ) -> tuple[ProbeSample | None, dict[str, SuiteDrift]]:
-    """The run's median probe and each suite's drift, from probes labelled `before:<suite>` / `after:<suite>`."""
+    """The run's median probe and each suite's drift, from probes labelled `before:<suite>` / `after:<suite>`
+    (in time order): its drift and threshold as the repeat-once rule judged them (`suite_drift_in_run` over
+    the probes before it), its normalisation factor to the median from its two probes' own noise."""
     if not samples:
         return None, {}
     median = median_sample(samples)
-    by_label = {s.label: s for s in samples}
+    index = {s.label: i for i, s in enumerate(samples)}
     out: dict[str, SuiteDrift] = {}
-    for label, before in by_label.items():
+    for label, i in index.items():
         kind, _, suite = label.partition(":")
-        after = by_label.get(f"after:{suite}")
+        after = index.get(f"after:{suite}")
         if kind == "before" and after is not None:
-            out[suite] = suite_drift(suite, before, after, median, is_gpu)
+            before, end = samples[i], samples[after]
+            judged = suite_drift_in_run(suite, before, end, samples[:i], is_gpu)
+            out[suite] = replace(judged, factor=suite_drift(suite, before, end, median, is_gpu).factor)
     return median, out
 
 
@@ -661,6 +717,7 @@ def record(
 __all__ = [
     "DEVICE_LAUNCH_KINDS",
     "DRIFT_NORMALISATION",
+    "GEMM_REFERENCE_KEY",
     "MEASURED_IN",
     "MEDIAN_ABS_NORMAL",
     "MEDIAN_SE_PER_IQR",
@@ -669,6 +726,7 @@ __all__ = [
     "PARTS",
     "PROBE_KEY",
     "SAME_SPEED",
+    "SECOND_DIFFERENCE_SD",
     "SIGMA_PER_IQR",
     "SPEED_WINDOW_ROWS",
     "SUITE_PARTS",
@@ -685,6 +743,7 @@ __all__ = [
     "normalise_gemm_rows",
     "normalise_launch_rows",
     "record",
+    "reference_factors",
     "reference_sample",
     "rel_iqr",
     "scatter",
@@ -695,6 +754,7 @@ __all__ = [
     "suite_drifts",
     "suite_parts",
     "threshold",
+    "trend_free_scatter",
     "typical_noise",
     "window_speeds",
     "with_noise_floor",

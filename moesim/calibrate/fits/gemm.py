@@ -7,12 +7,14 @@ curve it stores reproduces the measurements exactly as the simulator will use it
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import least_squares
 from sklearn.isotonic import IsotonicRegression
 
+from moesim.calibrate.fits import drift
 from moesim.calibrate.fits import primitives as fit
 from moesim.calibrate.fits.primitives import Row, column
 from moesim.errors import MoesimError
@@ -284,6 +286,72 @@ def m1_gemm_streaming_gbps(gemm_rows: list[Row], dtype: str) -> float:
     return float(np.median(nbytes[ok] / t[ok])) / 1e9 if ok.any() else 0.0
 
 
+# The GEMM suite's CSV columns of the in-suite reference (`suites/gemm.py`): each point's seconds per call in
+# every round, and the probe's streaming GEMM's rate (TFLOP/s) in every round (the median of the suite's
+# `suites.gemm.REFERENCE_READINGS` readings spread over it); both ";"-joined in
+# round order, so a `--from-csv` refit normalises exactly as the run did.
+ROUND_TIMES = "round_s"
+ROUND_REFERENCES = "reference_tflops"
+
+
+def readings(value: object) -> list[float]:
+    """The numbers of a ";"-joined CSV cell (one number parses as a float; empty, absent or not numbers:
+    none, so a damaged cell leaves its rows as timed)."""
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    if not isinstance(value, str) or not value.strip():
+        return []
+    try:
+        return [float(v) for v in value.split(";")]
+    except ValueError:
+        return []
+
+
+def at_suite_reference(rows: list[Row]) -> tuple[list[Row], dict[str, float]]:
+    """GEMM-suite rows with every point taken at the suite's median machine speed, and the reference's figures.
+
+    Each round read the probe's streaming GEMM (`ROUND_REFERENCES`); a round's times are multiplied by
+    its speed ÷ the suite's median (`drift.reference_factors`, 1 within the readings' noise), and a point's
+    time is the median of its rounds so corrected, as the memory suite brings each working set to its median
+    reference read. The time as timed stays in `measured_s`. Rows without per-round readings (a GPU's, or a
+    table written before the suite timed a reference) are returned as they are, and the figures are empty.
+
+    Figures: the suite's median reference rate (`reference_stream_gemm_tflops`: the machine speed the points
+    now hold), the references' (max − min) / median, one round's trend-free scatter and the rounds
+    corrected."""
+    references = readings(rows[0].get(ROUND_REFERENCES)) if rows else []
+    if not references:
+        return rows, {}
+    factors = drift.reference_factors(references)
+    out = []
+    for row in rows:
+        times = readings(row.get(ROUND_TIMES))
+        if len(times) != len(factors):
+            out.append(row)
+            continue
+        sample = [t * f for t, f in zip(times, factors, strict=True)]
+        seconds = statistics.median(sample)
+        out.append(
+            row
+            | {
+                "measured_s": row["median_s"],
+                "median_s": seconds,
+                "iqr_s": drift.rel_iqr(sample) * seconds,  # as `summarise` states it
+                "tflops": float(row["flops"]) / seconds / 1e12,
+                "gbps": float(row["bytes"]) / seconds / 1e9,
+            }
+        )
+    median = statistics.median(references)
+    figures = {
+        "reference_stream_gemm_tflops": median,
+        "reference_spread": (max(references) - min(references)) / median,
+        "reference_scatter": drift.trend_free_scatter(references),
+        "reference_rounds": float(len(references)),
+        "reference_rounds_corrected": float(sum(f != 1.0 for f in factors)),
+    }
+    return out, figures
+
+
 # A one-row GEMM streaming at under a quarter of a plain read's rate is not a weight stream (a failed or
 # preempted measurement): the plateau is kept. Measured shares of the suite's median shape: 0.9-1.2 on a 2-core
 # Xeon VM over wide weights only; 0.35-0.6 on a 2-core EPYC VM with the narrow (N = 256, 512) weights too,
@@ -301,11 +369,15 @@ def cpu_bandwidths(sum_plateau_gbps: float, gemm_stream_gbps: float) -> tuple[fl
 
 
 __all__ = [
+    "ROUND_REFERENCES",
+    "ROUND_TIMES",
     "GemmParams",
+    "at_suite_reference",
     "cpu_bandwidths",
     "fit_gemm_points",
     "fit_gemm_table",
     "m1_gemm_streaming_gbps",
     "measured_efficiency",
     "never_faster_with_more_rows",
+    "readings",
 ]

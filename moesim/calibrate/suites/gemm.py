@@ -2,7 +2,11 @@
 
 Weights rotate through a pool larger than the last-level cache, so every call reads its W from memory as a
 decode-time GEMM does; x is small and stays resident. On a CPU the points are timed in interleaved rounds
-(`_run_gemm_interleaved`), as the memory suite's working sets are.
+(`_run_gemm_interleaved`), as the memory suite's working sets are, and given the drift probe's streaming GEMM
+(`probe.Probe.stream_reference`) the suite reads it REFERENCE_READINGS times in every round, spread over it:
+the median of those is the machine's speed in that round, and the fit brings each point to the suite's median
+speed (`fits.gemm.at_suite_reference`), as the memory suite does with its reference read. The probes before
+and after the suite, seconds away, missed speed changes of 10-20% within it on the shared 2-core VM.
 """
 
 from __future__ import annotations
@@ -10,13 +14,21 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import statistics
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from moesim.calibrate.fits.gemm import ROUND_REFERENCES, ROUND_TIMES
 from moesim.calibrate.suites.plan import Plan
 from moesim.calibrate.suites.timing import DeviceInfo, Timer, summarise, torch_dtype
 
 Row = dict[str, Any]
+# Readings of the in-suite reference per round, at 1/6, 1/2 and 5/6 of it. One mid-round reading (8 calls, ~5 ms
+# on the 2-core EPYC VM) scattered 3.9-9.9% from round to round beyond the drift (`drift.trend_free_scatter`,
+# three quick calibrations, 2026-12-08) while following the round's speed as the median of its ~56 points read
+# it with correlation 0.66-0.88; the median of three is robust to one preempted reading and follows the round's
+# speed rather than one instant of it, for ~15 ms a round.
+REFERENCE_READINGS = 3
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 
@@ -58,10 +70,13 @@ def run_gemm(
     plan: Plan,
     dtypes: list[str],
     progress: Callable[[float], None] = lambda f: None,
+    reference: Callable[[], float] | None = None,
 ) -> list[Row]:
-    """Rows: dtype, k, n, m, median_s, iqr_s, flops, bytes, tflops, gbps."""
+    """Rows: dtype, k, n, m, median_s, iqr_s, flops, bytes, tflops, gbps; on a CPU given a `reference` (one
+    reading of the machine's speed, TFLOP/s), also each point's time per round and the reference's per round
+    (`ROUND_TIMES`, `ROUND_REFERENCES`)."""
     if not device.is_gpu:
-        return _run_gemm_interleaved(timer, device, plan, dtypes, progress)
+        return _run_gemm_interleaved(timer, device, plan, dtypes, progress, reference)
     torch = timer.torch
     rows: list[Row] = []
     total = len(dtypes) * len(plan.gemm_shapes) * len(plan.gemm_m)
@@ -126,12 +141,14 @@ def _run_gemm_interleaved(
     plan: Plan,
     dtypes: list[str],
     progress: Callable[[float], None],
+    reference: Callable[[], float] | None = None,
 ) -> list[Row]:
     """The CPU suite: every (shape, M) timed once per round, in a shuffled order, for `gemm_repeats` rounds,
     so a stretch of contention from a neighbour spreads over all the points instead of bending a few
     (a whole shape's M sweep took ~1 s, several rows of it inside one slow second); the median of the
     rounds is each point's time. Each timed batch follows one untimed call (the previous point's weights
-    and activations have just left the caches)."""
+    and activations have just left the caches). `reference`, read REFERENCE_READINGS times spread over each
+    round, gives that round's machine speed: their median (a quick round lasts about 0.3 s)."""
     torch = timer.torch
     points: list[tuple[str, int, int, int, Callable[[], Any], int]] = []
     pools: list[list[Any]] = []
@@ -157,18 +174,29 @@ def _run_gemm_interleaved(
                 inner = int(min(max(plan.min_timed_s / max(one, 1e-7), 1), len(pool), 200))
                 points.append((dtype_name, k, n, m, call, inner))
     times: list[list[float]] = [[] for _ in points]
+    references: list[float] = []
     rng = random.Random(0)
     order = list(range(len(points)))
+    read_at = {len(order) * (2 * j + 1) // (2 * REFERENCE_READINGS) for j in range(REFERENCE_READINGS)}
     for r in range(plan.gemm_repeats):
         rng.shuffle(order)
-        for i in order:
+        readings: list[float] = []
+        for position, i in enumerate(order):
+            if reference is not None and position in read_at:
+                readings.append(reference())
             call, inner = points[i][4], points[i][5]
             times[i].append(timer.time_once(call, inner, before=call))
+        if readings:
+            references.append(statistics.median(readings))
         progress((r + 1) / plan.gemm_repeats)
     rows = []
     for (dtype_name, k, n, m, _, _), ts in zip(points, times, strict=True):
         sample = summarise(ts)
-        rows.append(_gemm_row(dtype_name, k, n, m, sample.median_s, sample.iqr_s))
+        row = _gemm_row(dtype_name, k, n, m, sample.median_s, sample.iqr_s)
+        if references:
+            row[ROUND_TIMES] = ";".join(repr(float(t)) for t in ts)
+            row[ROUND_REFERENCES] = ";".join(repr(float(v)) for v in references)
+        rows.append(row)
     del pools
     progress(1.0)
     return rows

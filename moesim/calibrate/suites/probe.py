@@ -230,17 +230,27 @@ class Probe:
             memory_noise=median_noise(read_s),
             compute_noise=median_noise(gemm_s),
             dispatch_noise=median_noise(dispatch_s),
-            stream_gemm_tflops=2.0
-            * plan.stream_m
-            * plan.stream_k
-            * plan.stream_n
-            / statistics.median(stream_s)
-            / 1e12,
+            stream_gemm_tflops=self._stream_tflops(statistics.median(stream_s)),
             stream_gemm_rel_iqr=rel_iqr(stream_s),
             stream_gemm_noise=median_noise(stream_s),
         )
         self.samples.append(sample)
         return sample
+
+    def _stream_tflops(self, seconds_per_call: float) -> float:
+        p = self.plan
+        return 2.0 * p.stream_m * p.stream_k * p.stream_n / seconds_per_call / 1e12
+
+    def stream_reference(self) -> float:
+        """One reading of the streaming GEMM alone (TFLOP/s): one untimed call, then one timed batch of
+        `stream_inner` calls. A suite reads it in every round beside its own points (`suites/gemm.py`), so its
+        points can be brought to the suite's median machine speed: the same kernel as the probe's, read where
+        the points are timed rather than before and after the suite."""
+        timer = self.timer
+        with timer.torch.inference_mode():
+            return self._stream_tflops(
+                timer.time_once(self._stream_gemm, self.plan.stream_inner, before=self._stream_gemm)
+            )
 
     def close(self) -> None:
         """Free the buffers (the read buffer is several times the cache)."""

@@ -54,6 +54,7 @@ HEADER_PREFIX = "# moesim-calibrate "
 # measures with more; the profile records the count, and CPU runs it predicts must use the same.
 CPU_DEFAULT_THREADS = 1
 Row = dict[str, Any]
+Progress = Callable[[float], None]  # a suite's progress callback: the fraction done
 # reporter(suite) → the SuiteReporter that shows that suite's progress and outcome.
 ProgressFactory = Callable[[str], "SuiteReporter"]
 
@@ -526,12 +527,12 @@ def _run_probed(
     keeping the attempt that drifted less relative to its threshold (its probes label it; the other's are
     dropped)."""
     if probe is None or not suite_parts(suite, device.is_gpu):
-        return _run_suite(suite, timer, device, plan, dtypes, progress), []
+        return _run_suite(suite, timer, device, plan, dtypes, progress, probe), []
     attempts = []
     history = list(earlier or [])  # the earlier suites' probes: a drifted first attempt's would be circular
     for attempt in range(2):
         before = probe.sample(f"before:{suite}")
-        rows = _run_suite(suite, timer, device, plan, dtypes, progress)
+        rows = _run_suite(suite, timer, device, plan, dtypes, progress, probe)
         after = probe.sample(f"after:{suite}")
         moved = suite_drift_in_run(suite, before, after, history, is_gpu=device.is_gpu)
         attempts.append((moved, rows, [before, after]))
@@ -557,8 +558,9 @@ def _run_probed(
 
 
 def _run_suite(
-    suite: str, timer: Any, device: Any, plan: Plan, dtypes: list[str], progress: Callable[[float], None]
+    suite: str, timer: Any, device: Any, plan: Plan, dtypes: list[str], progress: Progress, probe: Any = None
 ) -> list[Row]:
+    """One suite's rows; the GEMM suite reads the probe's streaming GEMM in every round as its reference."""
     if suite == "memory":
         from moesim.calibrate.suites.memory import run_memory
 
@@ -570,7 +572,8 @@ def _run_suite(
     if suite == "gemm":
         from moesim.calibrate.suites.gemm import run_gemm
 
-        return run_gemm(timer, device, plan, dtypes, progress)
+        reference = probe.stream_reference if probe is not None else None
+        return run_gemm(timer, device, plan, dtypes, progress, reference)
     from moesim.calibrate.suites.moe import run_moe
 
     return run_moe(timer, device, plan, dtypes[0], progress)
