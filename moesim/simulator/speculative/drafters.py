@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import ClassVar
 
 from moesim.errors import MoesimError
@@ -411,6 +411,73 @@ def draft_pass_s(
         context = PlanContext(rank, draft_layout.sequences_per_group(draft_batch), q, context_len, hardware)
         step = replace(step, plan=with_fusion_projection(step.plan, rank, context))
     return time_parallel(timer, step, launch, include_launch_and_sync=False).step_s
+
+
+_SPEC_FIELDS = tuple(f.name for f in fields(ModelSpec) if f.name != "name")
+
+
+def spec_content(model: ModelSpec) -> tuple[object, ...]:
+    """A model's fields but its name: what its plans are built from (two designs' EAGLE heads differ in name
+    only when the designs differ in fields the head does not copy)."""
+    return tuple(getattr(model, name) for name in _SPEC_FIELDS)
+
+
+class DraftPassMemo:
+    """`draft_pass_s` remembered across the models of one sweep (or a screen's chunk of designs) on one
+    timer: a pass depends on the target only through the drafter's own model, so designs whose drafter
+    models are equal but for their names (an EAGLE head copies the target's hidden size, vocabulary and
+    attention, not its experts or layer count) share their passes. The routing counts only for a drafter
+    with routed experts; each routing asked about is kept, so its id is not reused while remembered."""
+
+    def __init__(self, timer: StepTimer) -> None:
+        self.timer = timer
+        self._seconds: dict[tuple[object, ...], float] = {}
+        self._routings: dict[int, RoutingModel] = {}
+
+    def pass_s(
+        self,
+        drafter: Drafter,
+        target: ModelSpec,
+        layout: ParallelLayout,
+        batch: int,
+        context_len: int,
+        kernel_style: str,
+        routing: RoutingModel | None,
+        launch: str,
+        *,
+        tokens_per_seq: int = 1,
+    ) -> float:
+        """`draft_pass_s(...)` on the memo's timer, computed once per distinct drafter model and shape."""
+        draft = drafter.model(target) if drafter.runs_on_device else None
+        routing_id = None
+        if draft is not None and draft.is_moe and routing is not None:
+            routing_id = id(self._routings.setdefault(id(routing), routing))
+        key = (
+            drafter,
+            None if draft is None else spec_content(draft),
+            layout,
+            batch,
+            context_len,
+            kernel_style,
+            routing_id,
+            launch,
+            tokens_per_seq,
+        )
+        seconds = self._seconds.get(key)
+        if seconds is None:
+            seconds = self._seconds[key] = draft_pass_s(
+                drafter,
+                target,
+                layout,
+                batch,
+                context_len,
+                kernel_style,
+                routing,
+                self.timer,
+                launch,
+                tokens_per_seq=tokens_per_seq,
+            )
+        return seconds
 
 
 def handoff_s(

@@ -31,14 +31,16 @@ from moesim.simulator.scenario import (
     resolve_hardware,
 )
 from moesim.simulator.speculative.acceptance import best_draft_len, capped_draft_lens, peak_batch
-from moesim.simulator.speculative.drafters import parse_drafter
+from moesim.simulator.speculative.drafters import DraftPassMemo, parse_drafter
 from moesim.simulator.speculative.point import (
+    PlannedStep,
     TimedPlan,
+    plan_steps,
     point_step_keys,
     prepare_points,
     scenario_timers,
     speculative_point,
-    time_steps,
+    timed_steps,
 )
 
 ROW_FIELDS = (
@@ -203,6 +205,9 @@ def run_sweep(
     rows: list[SweepRow] = []
     skipped: list[dict[str, Any]] = []
     descriptions: dict[str, str] = {}
+    passes = DraftPassMemo(timer)  # designs whose drafter models differ only in name share their passes
+    resolved_models: list[list[ResolvedScenario]] = []
+    planned: list[_ModelSteps] = []
     for model in models:
         routing = base.routing_for(model, max_k + 1)  # built once per model, shared by its batch sizes
         descriptions[model.name] = routing.description
@@ -218,10 +223,13 @@ def run_sweep(
                 if progress:
                     progress(len(draft_lens))
         prepare_points(resolved_batches, draft_lens)
-        timed = _time_model_steps(resolved_batches, draft_lens, timer)
+        resolved_models.append(resolved_batches)
+        planned.append(_plan_model_steps(resolved_batches, draft_lens, timer))
+    timed_models = _time_together(planned, timer)
+    for model, resolved_batches, timed in zip(models, resolved_models, timed_models, strict=True):
         for resolved in resolved_batches:
             batch = resolved.batch
-            timers = scenario_timers(resolved, timer, timed[resolved.layout])
+            timers = scenario_timers(resolved, timer, timed[resolved.layout], passes)
             layout = resolved.layout
             for k in draft_lens:
                 point = speculative_point(resolved, timer, k, timers=timers)
@@ -269,16 +277,32 @@ def run_sweep(
     )
 
 
-def _time_model_steps(
+_ModelSteps = list[tuple[ParallelLayout, list[PlannedStep]]]
+
+
+def _plan_model_steps(
     resolved: Sequence[ResolvedScenario], draft_lens: Sequence[int], timer: StepTimer
-) -> dict[ParallelLayout, dict[tuple[int, int, str], TimedPlan]]:
-    """Every decode and verification step of one model's points (its batch sizes × `draft_lens`), timed
-    in one `timer.steps` call per layout: the fast path costs the steps that share a structure together."""
+) -> _ModelSteps:
+    """The plans of every decode and verification step of one model's points (its batch sizes ×
+    `draft_lens`), per layout."""
     by_layout: dict[ParallelLayout, tuple[ResolvedScenario, list[tuple[int, int, str]]]] = {}
     for r in resolved:
         _, keys = by_layout.setdefault(r.layout, (r, []))
         keys += point_step_keys(r.serving_engine, r.batch, draft_lens, r.launch)
-    return {layout: time_steps(r, timer, keys) for layout, (r, keys) in by_layout.items()}
+    return [(layout, plan_steps(r, timer, keys)) for layout, (r, keys) in by_layout.items()]
+
+
+def _time_together(
+    planned: Sequence[_ModelSteps], timer: StepTimer
+) -> list[dict[ParallelLayout, dict[tuple[int, int, str], TimedPlan]]]:
+    """The planned steps of every model timed in one `timer.steps` call, per model and layout: the fast path
+    costs the steps that share a structure together — one model's across batch sizes and draft lengths,
+    and the models' (a screen's designs of one layer pattern) with each other —, each row exactly as alone."""
+    timings = iter(timer.steps([step.call for model in planned for _, steps in model for step in steps]))
+    return [
+        {layout: timed_steps(steps, [next(timings) for _ in steps]) for layout, steps in model}
+        for model in planned
+    ]
 
 
 def _sweep_in_processes(
