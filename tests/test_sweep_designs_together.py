@@ -74,7 +74,7 @@ def test_plans_of_several_designs_costed_together_equal_each_alone_and_match_the
 def test_the_draft_pass_memo_gives_each_pass_and_shares_equal_heads() -> None:
     hw = h200()
     timer = FastTimer(hw)
-    memo = DraftPassMemo(timer)
+    memo = DraftPassMemo()
     drafter = EagleHead()
     designs = _designs(2, 4)
     layouts = [ParallelLayout(), ParallelLayout(gpus=2, tp=2, ep=2)]
@@ -82,15 +82,11 @@ def test_the_draft_pass_memo_gives_each_pass_and_shares_equal_heads() -> None:
         routing = resolve_routing(spec, None, None, None)
         for layout in layouts:
             for rows, tokens in [(1, 1), (8, 4)]:
-                shared = memo.pass_s(
-                    drafter, spec, layout, rows, 2048, "fused", routing, "graph", tokens_per_seq=tokens
-                )
-                alone = draft_pass_s(
-                    drafter, spec, layout, rows, 2048, "fused", routing, timer, "graph", tokens_per_seq=tokens
-                )
-                assert shared == alone
+                args = (drafter, spec, layout, rows, 2048, "fused", routing, timer, "graph")
+                shared = draft_pass_s(*args, tokens_per_seq=tokens, memo=memo)
+                assert shared == draft_pass_s(*args, tokens_per_seq=tokens)
     heads = {(spec.attention, spec.weight_format) for spec in designs}  # what an EAGLE head copies here
-    assert len(memo._seconds) <= len(heads) * len(layouts) * 2
+    assert len(memo.seconds) <= len(heads) * len(layouts) * 2
 
 
 def test_remembered_distinct_experts_are_the_fresh_ones() -> None:

@@ -374,11 +374,24 @@ def draft_pass_s(
     load_model: Callable[[str], ModelSpec] | None = None,
     *,
     tokens_per_seq: int = 1,
+    memo: DraftPassMemo | None = None,
 ) -> float:
     """Device seconds of one drafter pass for `batch` sequences of `tokens_per_seq` tokens under `layout`
-    (no launch, no sync); 0 for a drafter without device passes."""
+    (no launch, no sync); 0 for a drafter without device passes. With `memo`, computed once per distinct
+    drafter model, shape and layout."""
     if not drafter.runs_on_device:
         return 0.0
+    if memo is not None:
+        draft_model = drafter.model(target, load_model)
+        assert draft_model is not None
+        shape = (layout, batch, context_len, kernel_style, launch, tokens_per_seq)
+        key = (*memo.key(drafter, draft_model, routing, timer), *shape)
+        if key not in memo.seconds:
+            memo.seconds[key] = draft_pass_s(
+                drafter, target, layout, batch, context_len, kernel_style, routing, timer, launch,
+                load_model, tokens_per_seq=tokens_per_seq,
+            )  # fmt: skip
+        return memo.seconds[key]
     hardware = timer.hardware
     q = tokens_per_seq
     if layout.is_single or layout.draft_on == "separate":
@@ -423,61 +436,25 @@ def spec_content(model: ModelSpec) -> tuple[object, ...]:
 
 
 class DraftPassMemo:
-    """`draft_pass_s` remembered across the models of one sweep (or a screen's chunk of designs) on one
-    timer: a pass depends on the target only through the drafter's own model, so designs whose drafter
-    models are equal but for their names (an EAGLE head copies the target's hidden size, vocabulary and
-    attention, not its experts or layer count) share their passes. The routing counts only for a drafter
-    with routed experts; each routing asked about is kept, so its id is not reused while remembered."""
+    """`draft_pass_s` remembered across the models of one sweep (or a screen's chunk of designs): a pass
+    depends on the target only through the drafter's own model, so designs whose drafter models are equal
+    but for their names (an EAGLE head copies the target's hidden size, vocabulary and attention, not its
+    experts or layer count) share their passes. The routing counts only for a drafter with routed experts;
+    each routing and timer asked about is kept, so its id is not reused while remembered."""
 
-    def __init__(self, timer: StepTimer) -> None:
-        self.timer = timer
-        self._seconds: dict[tuple[object, ...], float] = {}
-        self._routings: dict[int, RoutingModel] = {}
+    def __init__(self) -> None:
+        self.seconds: dict[tuple[object, ...], float] = {}
+        self._kept: dict[int, object] = {}
 
-    def pass_s(
-        self,
-        drafter: Drafter,
-        target: ModelSpec,
-        layout: ParallelLayout,
-        batch: int,
-        context_len: int,
-        kernel_style: str,
-        routing: RoutingModel | None,
-        launch: str,
-        *,
-        tokens_per_seq: int = 1,
-    ) -> float:
-        """`draft_pass_s(...)` on the memo's timer, computed once per distinct drafter model and shape."""
-        draft = drafter.model(target) if drafter.runs_on_device else None
-        routing_id = None
-        if draft is not None and draft.is_moe and routing is not None:
-            routing_id = id(self._routings.setdefault(id(routing), routing))
-        key = (
-            drafter,
-            None if draft is None else spec_content(draft),
-            layout,
-            batch,
-            context_len,
-            kernel_style,
-            routing_id,
-            launch,
-            tokens_per_seq,
-        )
-        seconds = self._seconds.get(key)
-        if seconds is None:
-            seconds = self._seconds[key] = draft_pass_s(
-                drafter,
-                target,
-                layout,
-                batch,
-                context_len,
-                kernel_style,
-                routing,
-                self.timer,
-                launch,
-                tokens_per_seq=tokens_per_seq,
-            )
-        return seconds
+    def _id(self, obj: object) -> int:
+        return id(self._kept.setdefault(id(obj), obj))
+
+    def key(
+        self, drafter: Drafter, draft: ModelSpec, routing: RoutingModel | None, timer: StepTimer
+    ) -> tuple[object, ...]:
+        """What a pass of `drafter` running `draft` depends on besides its shape and layout."""
+        routing_id = self._id(routing) if draft.is_moe and routing is not None else None
+        return drafter, spec_content(draft), routing_id, self._id(timer)
 
 
 def handoff_s(

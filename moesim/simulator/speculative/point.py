@@ -43,6 +43,7 @@ from moesim.simulator.speculative.acceptance import all_accepted_share, expected
 from moesim.simulator.speculative.drafters import (
     Drafter,
     DraftPassMemo,
+    draft_pass_s,
     draft_time_s,
     drafter_tp,
     handoff_s,
@@ -267,11 +268,10 @@ def scenario_timers(
 ) -> tuple[StepTimes, DraftTimes, LaunchCosts]:
     """The scenario's step and drafter times at any (rows, tokens, launch), memoised: a sweep builds them
     once per (model, batch) and every draft length reuses the decode step and the drafter pass. `steps`
-    holds steps timed already (`time_steps` of the point's `point_step_keys`); `pass_memo` (on `timer`)
-    shares drafter passes with the sweep's other models."""
+    holds steps timed already (`time_steps` of the point's `point_step_keys`); `pass_memo` shares drafter
+    passes with the sweep's other models."""
     r = resolved
     steps = {} if steps is None else steps
-    memo = pass_memo if pass_memo is not None and pass_memo.timer is timer else DraftPassMemo(timer)
     passes: dict[tuple[int, int, str, str], float] = {}
     # an EAGLE head with a reduced vocabulary (EAGLE-3's draft vocabulary) has a smaller LM head
     draft_vocab = r.serving_engine.drafter.draft_vocab_size
@@ -286,7 +286,7 @@ def scenario_timers(
     def pass_s(rows: int, tokens_per_seq: int, launch: str, tp_rule: str) -> float:
         key = (rows, tokens_per_seq, launch, tp_rule)
         if key not in passes:
-            passes[key] = memo.pass_s(
+            passes[key] = draft_pass_s(
                 r.drafter,
                 target,
                 r.layout if tp_rule == "target" else ParallelLayout(draft_on=r.layout.draft_on),
@@ -294,8 +294,10 @@ def scenario_timers(
                 r.context_len,
                 r.kernel_style,
                 r.routing,
+                timer,
                 launch,
                 tokens_per_seq=tokens_per_seq,
+                memo=pass_memo,
             )
         return passes[key]
 

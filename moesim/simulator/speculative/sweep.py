@@ -205,7 +205,7 @@ def run_sweep(
     rows: list[SweepRow] = []
     skipped: list[dict[str, Any]] = []
     descriptions: dict[str, str] = {}
-    passes = DraftPassMemo(timer)  # designs whose drafter models differ only in name share their passes
+    passes = DraftPassMemo()  # designs whose drafter models differ only in name share their passes
     resolved_models: list[list[ResolvedScenario]] = []
     planned: list[_ModelSteps] = []
     for model in models:
