@@ -95,3 +95,15 @@ def test_remembered_distinct_experts_are_the_fresh_ones() -> None:
         first = remembered.expected_distinct(64, 4, batch, tokens)
         fresh = dataclasses.replace(remembered).expected_distinct(64, 4, batch, tokens)
         assert remembered.expected_distinct(64, 4, batch, tokens) == first == fresh
+
+
+def test_designs_timed_in_several_batches_equal_each_swept_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep times its planned steps whenever `PLANS_TIMED_TOGETHER` are held (here: every few designs)."""
+    from moesim.simulator.speculative import sweep
+
+    monkeypatch.setattr(sweep, "PLANS_TIMED_TOGETHER", 5)
+    designs = _designs(3, 5)
+    base = Scenario(designs[0], "h200")
+    together = run_sweep(base, designs, [1, 4], [1, 2])
+    alone = [row for design in designs for row in run_sweep(base, [design], [1, 4], [1, 2]).rows]
+    assert together.rows == alone
