@@ -316,32 +316,28 @@ def residency(tensor: np.ndarray, size: np.ndarray, capacity: float) -> np.ndarr
     if structure is None:
         return None
     if np.ndim(size) == 2:
-        return np.array([_residency_row(tensor, row, capacity, structure) for row in size]).reshape(
-            size.shape
-        )
-    return _residency_row(tensor, size, capacity, structure)
+        return _residency_rows(tensor, size, capacity, structure)
+    return _residency_rows(tensor, size[None, :], capacity, structure)[0]
 
 
-def _residency_row(
+def _residency_rows(
     tensor: np.ndarray, size: np.ndarray, capacity: float, structure: _StackStructure
 ) -> np.ndarray:
-    n = tensor.size
-    footprint = np.zeros(structure.tensors)
-    np.maximum.at(footprint, tensor, size)
-    inserted = np.minimum(footprint, capacity)[structure.doubled]  # = min(footprint[doubled], capacity)
+    """`residency` of each row of `size` in one pass over (plans × accesses) arrays: the row-wise maxima,
+    running sums (sequential along each row) and bin sums (in access order) add exactly as one row alone."""
+    plans, n = size.shape
+    footprint = np.zeros((plans, structure.tensors))
+    offsets = structure.tensors * np.arange(plans)[:, None]
+    np.maximum.at(footprint.reshape(-1), (tensor[None, :] + offsets).reshape(-1), size.reshape(-1))
+    inserted = np.minimum(footprint, capacity)[:, structure.doubled]  # = min(footprint[doubled], capacity)
     p = structure.previous
-    cumulative = np.concatenate([[0.0], np.cumsum(np.where(structure.single, inserted, 0.0))])
-    y = cumulative[n : 2 * n] - cumulative[structure.after_previous]
+    running = np.cumsum(np.where(structure.single, inserted, 0.0), axis=1)
+    cumulative = np.concatenate([np.zeros((plans, 1)), running], axis=1)
+    y = cumulative[:, n : 2 * n] - cumulative[:, structure.after_previous]
     if structure.pair_rows.size:
-        y += np.bincount(structure.pair_rows, weights=inserted[structure.pair_cols], minlength=n)
-    return np.clip(capacity - y, 0.0, inserted[p])
-
-
-def _row_bincount(index: np.ndarray, weights: np.ndarray, length: int) -> np.ndarray:
-    """`np.bincount(index, weights=row, minlength=length)` of every row of `weights`."""
-    return np.array([np.bincount(index, weights=row, minlength=length) for row in weights]).reshape(
-        weights.shape[0], length
-    )
+        pair_rows = np.broadcast_to(structure.pair_rows, (plans, structure.pair_rows.size))
+        y += _row_bincount_2d(pair_rows, inserted[:, structure.pair_cols], n)
+    return np.clip(capacity - y, 0.0, inserted[:, p])
 
 
 def kernel_traffic(arrays: KernelArrays, capacity: float) -> tuple[np.ndarray, np.ndarray]:
@@ -367,10 +363,8 @@ def _group_traffic(
     is_write = structure.acc_write
     cache = np.where(is_write, w_cache, first_hit + rep_hit)
     memory = np.where(is_write, w_memory, size - first_hit + rep_miss)
-    return (
-        _row_bincount(structure.acc_kernel, cache, n_k),
-        _row_bincount(structure.acc_kernel, memory, n_k),
-    )
+    kernel = np.broadcast_to(structure.acc_kernel, size.shape)
+    return _row_bincount_2d(kernel, cache, n_k), _row_bincount_2d(kernel, memory, n_k)
 
 
 def _sequential_traffic(arrays: KernelArrays, capacity: float) -> tuple[np.ndarray, np.ndarray]:
@@ -655,8 +649,8 @@ def fast_steps(
 ) -> list[FastStep]:
     """`fast_step` of many plans at once: plans that share a structure (the same kernels, accesses, streams
     and launch: one model's steps across batch sizes and draft lengths, designs of one layer pattern) are
-    costed and scheduled over (plans × kernels) arrays: one stack structure, one roofline and one schedule
-    pass per group (the cache residency and per-kernel traffic sums still go row by row). Every row goes
+    costed and scheduled over (plans × kernels) arrays: one stack structure, one residency, roofline and
+    schedule pass per group (sums run along each row in access order). Every row goes
     through the same floating-point operations as a plan alone, so each result is exactly `fast_step`'s."""
     params = params or CostParams.from_hardware(hardware)
     arrays = [plan_arrays(request.plan) for request in requests]

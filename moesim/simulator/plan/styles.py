@@ -99,7 +99,7 @@ def plan_from_context(
     (layer templates shared by identical layers); `epilogue_ctx` sizes the head and tail when it differs."""
     model = ctx.model
     templates: dict[tuple[str, str, float], tuple[Kernel, ...]] = {}
-    rounded = {u: round(u, 6) for u in (0.0, *distinct)}  # a model's layers share a few values
+    rounded = {u: round(u, 6) for u in {0.0, *distinct}}  # a model's layers share a few values
     segments = [Segment(tuple(builder.prologue(ctx)))]
     for layer, (attn, ffn, moe_index) in enumerate(layer_kinds(model)):
         u = 0.0 if moe_index < 0 else distinct[moe_index]

@@ -426,12 +426,18 @@ class CorrelatedRouting:
     def expected_distinct(
         self, n_experts: int, top_k: int, batch: int, tokens_per_seq: int, layer: int | None = None
     ) -> float:
-        """Mean distinct experts: Σ_e 1 − q_e(T)^B (exact for independent sequences given q)."""
+        """Mean distinct experts: Σ_e 1 − q_e(T)^B (exact for independent sequences given q). Remembered per
+        (layer parameters, tokens, batch): the designs of a screen that share an expert count and top-k share
+        this routing model and ask it the same questions (the instance is frozen, its answers too)."""
         params = self._resolve(n_experts, top_k, batch, tokens_per_seq, layer)
-        q = miss_probability(
-            params, bank_parents(tokens_per_seq), tokens_per_seq, self.seed, self.distinct_layers
-        )
-        return float(np.sum(1.0 - q**batch))
+        known = self.__dict__.setdefault("_distinct", {})
+        key = (params, tokens_per_seq, batch)
+        if key not in known:
+            q = miss_probability(
+                params, bank_parents(tokens_per_seq), tokens_per_seq, self.seed, self.distinct_layers
+            )
+            known[key] = float(np.sum(1.0 - q**batch))
+        return known[key]
 
     def expected_distinct_tree(
         self, n_experts: int, top_k: int, batch: int, parents: Sequence[int], layer: int | None = None

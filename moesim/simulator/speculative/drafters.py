@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import ClassVar
 
 from moesim.errors import MoesimError
@@ -374,11 +374,24 @@ def draft_pass_s(
     load_model: Callable[[str], ModelSpec] | None = None,
     *,
     tokens_per_seq: int = 1,
+    memo: DraftPassMemo | None = None,
 ) -> float:
     """Device seconds of one drafter pass for `batch` sequences of `tokens_per_seq` tokens under `layout`
-    (no launch, no sync); 0 for a drafter without device passes."""
+    (no launch, no sync); 0 for a drafter without device passes. With `memo`, computed once per distinct
+    drafter model, shape and layout."""
     if not drafter.runs_on_device:
         return 0.0
+    if memo is not None:
+        draft_model = drafter.model(target, load_model)
+        assert draft_model is not None
+        shape = (layout, batch, context_len, kernel_style, launch, tokens_per_seq)
+        key = (*memo.key(drafter, draft_model, routing, timer), *shape)
+        if key not in memo.seconds:
+            memo.seconds[key] = draft_pass_s(
+                drafter, target, layout, batch, context_len, kernel_style, routing, timer, launch,
+                load_model, tokens_per_seq=tokens_per_seq,
+            )  # fmt: skip
+        return memo.seconds[key]
     hardware = timer.hardware
     q = tokens_per_seq
     if layout.is_single or layout.draft_on == "separate":
@@ -411,6 +424,37 @@ def draft_pass_s(
         context = PlanContext(rank, draft_layout.sequences_per_group(draft_batch), q, context_len, hardware)
         step = replace(step, plan=with_fusion_projection(step.plan, rank, context))
     return time_parallel(timer, step, launch, include_launch_and_sync=False).step_s
+
+
+_SPEC_FIELDS = tuple(f.name for f in fields(ModelSpec) if f.name != "name")
+
+
+def spec_content(model: ModelSpec) -> tuple[object, ...]:
+    """A model's fields but its name: what its plans are built from (two designs' EAGLE heads differ in name
+    only when the designs differ in fields the head does not copy)."""
+    return tuple(getattr(model, name) for name in _SPEC_FIELDS)
+
+
+class DraftPassMemo:
+    """`draft_pass_s` remembered across the models of one sweep (or a screen's chunk of designs): a pass
+    depends on the target only through the drafter's own model, so designs whose drafter models are equal
+    but for their names (an EAGLE head copies the target's hidden size, vocabulary and attention, not its
+    experts or layer count) share their passes. The routing counts only for a drafter with routed experts;
+    each routing and timer asked about is kept, so its id is not reused while remembered."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[tuple[object, ...], float] = {}
+        self._kept: dict[int, object] = {}
+
+    def _id(self, obj: object) -> int:
+        return id(self._kept.setdefault(id(obj), obj))
+
+    def key(
+        self, drafter: Drafter, draft: ModelSpec, routing: RoutingModel | None, timer: StepTimer
+    ) -> tuple[object, ...]:
+        """What a pass of `drafter` running `draft` depends on besides its shape and layout."""
+        routing_id = self._id(routing) if draft.is_moe and routing is not None else None
+        return drafter, spec_content(draft), routing_id, self._id(timer)
 
 
 def handoff_s(

@@ -42,6 +42,7 @@ from moesim.simulator.scenario import ResolvedScenario
 from moesim.simulator.speculative.acceptance import all_accepted_share, expected_tokens
 from moesim.simulator.speculative.drafters import (
     Drafter,
+    DraftPassMemo,
     draft_pass_s,
     draft_time_s,
     drafter_tp,
@@ -213,27 +214,49 @@ def time_steps(
 ) -> dict[tuple[int, int, str], TimedPlan]:
     """`time_step` of every (rows, tokens per row, launch) in `keys`, timed in one `timer.steps` call (the
     fast path costs plans of one structure together)."""
+    planned = plan_steps(resolved, timer, keys)
+    return timed_steps(planned, timer.steps([step.call for step in planned]))
+
+
+class PlannedStep(NamedTuple):
+    """A step planned but not yet timed: its (rows, tokens per row, launch), its plan (the slowest rank's),
+    the parallel step on a multi-GPU layout, and the call that times it."""
+
+    key: tuple[int, int, str]
+    plan: StepPlan
+    parallel: ParallelStep | None
+    call: StepCall
+
+
+def plan_steps(
+    resolved: ResolvedScenario, timer: StepTimer, keys: Iterable[tuple[int, int, str]]
+) -> list[PlannedStep]:
+    """The plans of `time_steps`' steps, each with its `StepCall`: a sweep times the steps of many models in
+    one `timer.steps` call (`timed_steps` pairs the timings back)."""
     r = resolved
-    keys = list(dict.fromkeys(keys))
-    built: list[tuple[StepPlan, ParallelStep | None]] = []
-    calls: list[StepCall] = []
-    for rows, tokens_per_seq, launch in keys:
+    planned = []
+    for key in dict.fromkeys(keys):
+        rows, tokens_per_seq, launch = key
         if r.layout.is_single:
             plan = build_plan(
                 r.model, rows, tokens_per_seq, r.context_len, r.kernel_style, r.routing, r.hardware
             )
-            built.append((plan, None))
-            calls.append(StepCall(plan, launch))
+            planned.append(PlannedStep(key, plan, None, StepCall(plan, launch)))
         else:
             step = build_parallel_plan(
                 r.model, rows, tokens_per_seq, r.layout, r.hardware, r.context_len, r.kernel_style, r.routing
             )
-            built.append((step.plan, step))
-            calls.append(parallel_call(timer, step, launch))
-    timings = timer.steps(calls)
+            planned.append(PlannedStep(key, step.plan, step, parallel_call(timer, step, launch)))
+    return planned
+
+
+def timed_steps(
+    planned: Sequence[PlannedStep], timings: Sequence[TimedStep]
+) -> dict[tuple[int, int, str], TimedPlan]:
+    """Planned steps with their timings (in the same order), by (rows, tokens per row, launch)."""
     return {
-        key: TimedPlan(plan, timing, parallel)
-        for key, (plan, parallel), timing in zip(keys, built, timings, strict=True)
+        step.key: TimedPlan(step.plan, timing, step.parallel)
+        for step, timing in zip(planned, timings, strict=True)
     }
 
 
@@ -241,10 +264,12 @@ def scenario_timers(
     resolved: ResolvedScenario,
     timer: StepTimer,
     steps: dict[tuple[int, int, str], TimedPlan] | None = None,
+    pass_memo: DraftPassMemo | None = None,
 ) -> tuple[StepTimes, DraftTimes, LaunchCosts]:
     """The scenario's step and drafter times at any (rows, tokens, launch), memoised: a sweep builds them
     once per (model, batch) and every draft length reuses the decode step and the drafter pass. `steps`
-    holds steps timed already (`time_steps` of the point's `point_step_keys`)."""
+    holds steps timed already (`time_steps` of the point's `point_step_keys`); `pass_memo` shares drafter
+    passes with the sweep's other models."""
     r = resolved
     steps = {} if steps is None else steps
     passes: dict[tuple[int, int, str, str], float] = {}
@@ -272,6 +297,7 @@ def scenario_timers(
                 timer,
                 launch,
                 tokens_per_seq=tokens_per_seq,
+                memo=pass_memo,
             )
         return passes[key]
 
@@ -675,6 +701,7 @@ __all__ = [
     "DraftCost",
     "EngineStep",
     "LaunchCosts",
+    "PlannedStep",
     "RoundDrafting",
     "SpeculativePoint",
     "TimedPlan",
@@ -682,6 +709,7 @@ __all__ = [
     "engine_point",
     "engine_step",
     "engine_step_keys",
+    "plan_steps",
     "point_step_keys",
     "prepare_points",
     "round_drafting",
@@ -690,4 +718,5 @@ __all__ = [
     "step_shapes",
     "time_step",
     "time_steps",
+    "timed_steps",
 ]

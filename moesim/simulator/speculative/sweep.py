@@ -31,15 +31,22 @@ from moesim.simulator.scenario import (
     resolve_hardware,
 )
 from moesim.simulator.speculative.acceptance import best_draft_len, capped_draft_lens, peak_batch
-from moesim.simulator.speculative.drafters import parse_drafter
+from moesim.simulator.speculative.drafters import DraftPassMemo, parse_drafter
 from moesim.simulator.speculative.point import (
+    PlannedStep,
     TimedPlan,
+    plan_steps,
     point_step_keys,
     prepare_points,
     scenario_timers,
     speculative_point,
-    time_steps,
+    timed_steps,
 )
+
+# Steps planned before they are timed together: enough for a screen chunk's designs of one plan structure to
+# share their fast-path passes, few enough that the plans held at once stay small (a whole-catalogue sweep
+# holding every model's plans took 4× the memory and 10% more CPU).
+PLANS_TIMED_TOGETHER = 256
 
 ROW_FIELDS = (
     "model",
@@ -203,7 +210,9 @@ def run_sweep(
     rows: list[SweepRow] = []
     skipped: list[dict[str, Any]] = []
     descriptions: dict[str, str] = {}
-    for model in models:
+    passes = DraftPassMemo()  # designs whose drafter models differ only in name share their passes
+    pending: list[_PlannedModel] = []  # models planned, not yet timed
+    for index, model in enumerate(models):
         routing = base.routing_for(model, max_k + 1)  # built once per model, shared by its batch sizes
         descriptions[model.name] = routing.description
         resolved_batches = []
@@ -218,34 +227,16 @@ def run_sweep(
                 if progress:
                     progress(len(draft_lens))
         prepare_points(resolved_batches, draft_lens)
-        timed = _time_model_steps(resolved_batches, draft_lens, timer)
-        for resolved in resolved_batches:
-            batch = resolved.batch
-            timers = scenario_timers(resolved, timer, timed[resolved.layout])
-            layout = resolved.layout
-            for k in draft_lens:
-                point = speculative_point(resolved, timer, k, timers=timers)
-                rows.append(
-                    SweepRow(
-                        model=model.name,
-                        hardware=hardware.name,
-                        batch=batch,
-                        draft_len=k,
-                        speedup=point.speedup,
-                        verify_over_decode=point.verify_over_decode,
-                        decode_step_s=point.decode.step_s,
-                        verify_step_s=point.verify.step_s,
-                        draft_s=point.draft_s,
-                        round_s=point.round_s,
-                        tokens_per_step=point.tokens_per_step,
-                        decode_distinct_experts=point.decode.plan.mean_distinct_experts,
-                        verify_distinct_experts=point.verify.plan.mean_distinct_experts,
-                        gpus=layout.gpus,
-                        layout=layout.describe(),
-                    )
+        pending.append((model, resolved_batches, _plan_model_steps(resolved_batches, draft_lens, timer)))
+        planned_steps = sum(len(steps) for _, _, by_layout in pending for _, steps in by_layout)
+        if planned_steps >= PLANS_TIMED_TOGETHER or index == len(models) - 1:
+            for (model_done, resolved_done, _), timed in zip(
+                pending, _time_together([by_layout for _, _, by_layout in pending], timer), strict=True
+            ):
+                rows += _model_rows(
+                    model_done, resolved_done, timed, draft_lens, timer, passes, hardware.name, progress
                 )
-                if progress:
-                    progress(1)
+            pending = []
     return SweepResult(
         rows=rows,
         peaks=peaks_of(rows),
@@ -269,16 +260,75 @@ def run_sweep(
     )
 
 
-def _time_model_steps(
+_ModelSteps = list[tuple[ParallelLayout, list[PlannedStep]]]
+_PlannedModel = tuple[ModelSpec, list[ResolvedScenario], _ModelSteps]
+
+
+def _model_rows(
+    model: ModelSpec,
+    resolved_batches: Sequence[ResolvedScenario],
+    timed: dict[ParallelLayout, dict[tuple[int, int, str], TimedPlan]],
+    draft_lens: Sequence[int],
+    timer: StepTimer,
+    passes: DraftPassMemo,
+    hardware_name: str,
+    progress: Callable[[int], None] | None,
+) -> list[SweepRow]:
+    """The rows of one model's points (its batch sizes × `draft_lens`) from its steps timed already."""
+    rows = []
+    for resolved in resolved_batches:
+        batch = resolved.batch
+        timers = scenario_timers(resolved, timer, timed[resolved.layout], passes)
+        layout = resolved.layout
+        for k in draft_lens:
+            point = speculative_point(resolved, timer, k, timers=timers)
+            rows.append(
+                SweepRow(
+                    model=model.name,
+                    hardware=hardware_name,
+                    batch=batch,
+                    draft_len=k,
+                    speedup=point.speedup,
+                    verify_over_decode=point.verify_over_decode,
+                    decode_step_s=point.decode.step_s,
+                    verify_step_s=point.verify.step_s,
+                    draft_s=point.draft_s,
+                    round_s=point.round_s,
+                    tokens_per_step=point.tokens_per_step,
+                    decode_distinct_experts=point.decode.plan.mean_distinct_experts,
+                    verify_distinct_experts=point.verify.plan.mean_distinct_experts,
+                    gpus=layout.gpus,
+                    layout=layout.describe(),
+                )
+            )
+            if progress:
+                progress(1)
+    return rows
+
+
+def _plan_model_steps(
     resolved: Sequence[ResolvedScenario], draft_lens: Sequence[int], timer: StepTimer
-) -> dict[ParallelLayout, dict[tuple[int, int, str], TimedPlan]]:
-    """Every decode and verification step of one model's points (its batch sizes × `draft_lens`), timed
-    in one `timer.steps` call per layout: the fast path costs the steps that share a structure together."""
+) -> _ModelSteps:
+    """The plans of every decode and verification step of one model's points (its batch sizes ×
+    `draft_lens`), per layout."""
     by_layout: dict[ParallelLayout, tuple[ResolvedScenario, list[tuple[int, int, str]]]] = {}
     for r in resolved:
         _, keys = by_layout.setdefault(r.layout, (r, []))
         keys += point_step_keys(r.serving_engine, r.batch, draft_lens, r.launch)
-    return {layout: time_steps(r, timer, keys) for layout, (r, keys) in by_layout.items()}
+    return [(layout, plan_steps(r, timer, keys)) for layout, (r, keys) in by_layout.items()]
+
+
+def _time_together(
+    planned: Sequence[_ModelSteps], timer: StepTimer
+) -> list[dict[ParallelLayout, dict[tuple[int, int, str], TimedPlan]]]:
+    """The planned steps of every model timed in one `timer.steps` call, per model and layout: the fast path
+    costs the steps that share a structure together — one model's across batch sizes and draft lengths,
+    and the models' (a screen's designs of one layer pattern) with each other —, each row exactly as alone."""
+    timings = iter(timer.steps([step.call for model in planned for _, steps in model for step in steps]))
+    return [
+        {layout: timed_steps(steps, [next(timings) for _ in steps]) for layout, steps in model}
+        for model in planned
+    ]
 
 
 def _sweep_in_processes(
